@@ -1,0 +1,84 @@
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  type Context,
+  CPU_DEVICE,
+  type DeviceDescriptor,
+  ErrorCode,
+  type TensorBuffer,
+  TensorPipeError,
+  VIABLE,
+  type Viability,
+  asBytes,
+  isCpuBuffer,
+} from "@tensorpipe/core";
+
+function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
+  if (!isCpuBuffer(buffer)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `basic channel moves CPU memory only, got ${buffer.device.type}`);
+  }
+  return asBytes(buffer).subarray(0, length);
+}
+
+/**
+ * One end of a basic channel: each tensor is one frame on its own transport
+ * connection, written from and read into the user's memory by the transport.
+ */
+export class BasicChannel implements Channel {
+  constructor(private readonly connection: Connection) {}
+
+  send(buffer: TensorBuffer, length: number): Promise<void> {
+    try {
+      return this.connection.write([cpuBytes(buffer, length)]);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  recv(buffer: TensorBuffer, length: number): Promise<void> {
+    try {
+      return this.connection.readInto(cpuBytes(buffer, length));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  close(error?: Error): void {
+    this.connection.close(error);
+  }
+}
+
+/** Upstream's "basic" channel: CPU tensors over the pipe's transport, any two machines. */
+export class BasicChannelContext implements ChannelContext {
+  isViable(): Viability {
+    return VIABLE;
+  }
+
+  deviceDescriptors(): readonly DeviceDescriptor[] {
+    return [{ device: CPU_DEVICE, descriptor: "any" }];
+  }
+
+  numConnectionsNeeded(): number {
+    return 1;
+  }
+
+  canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
+    return localDescriptor === remoteDescriptor;
+  }
+
+  createChannel(connections: readonly Connection[]): Channel {
+    return new BasicChannel(connections[0]!);
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** Upstream TensorPipe's priority for basic: the fallback below every other channel. */
+export const BASIC_PRIORITY = 0;
+
+export function registerBasicChannel(context: Context, priority = BASIC_PRIORITY): BasicChannelContext {
+  const channel = new BasicChannelContext();
+  context.registerChannel(priority, "basic", channel);
+  return channel;
+}

@@ -1,0 +1,27 @@
+import { ErrorCode, TensorPipeError } from "./errors.js";
+
+/** "uv://127.0.0.1:1234" -> { scheme: "uv", address: "127.0.0.1:1234" }. */
+export function parseUrl(url: string): { scheme: string; address: string } {
+  const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/(.*)$/.exec(url);
+  if (!m) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `"${url}" is not a URL of the form scheme://address`);
+  }
+  return { scheme: m[1]!.toLowerCase(), address: m[2]! };
+}
+
+/**
+ * Splits "host:port", "[v6]:port" and "[fe80::1%eth0]:port". The port is
+ * required; 0 asks the OS for a free one.
+ */
+export function splitHostPort(address: string): { host: string; port: number } {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(address) ?? /^([^:[\]]*):(\d+)$/.exec(address);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || !(port >= 0 && port <= 65535)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `"${address}" is not host:port (IPv6 as [addr]:port)`);
+  }
+  return { host: m[1]!, port };
+}
+
+export function joinHostPort(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}

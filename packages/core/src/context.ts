@@ -1,0 +1,314 @@
+import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { parseUrl } from "./address.js";
+import type { Channel, ChannelContext } from "./channel.js";
+import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
+import { Listener, type PipeAcceptor } from "./listener.js";
+import {
+  type Registered,
+  buildBrochure,
+  byPriority,
+  checkAnswer,
+  chooseChannels,
+  chooseTransport,
+} from "./negotiation.js";
+import { Pipe } from "./pipe.js";
+import {
+  type BrochureAnswer,
+  ConnectionKind,
+  decodeBrochure,
+  decodeBrochureAnswer,
+  encodeBrochure,
+  encodeBrochureAnswer,
+  encodePacket,
+} from "./protocol.js";
+import type { Connection, TransportContext } from "./transport.js";
+import type { Viability } from "./viability.js";
+
+export interface ContextOptions {
+  /** Sent to listeners in the first packet; upstream's context name. */
+  name?: string;
+  /** A listener drops connections that have not finished the handshake by then (ms). */
+  handshakeTimeout?: number;
+  /** Largest control frame (packet, brochure, descriptor) accepted from a peer. */
+  maxControlFrameLength?: number;
+}
+
+export interface ConnectOptions extends OperationOptions {}
+
+export interface BackendInfo {
+  kind: "transport" | "channel";
+  name: string;
+  priority: number;
+  viability: Viability;
+}
+
+const DEFAULT_HANDSHAKE_TIMEOUT = 10_000;
+const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
+
+/**
+ * Holds the registered transports and channels, opens listeners and pipes,
+ * and closes them all at the end.
+ */
+export class Context implements PipeAcceptor {
+  readonly name: string;
+  readonly handshakeTimeout: number;
+  readonly maxControlFrameLength: number;
+  private readonly transports = new Map<string, Registered<TransportContext>>();
+  private readonly channels = new Map<string, Registered<ChannelContext>>();
+  private readonly listeners = new Set<Listener>();
+  private readonly pipes = new Set<Pipe>();
+  private closing = false;
+
+  constructor(options: ContextOptions = {}) {
+    this.name = options.name ?? "";
+    this.handshakeTimeout = options.handshakeTimeout ?? DEFAULT_HANDSHAKE_TIMEOUT;
+    this.maxControlFrameLength = options.maxControlFrameLength ?? DEFAULT_MAX_CONTROL_FRAME;
+  }
+
+  /** Higher priority wins when both ends have several transports in common. */
+  registerTransport(priority: number, name: string, context: TransportContext): void {
+    this.checkRegistration(name, this.transports);
+    this.transports.set(name, { priority, name, context });
+  }
+
+  registerChannel(priority: number, name: string, context: ChannelContext): void {
+    this.checkRegistration(name, this.channels);
+    this.channels.set(name, { priority, name, context });
+  }
+
+  private checkRegistration(name: string, into: Map<string, unknown>): void {
+    if (this.closing) throw closedError("context");
+    if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}" must be [A-Za-z0-9_.-]+`);
+    }
+    if (into.has(name)) throw new TensorPipeError(ErrorCode.INVALID_ARG, `"${name}" is already registered`);
+  }
+
+  /** Every registered backend with its priority and whether it can run here. */
+  backends(): BackendInfo[] {
+    return [
+      ...byPriority(this.transports.values()).map((t) => ({
+        kind: "transport" as const,
+        name: t.name,
+        priority: t.priority,
+        viability: t.context.isViable(),
+      })),
+      ...byPriority(this.channels.values()).map((c) => ({
+        kind: "channel" as const,
+        name: c.name,
+        priority: c.priority,
+        viability: c.context.isViable(),
+      })),
+    ];
+  }
+
+  private transportForScheme(scheme: string): Registered<TransportContext> {
+    const t =
+      this.transports.get(scheme) ??
+      [...this.transports.values()].find((r) => r.context.aliases?.includes(scheme));
+    if (!t) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `no transport registered for "${scheme}://" (have: ${[...this.transports.keys()].join(", ") || "none"})`,
+      );
+    }
+    const v = t.context.isViable();
+    if (!v.viable) throw new TensorPipeError(ErrorCode.NOT_VIABLE, `transport "${t.name}" cannot run here: ${v.reason}`);
+    return t;
+  }
+
+  /** Listens on each URL ("uv://127.0.0.1:0", ...); port 0 picks a free port. */
+  async listen(urls: string | readonly string[]): Promise<Listener> {
+    if (this.closing) throw closedError("context");
+    const listener = new Listener(this);
+    try {
+      for (const url of typeof urls === "string" ? [urls] : urls) {
+        const { scheme, address } = parseUrl(url);
+        const t = this.transportForScheme(scheme);
+        if (listener.listeningTransports().has(t.name)) {
+          throw new TensorPipeError(ErrorCode.INVALID_ARG, `listener has two addresses for transport "${t.name}"`);
+        }
+        const tl = await t.context.listen(address, (c) => listener.handleConnection(t.name, c));
+        listener.addTransportListener(t.name, scheme, tl);
+      }
+    } catch (e) {
+      listener.close();
+      throw e;
+    }
+    this.listeners.add(listener);
+    return listener;
+  }
+
+  /** Opens a pipe; resolves once the handshake with the listener is complete. */
+  async connect(url: string, options?: ConnectOptions): Promise<Pipe> {
+    if (this.closing) throw closedError("context");
+    const { scheme, address } = parseUrl(url);
+    const transport = this.transportForScheme(scheme);
+    const signal = operationSignal({ timeout: this.handshakeTimeout, ...options });
+    const opened: Connection[] = [];
+    const abandon = (err: TensorPipeError) => {
+      for (const c of opened) c.close(err);
+    };
+    const handshake = async (): Promise<Pipe> => {
+      const main = await transport.context.connect(address, { signal });
+      opened.push(main);
+      if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
+      const brochure = buildBrochure(byPriority(this.transports.values()), byPriority(this.channels.values()));
+      const sentHello = main.write([encodePacket({ kind: "spontaneous", contextName: this.name }), encodeBrochure(brochure)]);
+      let answer: BrochureAnswer;
+      try {
+        const [, bytes] = await Promise.all([sentHello, main.read(this.maxControlFrameLength)]);
+        answer = decodeBrochureAnswer(bytes);
+      } catch (e) {
+        const err = fromNativeError(e, url);
+        if (err.code === ErrorCode.PEER_CLOSED) {
+          throw new TensorPipeError(
+            ErrorCode.NEGOTIATION,
+            "peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common",
+            { where: url, cause: err },
+          );
+        }
+        throw err;
+      }
+      const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
+      const chosen = this.transports.get(answer.transport)!.context;
+      const openRequested = async (id: number): Promise<Connection> => {
+        const c = await chosen.connect(answer.address, { signal });
+        opened.push(c);
+        await c.write([encodePacket({ kind: "requested", registrationId: id })]);
+        return c;
+      };
+      const mainId = answer.transportRegistrationIds.get(ConnectionKind.MAIN);
+      const replyId = answer.transportRegistrationIds.get(ConnectionKind.REPLY);
+      if (replyId === undefined) throw protocolError("brochure answer registered no reply connection", url);
+      const [newMain, reply, ...channelConnections] = await Promise.all([
+        mainId === undefined ? Promise.resolve(main) : openRequested(mainId),
+        openRequested(replyId),
+        ...[...answer.channelRegistrationIds.values()].flat().map(openRequested),
+      ]);
+      if (newMain !== main) main.close();
+      const channels = new Map<string, Channel>();
+      let next = 0;
+      for (const [name, ids] of answer.channelRegistrationIds) {
+        const conns = channelConnections.slice(next, next + ids.length);
+        next += ids.length;
+        channels.set(name, this.channels.get(name)!.context.createChannel(conns, "connect"));
+      }
+      return this.adopt(
+        new Pipe({
+          transport: answer.transport,
+          main: newMain!,
+          reply: reply!,
+          channels,
+          pairs,
+          peer: url,
+          options: { maxDescriptorLength: this.maxControlFrameLength },
+        }),
+      );
+    };
+    return raceSignal(handshake(), signal, `connect to ${url}`, abandon).catch((e) => {
+      const err = fromNativeError(e, url);
+      abandon(err);
+      throw err;
+    });
+  }
+
+  private viableContexts<T extends { isViable(): Viability }>(from: Map<string, Registered<T>>): Map<string, T> {
+    const out = new Map<string, T>();
+    for (const [name, r] of from) if (r.context.isViable().viable) out.set(name, r.context);
+    return out;
+  }
+
+  /** @internal The listening side of the handshake, after a SpontaneousConnection packet. */
+  async acceptPipe(listener: Listener, cameOn: string, main: Connection): Promise<Pipe> {
+    const brochure = decodeBrochure(await main.read(this.maxControlFrameLength));
+    const transport = chooseTransport(byPriority(this.transports.values()), listener.listeningTransports(), brochure);
+    if (!transport) {
+      throw new TensorPipeError(
+        ErrorCode.NEGOTIATION,
+        `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")})`,
+        { where: main.remoteAddress },
+      );
+    }
+    const choice = chooseChannels(byPriority(this.channels.values()), brochure);
+    const registrations: ReturnType<Listener["register"]>[] = [];
+    const transportRegistrationIds = new Map<number, number>();
+    const register = () => {
+      const r = listener.register();
+      registrations.push(r);
+      return r;
+    };
+    const mainReg = transport.name !== cameOn ? register() : undefined;
+    if (mainReg) transportRegistrationIds.set(ConnectionKind.MAIN, mainReg.id);
+    const replyReg = register();
+    transportRegistrationIds.set(ConnectionKind.REPLY, replyReg.id);
+    const channelRegs = new Map<string, ReturnType<Listener["register"]>[]>();
+    for (const c of choice.selected) {
+      channelRegs.set(c.name, Array.from({ length: c.context.numConnectionsNeeded() }, register));
+    }
+    try {
+      await main.write([
+        encodeBrochureAnswer({
+          transport: transport.name,
+          address: listener.transportAddress(transport.name)!,
+          transportRegistrationIds,
+          transportDomainDescriptor: transport.context.domainDescriptor(),
+          channelRegistrationIds: new Map([...channelRegs].map(([name, regs]) => [name, regs.map((r) => r.id)])),
+          channelDeviceDescriptors: choice.deviceDescriptors,
+          channelForDevicePair: choice.pairs,
+        }),
+      ]);
+      const mainClosed = main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
+      mainClosed.catch(() => undefined);
+      const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), mainClosed]);
+      let i = 0;
+      const pipeMain = mainReg ? conns[i++]! : main;
+      const reply = conns[i++]!;
+      if (mainReg) main.close();
+      const channels = new Map<string, Channel>();
+      for (const [name, regs] of channelRegs) {
+        channels.set(name, this.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen"));
+        i += regs.length;
+      }
+      return this.adopt(
+        new Pipe({
+          transport: transport.name,
+          main: pipeMain,
+          reply,
+          channels,
+          pairs: choice.pairs,
+          peer: pipeMain.remoteAddress,
+          options: { maxDescriptorLength: this.maxControlFrameLength },
+        }),
+      );
+    } catch (e) {
+      for (const r of registrations) {
+        r.cancel();
+        r.connection.then((c) => c.close(), () => undefined);
+      }
+      throw e;
+    }
+  }
+
+  private adopt(pipe: Pipe): Pipe {
+    if (this.closing) {
+      pipe.close();
+      throw closedError("context");
+    }
+    this.pipes.add(pipe);
+    pipe.closed.then(() => this.pipes.delete(pipe));
+    return pipe;
+  }
+
+  /** Closes every listener and pipe of this context, then the backends. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    for (const l of this.listeners) l.close();
+    for (const p of this.pipes) p.close();
+    await Promise.all([
+      ...[...this.transports.values()].map((t) => t.context.close()),
+      ...[...this.channels.values()].map((c) => c.context.close()),
+    ]);
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * Errors are values with a stable `code`. Native errno-style codes from a
+ * backend (ECONNRESET, EPIPE, ...) are kept in `errno` and `syscall`.
+ */
+export const ErrorCode = {
+  /** Nobody listens at the address (ECONNREFUSED) or it is unreachable. */
+  CONNECTION_REFUSED: "ERR_TP_CONNECTION_REFUSED",
+  /** The peer closed its end (EOF) or died; in-flight data is lost. */
+  PEER_CLOSED: "ERR_TP_PEER_CLOSED",
+  /** The connection broke under us (ECONNRESET, EPIPE, ETIMEDOUT, ...). */
+  CONNECTION_RESET: "ERR_TP_CONNECTION_RESET",
+  /** The peer sent bytes that violate the wire protocol. */
+  PROTOCOL: "ERR_TP_PROTOCOL",
+  /** The two ends found no transport or channel in common. */
+  NEGOTIATION: "ERR_TP_NEGOTIATION",
+  /** A deadline passed. */
+  TIMEOUT: "ERR_TP_TIMEOUT",
+  /** An AbortSignal fired. */
+  ABORTED: "ERR_TP_ABORTED",
+  /** This side closed the pipe, listener, connection or context. */
+  CLOSED: "ERR_TP_CLOSED",
+  /** The caller passed something unusable. */
+  INVALID_ARG: "ERR_TP_INVALID_ARG",
+  /** A backend cannot run on this machine. */
+  NOT_VIABLE: "ERR_TP_NOT_VIABLE",
+  /** Any other system error; see `errno` and `syscall`. */
+  SYSTEM: "ERR_TP_SYSTEM",
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+export interface TensorPipeErrorOptions {
+  cause?: unknown;
+  /** The errno name reported by the OS or libuv (e.g. "ECONNRESET"). */
+  errno?: string;
+  syscall?: string;
+  /** Where it happened: an address, a pipe or a backend name. */
+  where?: string;
+}
+
+export class TensorPipeError extends Error {
+  readonly code: ErrorCode;
+  readonly errno?: string;
+  readonly syscall?: string;
+  readonly where?: string;
+
+  constructor(code: ErrorCode, message: string, options: TensorPipeErrorOptions = {}) {
+    super(options.where ? `${message} (${options.where})` : message, { cause: options.cause });
+    this.name = "TensorPipeError";
+    this.code = code;
+    if (options.errno !== undefined) this.errno = options.errno;
+    if (options.syscall !== undefined) this.syscall = options.syscall;
+    if (options.where !== undefined) this.where = options.where;
+  }
+}
+
+export function isTensorPipeError(value: unknown): value is TensorPipeError {
+  return value instanceof TensorPipeError;
+}
+
+export function protocolError(message: string, where?: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.PROTOCOL, message, { where });
+}
+
+export function closedError(what: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.CLOSED, `${what} was closed`);
+}
+
+const errnoToCode: Record<string, ErrorCode> = {
+  ECONNREFUSED: ErrorCode.CONNECTION_REFUSED,
+  EHOSTUNREACH: ErrorCode.CONNECTION_REFUSED,
+  ENETUNREACH: ErrorCode.CONNECTION_REFUSED,
+  EADDRNOTAVAIL: ErrorCode.CONNECTION_REFUSED,
+  ENOENT: ErrorCode.CONNECTION_REFUSED,
+  EOF: ErrorCode.PEER_CLOSED,
+  ECONNRESET: ErrorCode.CONNECTION_RESET,
+  EPIPE: ErrorCode.CONNECTION_RESET,
+  ETIMEDOUT: ErrorCode.CONNECTION_RESET,
+  ECONNABORTED: ErrorCode.CONNECTION_RESET,
+  ECANCELED: ErrorCode.CLOSED,
+};
+
+const errnoText: Record<string, string> = {
+  ECONNREFUSED: "connection refused: nobody listens there",
+  EOF: "peer closed the connection",
+  ECONNRESET: "connection reset by peer",
+  EPIPE: "peer is gone (broken pipe)",
+  ETIMEDOUT: "connection timed out",
+  ECANCELED: "operation canceled: connection closed",
+};
+
+/**
+ * Turns an error reported by a native backend ({ code: "ECONNRESET" | "EOF" |
+ * "ERR_TP_...", message, syscall }) into a TensorPipeError.
+ */
+export function fromNativeError(err: unknown, where?: string): TensorPipeError {
+  if (err instanceof TensorPipeError) return err;
+  const e = err as { code?: string; message?: string; syscall?: string };
+  const native = e?.code ?? "";
+  if (native.startsWith("ERR_TP_")) {
+    return new TensorPipeError(native as ErrorCode, e.message ?? native, { where, cause: err });
+  }
+  const code = errnoToCode[native] ?? ErrorCode.SYSTEM;
+  const text = errnoText[native] ?? e?.message ?? String(err);
+  return new TensorPipeError(code, e.syscall ? `${e.syscall}: ${text}` : text, {
+    where,
+    errno: native || undefined,
+    syscall: e?.syscall,
+    cause: err,
+  });
+}

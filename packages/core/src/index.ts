@@ -1,0 +1,50 @@
+export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
+export { Listener, type ListenerEvents } from "./listener.js";
+export { Pipe } from "./pipe.js";
+export type {
+  Message,
+  MessagePayload,
+  MessageTensor,
+  Descriptor,
+  PayloadDescriptor,
+  TensorDescriptor,
+  Allocation,
+  ReceivedMessage,
+} from "./message.js";
+export {
+  type Device,
+  type DeviceBuffer,
+  type TensorBuffer,
+  CPU_DEVICE,
+  deviceKey,
+  sameDevice,
+  isCpuBuffer,
+  bufferDevice,
+  asBytes,
+} from "./device.js";
+export type { TransportContext, TransportListener, Connection } from "./transport.js";
+export type { ChannelContext, Channel, DeviceDescriptor, Endpoint } from "./channel.js";
+export { type Viability, VIABLE, notViable } from "./viability.js";
+export {
+  ErrorCode,
+  TensorPipeError,
+  type TensorPipeErrorOptions,
+  isTensorPipeError,
+  fromNativeError,
+  protocolError,
+  closedError,
+} from "./errors.js";
+export { type OperationOptions, operationSignal, raceSignal, abortError } from "./abort.js";
+export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
+export { Deferred } from "./deferred.js";
+export * as protocol from "./protocol.js";
+export { NopReader, NopWriter, Nop } from "./nop.js";
+export {
+  buildBrochure,
+  chooseTransport,
+  chooseChannels,
+  checkAnswer,
+  byPriority,
+  type Registered,
+  type ChannelChoice,
+} from "./negotiation.js";

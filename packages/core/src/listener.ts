@@ -1,0 +1,166 @@
+import { EventEmitter } from "node:events";
+import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { Deferred } from "./deferred.js";
+import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
+import type { Pipe } from "./pipe.js";
+import { decodePacket } from "./protocol.js";
+import type { Connection, TransportListener } from "./transport.js";
+
+/** What the listener needs from its context to turn a connection into a pipe. */
+export interface PipeAcceptor {
+  acceptPipe(listener: Listener, transport: string, connection: Connection): Promise<Pipe>;
+  readonly handshakeTimeout: number;
+  readonly maxControlFrameLength: number;
+}
+
+export interface ListenerEvents {
+  /** A connection was dropped before it became a pipe (bad bytes, timeout, ...). */
+  connectionError: [error: TensorPipeError, remoteAddress: string];
+}
+
+/**
+ * Accepts pipes on one or more transports. Connections that turn out not to
+ * be TensorPipe peers are dropped with a 'connectionError' event; the
+ * listener carries on.
+ */
+export class Listener extends EventEmitter<ListenerEvents> implements AsyncIterable<Pipe> {
+  private readonly transportListeners = new Map<string, TransportListener>();
+  private readonly urls = new Map<string, string>();
+  private readonly ready: Pipe[] = [];
+  private readonly acceptWaiters: Deferred<Pipe>[] = [];
+  private readonly registrations = new Map<number, Deferred<Connection>>();
+  private nextRegistrationId = 0;
+  private closedError?: TensorPipeError;
+  private readonly pending = new Set<Connection>();
+
+  constructor(private readonly acceptor: PipeAcceptor) {
+    super();
+  }
+
+  /** @internal */
+  addTransportListener(transport: string, scheme: string, listener: TransportListener): void {
+    this.transportListeners.set(transport, listener);
+    this.urls.set(transport, `${scheme}://${listener.address()}`);
+  }
+
+  /** The URLs peers can connect to, one per transport listened on. */
+  addresses(): string[] {
+    return [...this.urls.values()];
+  }
+
+  /** The bound address of `transport` ("127.0.0.1:41234"), as sent in brochure answers. */
+  transportAddress(transport: string): string | undefined {
+    return this.transportListeners.get(transport)?.address();
+  }
+
+  listeningTransports(): ReadonlySet<string> {
+    return new Set(this.transportListeners.keys());
+  }
+
+  /** @internal Called by a transport for each accepted connection. */
+  handleConnection(transport: string, connection: Connection): void {
+    if (this.closedError) {
+      connection.close(this.closedError);
+      return;
+    }
+    this.pending.add(connection);
+    const timer = setTimeout(() => {
+      connection.close(
+        new TensorPipeError(ErrorCode.TIMEOUT, `handshake not done within ${this.acceptor.handshakeTimeout} ms`, {
+          where: connection.remoteAddress,
+        }),
+      );
+    }, this.acceptor.handshakeTimeout);
+    this.routeConnection(transport, connection).then(
+      (pipe) => {
+        clearTimeout(timer);
+        this.pending.delete(connection);
+        if (pipe) this.deliver(pipe);
+      },
+      (e) => {
+        clearTimeout(timer);
+        this.pending.delete(connection);
+        const err = fromNativeError(e, connection.remoteAddress);
+        connection.close(err);
+        if (!this.closedError) this.emit("connectionError", err, connection.remoteAddress);
+      },
+    );
+  }
+
+  /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */
+  private async routeConnection(transport: string, connection: Connection): Promise<Pipe | undefined> {
+    const packet = decodePacket(await connection.read(this.acceptor.maxControlFrameLength));
+    if (packet.kind === "spontaneous") {
+      return this.acceptor.acceptPipe(this, transport, connection);
+    }
+    const waiter = this.registrations.get(packet.registrationId);
+    if (!waiter) throw protocolError(`unknown registration id ${packet.registrationId}`, connection.remoteAddress);
+    this.registrations.delete(packet.registrationId);
+    waiter.resolve(connection);
+    return undefined;
+  }
+
+  /** @internal Reserves an id whose connection the peer will open. */
+  register(): { id: number; connection: Promise<Connection>; cancel: () => void } {
+    const id = this.nextRegistrationId++;
+    const waiter = new Deferred<Connection>();
+    this.registrations.set(id, waiter);
+    return {
+      id,
+      connection: waiter.promise,
+      cancel: () => {
+        if (this.registrations.get(id) === waiter) this.registrations.delete(id);
+        waiter.reject(closedError("registration"));
+      },
+    };
+  }
+
+  private deliver(pipe: Pipe): void {
+    const waiter = this.acceptWaiters.shift();
+    if (waiter) waiter.resolve(pipe);
+    else this.ready.push(pipe);
+  }
+
+  /** Resolves with the next pipe whose handshake completed. */
+  accept(options?: OperationOptions): Promise<Pipe> {
+    const ready = this.ready.shift();
+    if (ready) return Promise.resolve(ready);
+    if (this.closedError) return Promise.reject(this.closedError);
+    const waiter = new Deferred<Pipe>();
+    this.acceptWaiters.push(waiter);
+    return raceSignal(waiter.promise, operationSignal(options), "accept", () => {
+      const i = this.acceptWaiters.indexOf(waiter);
+      if (i >= 0) this.acceptWaiters.splice(i, 1);
+    });
+  }
+
+  /** Yields accepted pipes until the listener is closed. */
+  async *[Symbol.asyncIterator](): AsyncIterator<Pipe> {
+    for (;;) {
+      try {
+        yield await this.accept();
+      } catch (e) {
+        if (e === this.closedError) return;
+        throw e;
+      }
+    }
+  }
+
+  get isClosed(): boolean {
+    return this.closedError !== undefined;
+  }
+
+  /** Stops listening; pending accepts reject with ERR_TP_CLOSED. Accepted pipes stay open. */
+  close(): void {
+    if (this.closedError) return;
+    const err = closedError("listener");
+    this.closedError = err;
+    for (const l of this.transportListeners.values()) l.close();
+    for (const w of this.acceptWaiters.splice(0)) w.reject(err);
+    for (const r of this.registrations.values()) r.reject(err);
+    this.registrations.clear();
+    for (const c of this.pending) c.close(err);
+    this.pending.clear();
+    for (const p of this.ready.splice(0)) p.close();
+  }
+}

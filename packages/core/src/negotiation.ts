@@ -1,0 +1,156 @@
+/**
+ * Transport and channel choice, as upstream TensorPipe makes it: pure
+ * functions over what each side advertises, so both ends can be checked
+ * without a network.
+ */
+import type { ChannelContext } from "./channel.js";
+import type { Device } from "./device.js";
+import { deviceKey } from "./device.js";
+import { ErrorCode, TensorPipeError } from "./errors.js";
+import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
+import type { TransportContext } from "./transport.js";
+
+export interface Registered<T> {
+  priority: number;
+  name: string;
+  context: T;
+}
+
+/** Highest priority first; ties keep registration order. */
+export function byPriority<T>(entries: Iterable<Registered<T>>): Registered<T>[] {
+  return [...entries].sort((a, b) => b.priority - a.priority);
+}
+
+export function localDeviceDescriptors(channel: ChannelContext): DeviceDescriptors {
+  const out: DeviceDescriptors = new Map();
+  for (const { device, descriptor } of channel.deviceDescriptors()) {
+    out.set(deviceKey(device), { device, descriptor });
+  }
+  return out;
+}
+
+export function buildBrochure(
+  transports: readonly Registered<TransportContext>[],
+  channels: readonly Registered<ChannelContext>[],
+): Brochure {
+  const transportDomainDescriptors = new Map<string, string>();
+  for (const t of transports) {
+    if (t.context.isViable().viable) transportDomainDescriptors.set(t.name, t.context.domainDescriptor());
+  }
+  const channelDeviceDescriptors = new Map<string, DeviceDescriptors>();
+  for (const c of channels) {
+    if (c.context.isViable().viable) channelDeviceDescriptors.set(c.name, localDeviceDescriptors(c.context));
+  }
+  return { transportDomainDescriptors, channelDeviceDescriptors };
+}
+
+/**
+ * The listening side's transport: the highest-priority one it listens on,
+ * that the peer has, with an equal domain descriptor.
+ */
+export function chooseTransport(
+  transports: readonly Registered<TransportContext>[],
+  listening: ReadonlySet<string>,
+  brochure: Brochure,
+): Registered<TransportContext> | undefined {
+  for (const t of transports) {
+    if (!listening.has(t.name) || !t.context.isViable().viable) continue;
+    const remote = brochure.transportDomainDescriptors.get(t.name);
+    if (remote !== undefined && remote === t.context.domainDescriptor()) return t;
+  }
+  return undefined;
+}
+
+export interface ChannelChoice {
+  /** Channels that serve at least one device pair, in priority order. */
+  selected: Registered<ChannelContext>[];
+  /** Per selected channel, this side's device descriptors (sent in the answer). */
+  deviceDescriptors: Map<string, DeviceDescriptors>;
+  pairs: DevicePairChoice[];
+}
+
+/**
+ * In priority order, every (local device, remote device) pair whose
+ * descriptors match and that no better channel took gets that channel.
+ */
+export function chooseChannels(channels: readonly Registered<ChannelContext>[], brochure: Brochure): ChannelChoice {
+  const taken = new Set<string>();
+  const choice: ChannelChoice = { selected: [], deviceDescriptors: new Map(), pairs: [] };
+  for (const c of channels) {
+    const remoteDevices = brochure.channelDeviceDescriptors.get(c.name);
+    if (!remoteDevices || !c.context.isViable().viable) continue;
+    const localDevices = localDeviceDescriptors(c.context);
+    let needed = false;
+    for (const local of localDevices.values()) {
+      for (const remote of remoteDevices.values()) {
+        const key = pairKey(local.device, remote.device);
+        if (taken.has(key)) continue;
+        if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) continue;
+        taken.add(key);
+        choice.pairs.push({ local: local.device, remote: remote.device, channel: c.name });
+        needed = true;
+      }
+    }
+    if (needed) {
+      choice.selected.push(c);
+      choice.deviceDescriptors.set(c.name, localDevices);
+    }
+  }
+  return choice;
+}
+
+function negotiationError(message: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.NEGOTIATION, message);
+}
+
+/**
+ * The connecting side checks the listener's choices against what it has,
+ * and returns the channel for each (local, remote) pair from its own side.
+ */
+export function checkAnswer(
+  transports: ReadonlyMap<string, TransportContext>,
+  channels: ReadonlyMap<string, ChannelContext>,
+  answer: BrochureAnswer,
+): DevicePairChoice[] {
+  const transport = transports.get(answer.transport);
+  if (!transport) throw negotiationError(`peer chose transport "${answer.transport}", which this side lacks`);
+  if (transport.domainDescriptor() !== answer.transportDomainDescriptor) {
+    throw negotiationError(
+      `transport "${answer.transport}" domains differ: "${transport.domainDescriptor()}" here, "${answer.transportDomainDescriptor}" there`,
+    );
+  }
+  const pairs: DevicePairChoice[] = [];
+  for (const { local: remoteDevice, remote: localDevice, channel: name } of answer.channelForDevicePair) {
+    const channel = channels.get(name);
+    if (!channel) throw negotiationError(`peer chose channel "${name}", which this side lacks`);
+    if (!answer.channelRegistrationIds.has(name)) {
+      throw negotiationError(`peer chose channel "${name}" but registered no connections for it`);
+    }
+    const localDescriptor = localDeviceDescriptors(channel).get(deviceKey(localDevice))?.descriptor;
+    const remoteDescriptor = answer.channelDeviceDescriptors.get(name)?.get(deviceKey(remoteDevice))?.descriptor;
+    if (
+      localDescriptor === undefined ||
+      remoteDescriptor === undefined ||
+      !channel.canCommunicateWithRemote(localDescriptor, remoteDescriptor)
+    ) {
+      throw negotiationError(
+        `channel "${name}" cannot join ${deviceKey(localDevice)} here to ${deviceKey(remoteDevice)} there`,
+      );
+    }
+    pairs.push({ local: localDevice, remote: remoteDevice, channel: name });
+  }
+  for (const [name, ids] of answer.channelRegistrationIds) {
+    const channel = channels.get(name);
+    if (!channel) throw negotiationError(`peer registered connections for unknown channel "${name}"`);
+    if (ids.length !== channel.numConnectionsNeeded()) {
+      throw negotiationError(
+        `channel "${name}" needs ${channel.numConnectionsNeeded()} connection(s), peer registered ${ids.length}`,
+      );
+    }
+  }
+  return pairs;
+}
+
+export function pairKey(local: Device, remote: Device): string {
+  return `${deviceKey(local)}|${deviceKey(remote)}`;
+}

@@ -1,0 +1,323 @@
+import { protocolError } from "./errors.js";
+
+/** libnop encoding prefixes used by upstream TensorPipe's wire format. */
+export const Nop = {
+  U8: 0x80,
+  U16: 0x81,
+  U32: 0x82,
+  U64: 0x83,
+  I8: 0x84,
+  I16: 0x85,
+  I32: 0x86,
+  I64: 0x87,
+  Variant: 0xb8,
+  Structure: 0xb9,
+  Array: 0xba,
+  Map: 0xbb,
+  Binary: 0xbc,
+  String: 0xbd,
+  Empty: 0xbe,
+} as const;
+
+const utf8 = new TextEncoder();
+const utf8Decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Appends libnop-encoded values to a growable buffer. */
+export class NopWriter {
+  private buf: Uint8Array;
+  private view: DataView;
+  private pos = 0;
+
+  constructor(initialCapacity = 256) {
+    this.buf = new Uint8Array(initialCapacity);
+    this.view = new DataView(this.buf.buffer);
+  }
+
+  private reserve(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    let cap = this.buf.length * 2;
+    while (cap < this.pos + n) cap *= 2;
+    const next = new Uint8Array(cap);
+    next.set(this.buf.subarray(0, this.pos));
+    this.buf = next;
+    this.view = new DataView(next.buffer);
+  }
+
+  byte(b: number): this {
+    this.reserve(1);
+    this.buf[this.pos++] = b;
+    return this;
+  }
+
+  /** Unsigned integer in its smallest form. */
+  uint(value: number | bigint): this {
+    const v = BigInt(value);
+    if (v < 0n) throw new RangeError(`unsigned value ${v} is negative`);
+    if (v <= 0x7fn) return this.byte(Number(v));
+    if (v <= 0xffn) {
+      this.reserve(2);
+      this.buf[this.pos++] = Nop.U8;
+      this.buf[this.pos++] = Number(v);
+    } else if (v <= 0xffffn) {
+      this.reserve(3);
+      this.buf[this.pos++] = Nop.U16;
+      this.view.setUint16(this.pos, Number(v), true);
+      this.pos += 2;
+    } else if (v <= 0xffffffffn) {
+      this.reserve(5);
+      this.buf[this.pos++] = Nop.U32;
+      this.view.setUint32(this.pos, Number(v), true);
+      this.pos += 4;
+    } else {
+      if (v > 0xffffffffffffffffn) throw new RangeError(`unsigned value ${v} exceeds 64 bits`);
+      this.reserve(9);
+      this.buf[this.pos++] = Nop.U64;
+      this.view.setBigUint64(this.pos, v, true);
+      this.pos += 8;
+    }
+    return this;
+  }
+
+  /** Signed integer in its smallest form. */
+  int(value: number): this {
+    if (!Number.isInteger(value)) throw new RangeError(`${value} is not an integer`);
+    if (value >= 0 && value <= 0x7f) return this.byte(value);
+    if (value >= -64 && value < 0) return this.byte(value & 0xff);
+    if (value >= -0x80 && value <= 0x7f) {
+      this.reserve(2);
+      this.buf[this.pos++] = Nop.I8;
+      this.view.setInt8(this.pos++, value);
+    } else if (value >= -0x8000 && value <= 0x7fff) {
+      this.reserve(3);
+      this.buf[this.pos++] = Nop.I16;
+      this.view.setInt16(this.pos, value, true);
+      this.pos += 2;
+    } else if (value >= -0x80000000 && value <= 0x7fffffff) {
+      this.reserve(5);
+      this.buf[this.pos++] = Nop.I32;
+      this.view.setInt32(this.pos, value, true);
+      this.pos += 4;
+    } else {
+      this.reserve(9);
+      this.buf[this.pos++] = Nop.I64;
+      this.view.setBigInt64(this.pos, BigInt(value), true);
+      this.pos += 8;
+    }
+    return this;
+  }
+
+  string(s: string): this {
+    const bytes = utf8.encode(s);
+    this.byte(Nop.String).uint(bytes.length);
+    this.reserve(bytes.length);
+    this.buf.set(bytes, this.pos);
+    this.pos += bytes.length;
+    return this;
+  }
+
+  structure(memberCount: number): this {
+    return this.byte(Nop.Structure).uint(memberCount);
+  }
+
+  array(count: number): this {
+    return this.byte(Nop.Array).uint(count);
+  }
+
+  map(count: number): this {
+    return this.byte(Nop.Map).uint(count);
+  }
+
+  variant(index: number): this {
+    return this.byte(Nop.Variant).int(index);
+  }
+
+  empty(): this {
+    return this.byte(Nop.Empty);
+  }
+
+  /** std::vector<uint64_t>: byte count, then raw little-endian values. */
+  u64Vector(values: readonly (number | bigint)[]): this {
+    this.byte(Nop.Binary).uint(values.length * 8);
+    this.reserve(values.length * 8);
+    for (const v of values) {
+      this.view.setBigUint64(this.pos, BigInt(v), true);
+      this.pos += 8;
+    }
+    return this;
+  }
+
+  finish(): Uint8Array {
+    return this.buf.slice(0, this.pos);
+  }
+}
+
+/**
+ * Reads libnop-encoded values with every length checked against the bytes
+ * that remain, so hostile input fails with a protocol error instead of
+ * driving an allocation.
+ */
+export class NopReader {
+  private pos = 0;
+  private readonly view: DataView;
+
+  constructor(
+    private readonly buf: Uint8Array,
+    private readonly what = "frame",
+  ) {
+    this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+
+  get remaining(): number {
+    return this.buf.length - this.pos;
+  }
+
+  fail(message: string): never {
+    throw protocolError(`malformed ${this.what}: ${message} at byte ${this.pos}`);
+  }
+
+  private need(n: number): void {
+    if (this.remaining < n) this.fail(`truncated, needs ${n} more byte(s)`);
+  }
+
+  byte(): number {
+    this.need(1);
+    return this.buf[this.pos++]!;
+  }
+
+  peek(): number {
+    this.need(1);
+    return this.buf[this.pos]!;
+  }
+
+  expect(prefix: number, what: string): void {
+    const b = this.byte();
+    if (b !== prefix) {
+      this.pos--;
+      this.fail(`expected ${what} (0x${prefix.toString(16)}), got 0x${b.toString(16)}`);
+    }
+  }
+
+  /** Unsigned integer of at most `bits` bits, as a safe JS number. */
+  uint(bits: 8 | 16 | 32 | 64 = 64): number {
+    const v = this.uintBig(bits);
+    if (v > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`value ${v} is too large`);
+    return Number(v);
+  }
+
+  uintBig(bits: 8 | 16 | 32 | 64 = 64): bigint {
+    const p = this.byte();
+    if (p <= 0x7f) return BigInt(p);
+    const width = p === Nop.U8 ? 8 : p === Nop.U16 ? 16 : p === Nop.U32 ? 32 : p === Nop.U64 ? 64 : 0;
+    if (width === 0) {
+      this.pos--;
+      this.fail(`expected an unsigned integer, got prefix 0x${p.toString(16)}`);
+    }
+    if (width > bits) {
+      this.pos--;
+      this.fail(`${width}-bit integer where ${bits} bits are allowed`);
+    }
+    this.need(width / 8);
+    let v: bigint;
+    if (width === 8) v = BigInt(this.view.getUint8(this.pos));
+    else if (width === 16) v = BigInt(this.view.getUint16(this.pos, true));
+    else if (width === 32) v = BigInt(this.view.getUint32(this.pos, true));
+    else v = this.view.getBigUint64(this.pos, true);
+    this.pos += width / 8;
+    return v;
+  }
+
+  /** Signed integer of at most `bits` bits. */
+  int(bits: 8 | 16 | 32 | 64 = 32): number {
+    const p = this.byte();
+    if (p <= 0x7f) return p;
+    if (p >= 0xc0) return p - 0x100;
+    const width = p === Nop.I8 ? 8 : p === Nop.I16 ? 16 : p === Nop.I32 ? 32 : p === Nop.I64 ? 64 : 0;
+    if (width === 0) {
+      this.pos--;
+      this.fail(`expected a signed integer, got prefix 0x${p.toString(16)}`);
+    }
+    if (width > bits) {
+      this.pos--;
+      this.fail(`${width}-bit integer where ${bits} bits are allowed`);
+    }
+    this.need(width / 8);
+    let v: number;
+    if (width === 8) v = this.view.getInt8(this.pos);
+    else if (width === 16) v = this.view.getInt16(this.pos, true);
+    else if (width === 32) v = this.view.getInt32(this.pos, true);
+    else {
+      const big = this.view.getBigInt64(this.pos, true);
+      if (big > BigInt(Number.MAX_SAFE_INTEGER) || big < BigInt(Number.MIN_SAFE_INTEGER)) {
+        this.fail(`value ${big} is too large`);
+      }
+      v = Number(big);
+    }
+    this.pos += width / 8;
+    return v;
+  }
+
+  /** A count of elements that each take at least `minElementSize` bytes. */
+  private count(minElementSize: number): number {
+    const n = this.uint(64);
+    if (n * minElementSize > this.remaining) this.fail(`count ${n} exceeds the ${this.remaining} bytes left`);
+    return n;
+  }
+
+  string(): string {
+    this.expect(Nop.String, "string");
+    const n = this.count(1);
+    const bytes = this.buf.subarray(this.pos, this.pos + n);
+    this.pos += n;
+    try {
+      return utf8Decoder.decode(bytes);
+    } catch {
+      return this.fail("string is not valid UTF-8");
+    }
+  }
+
+  structure(memberCount: number, what: string): void {
+    this.expect(Nop.Structure, what);
+    const n = this.uint(64);
+    if (n !== memberCount) this.fail(`${what} has ${n} members, expected ${memberCount}`);
+  }
+
+  array(): number {
+    this.expect(Nop.Array, "array");
+    return this.count(1);
+  }
+
+  map(): number {
+    this.expect(Nop.Map, "map");
+    return this.count(2);
+  }
+
+  variant(): number {
+    this.expect(Nop.Variant, "variant");
+    return this.int(32);
+  }
+
+  /** True (and consumed) if the next value is an empty optional. */
+  empty(): boolean {
+    if (this.peek() !== Nop.Empty) return false;
+    this.pos++;
+    return true;
+  }
+
+  u64Vector(): number[] {
+    this.expect(Nop.Binary, "vector<uint64>");
+    const bytes = this.count(1);
+    if (bytes % 8 !== 0) this.fail(`vector<uint64> of ${bytes} bytes`);
+    const out: number[] = [];
+    for (let i = 0; i < bytes; i += 8) {
+      const v = this.view.getBigUint64(this.pos, true);
+      if (v > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`value ${v} is too large`);
+      out.push(Number(v));
+      this.pos += 8;
+    }
+    return out;
+  }
+
+  end(): void {
+    if (this.remaining !== 0) this.fail(`${this.remaining} trailing byte(s)`);
+  }
+}

@@ -1,0 +1,243 @@
+/**
+ * The upstream TensorPipe handshake and message objects, encoded with libnop
+ * exactly as the C++ library does (see shared/protocol/PROTOCOL.md).
+ */
+import type { Device } from "./device.js";
+import { deviceKey } from "./device.js";
+import type { Descriptor } from "./message.js";
+import { NopReader, NopWriter } from "./nop.js";
+
+export type Packet =
+  | { kind: "spontaneous"; contextName: string }
+  | { kind: "requested"; registrationId: number };
+
+/** Device descriptors of one channel, keyed by deviceKey(). */
+export type DeviceDescriptors = Map<string, { device: Device; descriptor: string }>;
+
+export interface Brochure {
+  transportDomainDescriptors: Map<string, string>;
+  channelDeviceDescriptors: Map<string, DeviceDescriptors>;
+}
+
+export interface DevicePairChoice {
+  /** From the point of view of the side that wrote the answer. */
+  local: Device;
+  remote: Device;
+  channel: string;
+}
+
+/** transportRegistrationIds keys. */
+export const ConnectionKind = { MAIN: 0, REPLY: 1 } as const;
+
+export interface BrochureAnswer {
+  transport: string;
+  address: string;
+  transportRegistrationIds: Map<number, number>;
+  transportDomainDescriptor: string;
+  channelRegistrationIds: Map<string, number[]>;
+  channelDeviceDescriptors: Map<string, DeviceDescriptors>;
+  channelForDevicePair: DevicePairChoice[];
+}
+
+export interface DescriptorReply {
+  targetDevices: Device[];
+}
+
+function writeDevice(w: NopWriter, d: Device): void {
+  w.structure(2).string(d.type).int(d.index);
+}
+
+function readDevice(r: NopReader): Device {
+  r.structure(2, "Device");
+  const type = r.string();
+  const index = r.int(32);
+  return { type, index };
+}
+
+function writeDeviceDescriptors(w: NopWriter, m: DeviceDescriptors): void {
+  w.map(m.size);
+  for (const { device, descriptor } of m.values()) {
+    writeDevice(w, device);
+    w.string(descriptor);
+  }
+}
+
+function readDeviceDescriptors(r: NopReader): DeviceDescriptors {
+  const out: DeviceDescriptors = new Map();
+  for (let n = r.map(); n > 0; n--) {
+    const device = readDevice(r);
+    out.set(deviceKey(device), { device, descriptor: r.string() });
+  }
+  return out;
+}
+
+function writeChannelDeviceDescriptors(w: NopWriter, m: Map<string, DeviceDescriptors>): void {
+  w.map(m.size);
+  for (const [name, devices] of m) {
+    w.string(name);
+    writeDeviceDescriptors(w, devices);
+  }
+}
+
+function readChannelDeviceDescriptors(r: NopReader): Map<string, DeviceDescriptors> {
+  const out = new Map<string, DeviceDescriptors>();
+  for (let n = r.map(); n > 0; n--) {
+    const name = r.string();
+    out.set(name, readDeviceDescriptors(r));
+  }
+  return out;
+}
+
+export function encodePacket(p: Packet): Uint8Array {
+  const w = new NopWriter(16);
+  if (p.kind === "spontaneous") w.variant(0).structure(1).string(p.contextName);
+  else w.variant(1).structure(1).uint(p.registrationId);
+  return w.finish();
+}
+
+export function decodePacket(bytes: Uint8Array): Packet {
+  const r = new NopReader(bytes, "Packet");
+  const index = r.variant();
+  let p: Packet;
+  if (index === 0) {
+    r.structure(1, "SpontaneousConnection");
+    p = { kind: "spontaneous", contextName: r.string() };
+  } else if (index === 1) {
+    r.structure(1, "RequestedConnection");
+    p = { kind: "requested", registrationId: r.uint(64) };
+  } else {
+    return r.fail(`unknown packet variant ${index}`);
+  }
+  r.end();
+  return p;
+}
+
+export function encodeBrochure(b: Brochure): Uint8Array {
+  const w = new NopWriter();
+  w.structure(2).map(b.transportDomainDescriptors.size);
+  for (const [name, domain] of b.transportDomainDescriptors) w.string(name).string(domain);
+  writeChannelDeviceDescriptors(w, b.channelDeviceDescriptors);
+  return w.finish();
+}
+
+export function decodeBrochure(bytes: Uint8Array): Brochure {
+  const r = new NopReader(bytes, "Brochure");
+  r.structure(2, "Brochure");
+  const transportDomainDescriptors = new Map<string, string>();
+  for (let n = r.map(); n > 0; n--) {
+    const name = r.string();
+    transportDomainDescriptors.set(name, r.string());
+  }
+  const channelDeviceDescriptors = readChannelDeviceDescriptors(r);
+  r.end();
+  return { transportDomainDescriptors, channelDeviceDescriptors };
+}
+
+export function encodeBrochureAnswer(a: BrochureAnswer): Uint8Array {
+  const w = new NopWriter();
+  w.structure(7).string(a.transport).string(a.address);
+  w.map(a.transportRegistrationIds.size);
+  for (const [kind, id] of a.transportRegistrationIds) w.uint(kind).uint(id);
+  w.string(a.transportDomainDescriptor);
+  w.map(a.channelRegistrationIds.size);
+  for (const [name, ids] of a.channelRegistrationIds) w.string(name).u64Vector(ids);
+  writeChannelDeviceDescriptors(w, a.channelDeviceDescriptors);
+  w.map(a.channelForDevicePair.length);
+  for (const c of a.channelForDevicePair) {
+    w.array(2);
+    writeDevice(w, c.local);
+    writeDevice(w, c.remote);
+    w.string(c.channel);
+  }
+  return w.finish();
+}
+
+export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
+  const r = new NopReader(bytes, "BrochureAnswer");
+  r.structure(7, "BrochureAnswer");
+  const transport = r.string();
+  const address = r.string();
+  const transportRegistrationIds = new Map<number, number>();
+  for (let n = r.map(); n > 0; n--) {
+    const kind = r.uint(64);
+    transportRegistrationIds.set(kind, r.uint(64));
+  }
+  const transportDomainDescriptor = r.string();
+  const channelRegistrationIds = new Map<string, number[]>();
+  for (let n = r.map(); n > 0; n--) {
+    const name = r.string();
+    channelRegistrationIds.set(name, r.u64Vector());
+  }
+  const channelDeviceDescriptors = readChannelDeviceDescriptors(r);
+  const channelForDevicePair: DevicePairChoice[] = [];
+  for (let n = r.map(); n > 0; n--) {
+    if (r.array() !== 2) r.fail("device pair is not a pair");
+    const local = readDevice(r);
+    const remote = readDevice(r);
+    channelForDevicePair.push({ local, remote, channel: r.string() });
+  }
+  r.end();
+  return {
+    transport,
+    address,
+    transportRegistrationIds,
+    transportDomainDescriptor,
+    channelRegistrationIds,
+    channelDeviceDescriptors,
+    channelForDevicePair,
+  };
+}
+
+export function encodeDescriptor(d: Descriptor): Uint8Array {
+  const w = new NopWriter(64 + d.metadata.length);
+  w.structure(3).string(d.metadata).array(d.payloads.length);
+  for (const p of d.payloads) w.structure(2).uint(p.length).string(p.metadata);
+  w.array(d.tensors.length);
+  for (const t of d.tensors) {
+    w.structure(4).uint(t.length);
+    writeDevice(w, t.sourceDevice);
+    if (t.targetDevice) writeDevice(w, t.targetDevice);
+    else w.empty();
+    w.string(t.metadata);
+  }
+  return w.finish();
+}
+
+export function decodeDescriptor(bytes: Uint8Array): Descriptor {
+  const r = new NopReader(bytes, "Descriptor");
+  r.structure(3, "Descriptor");
+  const metadata = r.string();
+  const payloads: Descriptor["payloads"] = [];
+  for (let n = r.array(); n > 0; n--) {
+    r.structure(2, "Payload");
+    const length = r.uint(64);
+    payloads.push({ length, metadata: r.string() });
+  }
+  const tensors: Descriptor["tensors"] = [];
+  for (let n = r.array(); n > 0; n--) {
+    r.structure(4, "Tensor");
+    const length = r.uint(64);
+    const sourceDevice = readDevice(r);
+    const targetDevice = r.empty() ? undefined : readDevice(r);
+    const metadata = r.string();
+    tensors.push(targetDevice ? { length, sourceDevice, targetDevice, metadata } : { length, sourceDevice, metadata });
+  }
+  r.end();
+  return { metadata, payloads, tensors };
+}
+
+export function encodeDescriptorReply(d: DescriptorReply): Uint8Array {
+  const w = new NopWriter(32);
+  w.structure(1).array(d.targetDevices.length);
+  for (const dev of d.targetDevices) writeDevice(w, dev);
+  return w.finish();
+}
+
+export function decodeDescriptorReply(bytes: Uint8Array): DescriptorReply {
+  const r = new NopReader(bytes, "DescriptorReply");
+  r.structure(1, "DescriptorReply");
+  const targetDevices: Device[] = [];
+  for (let n = r.array(); n > 0; n--) targetDevices.push(readDevice(r));
+  r.end();
+  return { targetDevices };
+}

@@ -1,0 +1,53 @@
+/**
+ * The stable interface a transport backend implements. A transport carries
+ * frames (length-delimited byte strings) between two processes, in order.
+ * Third-party transports implement these three interfaces against core only.
+ */
+import type { Viability } from "./viability.js";
+
+export interface TransportContext {
+  isViable(): Viability;
+  /**
+   * Two transports can talk only if their domain descriptors are equal
+   * strings (e.g. "uv:*" anywhere, or a machine id for shared memory).
+   */
+  domainDescriptor(): string;
+  /** Extra URL schemes accepted for this transport ("tcp" for "uv"). */
+  readonly aliases?: readonly string[];
+  /**
+   * Starts listening at `address` (the part of the URL after "scheme://"),
+   * calling `onConnection` for each accepted connection.
+   */
+  listen(address: string, onConnection: (connection: Connection) => void): Promise<TransportListener>;
+  connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection>;
+  close(): Promise<void>;
+}
+
+export interface TransportListener {
+  /** The bound address as the peer should use it ("127.0.0.1:41234"). */
+  address(): string;
+  close(): void;
+}
+
+/**
+ * A bidirectional stream of frames. Operations complete in the order they
+ * were issued. On failure every pending and later operation rejects with the
+ * same TensorPipeError.
+ */
+export interface Connection {
+  /**
+   * Writes each view as one frame, in order, straight from its memory. The
+   * caller must not modify the views until the promise settles.
+   */
+  write(frames: readonly ArrayBufferView[]): Promise<void>;
+  /** Reads the next frame into fresh memory; a longer frame than `maxLength` is a protocol error. */
+  read(maxLength: number): Promise<Uint8Array>;
+  /** Reads the next frame straight into `target`, whose size must equal the frame's. */
+  readInto(target: ArrayBufferView): Promise<void>;
+  /** Closes the connection; pending operations reject with `error` or ERR_TP_CLOSED. */
+  close(error?: Error): void;
+  /** Settles when the connection is closed, with the error that closed it, if any. */
+  readonly closed: Promise<Error | undefined>;
+  readonly localAddress: string;
+  readonly remoteAddress: string;
+}

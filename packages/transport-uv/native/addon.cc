@@ -1,0 +1,94 @@
+// The uv transport's native half: TCP listeners and connections on the
+// libuv loop Node itself runs, so no extra thread and no hop between loops.
+#include <napi.h>
+#include <uv.h>
+
+#include <memory>
+#include <string>
+
+#include "addon_data.h"
+#include "tensorpipe/napi_helpers.h"
+#include "uv_connection.h"
+#include "uv_listener.h"
+
+namespace tensorpipe_js {
+namespace {
+
+struct ConnectRequest {
+  uv_connect_t req;
+  Napi::FunctionReference callback;
+  Napi::ObjectReference connection;
+  std::unique_ptr<Napi::AsyncContext> asyncContext;
+};
+
+void OnConnect(uv_connect_t* req, int status) {
+  std::unique_ptr<ConnectRequest> request(static_cast<ConnectRequest*>(req->data));
+  Napi::Env env = request->callback.Env();
+  Napi::HandleScope scope(env);
+  UvConnection* connection = UvConnection::Unwrap(request->connection.Value());
+  if (connection->closed()) {
+    InvokeCallback(request->callback, *request->asyncContext, {UvError(env, UV_ECANCELED, "connect").Value()});
+    return;
+  }
+  if (status < 0) {
+    connection->CloseHandle();
+    InvokeCallback(request->callback, *request->asyncContext, {UvError(env, status, "connect").Value()});
+    return;
+  }
+  connection->Start();
+  InvokeCallback(request->callback, *request->asyncContext, {env.Null(), request->connection.Value()});
+}
+
+// connect(host, port, bindHost | null, callback(err, connection)) -> the
+// connection, so that a caller may close() it to cancel.
+Napi::Value Connect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string host = info[0].As<Napi::String>();
+  int port = info[1].As<Napi::Number>().Int32Value();
+  struct sockaddr_storage addr;
+  int r = ParseIpAddress(host, port, &addr);
+  if (r < 0) throw UvError(env, r, "connect (address)");
+  Napi::Object object;
+  UvConnection* connection = UvConnection::Create(env, GetAddonData(env)->loop, &object);
+  if (info[2].IsString()) {
+    struct sockaddr_storage local;
+    r = ParseIpAddress(info[2].As<Napi::String>(), 0, &local);
+    if (r == 0) r = uv_tcp_bind(connection->handle(), reinterpret_cast<struct sockaddr*>(&local), 0);
+    if (r < 0) {
+      connection->CloseHandle();
+      throw UvError(env, r, "bind");
+    }
+  }
+  auto request = std::make_unique<ConnectRequest>();
+  request->callback = Napi::Persistent(info[3].As<Napi::Function>());
+  request->connection = Napi::Persistent(object);
+  request->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvConnect");
+  request->req.data = request.get();
+  r = uv_tcp_connect(&request->req, connection->handle(), reinterpret_cast<struct sockaddr*>(&addr), OnConnect);
+  if (r < 0) {
+    connection->CloseHandle();
+    throw UvError(env, r, "connect");
+  }
+  request.release();
+  return object;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  napi_get_uv_event_loop(env, &data->loop);
+  Napi::Function connection = UvConnection::Define(env);
+  Napi::Function listener = UvListener::Define(env);
+  data->connectionConstructor = Napi::Persistent(connection);
+  env.SetInstanceData(data);
+  exports.Set("UvConnection", connection);
+  exports.Set("UvListener", listener);
+  exports.Set("connect", Napi::Function::New(env, Connect, "connect"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+static Napi::Object InitAddon(Napi::Env env, Napi::Object exports) { return tensorpipe_js::Init(env, exports); }
+
+NODE_API_MODULE(tensorpipe_uv, InitAddon)

@@ -1,0 +1,94 @@
+// A TCP connection on Node's own libuv loop that moves frames (8-byte
+// little-endian length, then the bytes) straight between the socket and the
+// caller's memory.
+#pragma once
+
+#include <napi.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace tensorpipe_js {
+
+class UvConnection : public Napi::ObjectWrap<UvConnection> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  // A connection object whose handle is initialised but not yet connected.
+  static UvConnection* Create(Napi::Env env, uv_loop_t* loop, Napi::Object* out);
+
+  explicit UvConnection(const Napi::CallbackInfo& info);
+  ~UvConnection() override;
+
+  uv_tcp_t* handle() { return handle_; }
+  // Called once the socket is connected or accepted.
+  void Start();
+  void CloseHandle();
+  bool closed() const { return state_ == State::kClosed; }
+
+ private:
+  enum class State { kIdle, kOpen, kFailed, kClosed };
+
+  struct ReadOp {
+    Napi::FunctionReference callback;
+    Napi::Reference<Napi::Value> keepTarget;
+    char* target = nullptr;
+    size_t targetLength = 0;
+    bool hasTarget = false;
+    uint64_t maxLength = 0;
+    uint8_t header[8];
+    size_t headerGot = 0;
+    bool haveHeader = false;
+    uint64_t frameLength = 0;
+    char* body = nullptr;
+    uint64_t bodyGot = 0;
+    char* fresh = nullptr;
+    ~ReadOp();
+  };
+
+  struct WriteOp {
+    uv_write_t req;
+    UvConnection* connection = nullptr;
+    std::vector<uint64_t> headers;
+    std::vector<uv_buf_t> bufs;
+    Napi::Reference<Napi::Value> keepFrames;
+    Napi::FunctionReference callback;
+  };
+
+  enum class Progress { kNeedMore, kDone, kError };
+
+  Napi::Value Write(const Napi::CallbackInfo& info);
+  Napi::Value Read(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value LocalAddress(const Napi::CallbackInfo& info);
+  Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
+
+  Progress Consume(ReadOp& op);
+  Napi::Value Result(ReadOp& op);
+  void Pump();
+  void UpdateReading();
+  void FailReads(Napi::Value error);
+
+  static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
+  static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+  static void OnWrite(uv_write_t* req, int status);
+  static void OnClose(uv_handle_t* handle);
+
+  uv_tcp_t* handle_ = nullptr;
+  State state_ = State::kIdle;
+  bool reading_ = false;
+  bool pumping_ = false;
+  bool direct_ = false;
+  std::deque<std::unique_ptr<ReadOp>> reads_;
+  // Small frames and headers go through here; large bodies go straight
+  // into their destination.
+  std::vector<char> staging_;
+  size_t stagingBegin_ = 0;
+  size_t stagingEnd_ = 0;
+  std::string protocolError_;
+  std::unique_ptr<Napi::AsyncContext> asyncContext_;
+};
+
+}  // namespace tensorpipe_js

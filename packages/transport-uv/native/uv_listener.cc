@@ -1,0 +1,86 @@
+#include "uv_listener.h"
+
+#include <string>
+
+#include "addon_data.h"
+#include "tensorpipe/napi_helpers.h"
+#include "uv_connection.h"
+
+namespace tensorpipe_js {
+
+Napi::Function UvListener::Define(Napi::Env env) {
+  return DefineClass(env, "UvListener",
+                     {
+                         InstanceMethod<&UvListener::Address>("address"),
+                         InstanceMethod<&UvListener::Close>("close"),
+                     });
+}
+
+// new UvListener(host: string, port: number, onConnection(err, connection))
+// binds and listens at once; bind errors throw with their errno code.
+UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvListener>(info) {
+  Napi::Env env = info.Env();
+  std::string host = info[0].As<Napi::String>();
+  int port = info[1].As<Napi::Number>().Int32Value();
+  struct sockaddr_storage addr;
+  int r = ParseIpAddress(host, port, &addr);
+  if (r < 0) throw UvError(env, r, "listen (address)");
+  onConnection_ = Napi::Persistent(info[2].As<Napi::Function>());
+  asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvListener", info.This().As<Napi::Object>());
+  handle_ = new uv_tcp_t;
+  uv_tcp_init(GetAddonData(env)->loop, handle_);
+  handle_->data = this;
+  r = uv_tcp_bind(handle_, reinterpret_cast<struct sockaddr*>(&addr), 0);
+  if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), SOMAXCONN, OnConnection);
+  if (r < 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(handle_), [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+    handle_ = nullptr;
+    throw UvError(env, r, "listen");
+  }
+  Ref();
+}
+
+void UvListener::OnConnection(uv_stream_t* server, int status) {
+  auto* self = static_cast<UvListener*>(server->data);
+  Napi::Env env = self->Env();
+  Napi::HandleScope scope(env);
+  if (status < 0) {
+    InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, status, "accept").Value()});
+    return;
+  }
+  Napi::Object object;
+  UvConnection* connection = UvConnection::Create(env, server->loop, &object);
+  int r = uv_accept(server, reinterpret_cast<uv_stream_t*>(connection->handle()));
+  if (r < 0) {
+    connection->CloseHandle();
+    InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, r, "accept").Value()});
+    return;
+  }
+  connection->Start();
+  InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
+}
+
+Napi::Value UvListener::Address(const Napi::CallbackInfo& info) {
+  struct sockaddr_storage addr;
+  int len = sizeof(addr);
+  if (handle_ == nullptr) return info.Env().Null();
+  int r = uv_tcp_getsockname(handle_, reinterpret_cast<struct sockaddr*>(&addr), &len);
+  if (r < 0) throw UvError(info.Env(), r, "getsockname");
+  return Napi::String::New(info.Env(), SockaddrToString(addr));
+}
+
+Napi::Value UvListener::Close(const Napi::CallbackInfo& info) {
+  if (handle_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
+    handle_ = nullptr;
+  }
+  return info.Env().Undefined();
+}
+
+void UvListener::OnClose(uv_handle_t* handle) {
+  auto* self = static_cast<UvListener*>(handle->data);
+  delete reinterpret_cast<uv_tcp_t*>(handle);
+  self->Unref();
+}
+
+}  // namespace tensorpipe_js

@@ -1,0 +1,140 @@
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
+import { networkInterfaces } from "node:os";
+import {
+  type Connection,
+  ErrorCode,
+  TensorPipeError,
+  type TransportContext,
+  type TransportListener,
+  type Viability,
+  VIABLE,
+  fromNativeError,
+  notViable,
+  raceSignal,
+  splitHostPort,
+} from "@tensorpipe/core";
+import { type NativeConnection, loadAddon } from "./native.js";
+import { UvConnection } from "./uv-connection.js";
+
+export interface UvTransportOptions {
+  /**
+   * Network interface to use (e.g. "eth0"): listening on host "*" binds to
+   * its address, and outgoing connections leave from it.
+   */
+  interface?: string;
+  /** Address family for the interface's address; 4 unless it has none. */
+  family?: 4 | 6;
+}
+
+/** The address of a network interface by name, IPv4 first unless told. */
+export function interfaceAddress(name: string, family?: 4 | 6): string {
+  const entries = networkInterfaces()[name];
+  if (!entries || entries.length === 0) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `no network interface named "${name}"`);
+  }
+  const wanted = family ? [`IPv${family}`] : ["IPv4", "IPv6"];
+  for (const f of wanted) {
+    const e = entries.find((x) => x.family === f);
+    if (e) return e.family === "IPv6" && e.scopeid ? `${e.address}%${name}` : e.address;
+  }
+  throw new TensorPipeError(ErrorCode.INVALID_ARG, `interface "${name}" has no IPv${family} address`);
+}
+
+async function resolveHost(host: string): Promise<string> {
+  const bare = host.split("%")[0]!;
+  if (isIP(bare)) return host;
+  try {
+    return (await lookup(host)).address;
+  } catch (e) {
+    throw new TensorPipeError(ErrorCode.CONNECTION_REFUSED, `cannot resolve host "${host}"`, {
+      cause: e,
+      errno: (e as { code?: string }).code,
+    });
+  }
+}
+
+class UvTransportListener implements TransportListener {
+  constructor(private readonly native: { address(): string; close(): void }) {}
+
+  address(): string {
+    return this.native.address();
+  }
+
+  close(): void {
+    this.native.close();
+  }
+}
+
+/**
+ * TCP on libuv, wire-compatible with upstream TensorPipe's "uv" transport.
+ * Addresses are "host:port", IPv6 as "[addr]:port" (link-local with %scope).
+ */
+export class UvTransport implements TransportContext {
+  readonly aliases = ["tcp"] as const;
+  private closed = false;
+
+  constructor(private readonly options: UvTransportOptions = {}) {}
+
+  isViable(): Viability {
+    const { error } = loadAddon();
+    return error ? notViable(`the uv addon did not load: ${error.message}`) : VIABLE;
+  }
+
+  domainDescriptor(): string {
+    return "uv:*";
+  }
+
+  private addon() {
+    const { addon, error } = loadAddon();
+    if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, `uv transport unavailable: ${error?.message}`);
+    if (this.closed) throw new TensorPipeError(ErrorCode.CLOSED, "uv transport was closed");
+    return addon;
+  }
+
+  async listen(address: string, onConnection: (c: Connection) => void): Promise<TransportListener> {
+    const addon = this.addon();
+    let { host, port } = splitHostPort(address);
+    if (host === "*" && this.options.interface) host = interfaceAddress(this.options.interface, this.options.family);
+    if (host === "" || host === "*") {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `listen address "${address}" names no host: give one (0.0.0.0 to bind every interface) or set the interface option`,
+      );
+    }
+    host = await resolveHost(host);
+    try {
+      const native = new addon.UvListener(host, port, (err, conn) => {
+        if (!err && conn) onConnection(new UvConnection(conn));
+      });
+      return new UvTransportListener(native);
+    } catch (e) {
+      throw fromNativeError(e, `uv listen on ${address}`);
+    }
+  }
+
+  async connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection> {
+    const addon = this.addon();
+    const { host, port } = splitHostPort(address);
+    const ip = await resolveHost(host);
+    const bindHost = this.options.interface ? interfaceAddress(this.options.interface, this.options.family) : null;
+    let native: NativeConnection | undefined;
+    const connected = new Promise<NativeConnection>((resolve, reject) => {
+      try {
+        native = addon.connect(ip, port, bindHost, (err, conn) => (err ? reject(err) : resolve(conn!)));
+      } catch (e) {
+        reject(e);
+      }
+    });
+    try {
+      const conn = await raceSignal(connected, options?.signal, `connect to uv://${address}`, () => native?.close());
+      return new UvConnection(conn);
+    } catch (e) {
+      throw fromNativeError(e, `uv://${address}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
