@@ -43,6 +43,7 @@ export function raceSignal<T>(
 ): Promise<T> {
   if (!signal) return promise;
   if (signal.aborted) {
+    promise.catch(() => undefined);
     const err = abortError(signal, what);
     onAbort?.(err);
     return Promise.reject(err);

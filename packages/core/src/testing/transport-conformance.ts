@@ -1,0 +1,180 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ErrorCode } from "../errors.js";
+import type { Connection, TransportContext, TransportListener } from "../transport.js";
+import { hasPattern, patterned, prng } from "./patterns.js";
+
+export interface TransportConformanceOptions {
+  /** Shown in test names. */
+  name: string;
+  create(): TransportContext | Promise<TransportContext>;
+  /** Where to listen, with a free port or name chosen by the transport if possible. */
+  listenAddress(): string;
+  /** Size of the large-frame test; at least 256 MiB unless the machine can't. */
+  largeFrameBytes?: number;
+}
+
+const MiB = 1024 * 1024;
+
+/**
+ * The behaviour every transport must have, run by each transport package
+ * against itself: order, concurrency, empty and huge frames, bounds, close
+ * and errors.
+ */
+export function describeTransportConformance(options: TransportConformanceOptions): void {
+  describe(`transport conformance: ${options.name}`, () => {
+    let transport: TransportContext;
+    let listener: TransportListener | undefined;
+    const open: Connection[] = [];
+
+    beforeEach(async () => {
+      transport = await options.create();
+    });
+
+    afterEach(async () => {
+      for (const c of open.splice(0)) c.close();
+      listener?.close();
+      listener = undefined;
+      await transport.close();
+    });
+
+    async function pair(): Promise<[Connection, Connection]> {
+      let accepted!: (c: Connection) => void;
+      const acceptedP = new Promise<Connection>((r) => (accepted = r));
+      listener = await transport.listen(options.listenAddress(), (c) => accepted(c));
+      const client = await transport.connect(listener.address());
+      const server = await acceptedP;
+      open.push(client, server);
+      return [client, server];
+    }
+
+    it("is viable and has a domain descriptor", () => {
+      expect(transport.isViable()).toEqual({ viable: true });
+      expect(transport.domainDescriptor()).toMatch(/.+/);
+    });
+
+    it("delivers frames intact and in order, both ways", async () => {
+      const [a, b] = await pair();
+      const rand = prng(1);
+      const sizes = Array.from({ length: 200 }, () => Math.floor(rand() ** 4 * 300_000));
+      const writes = sizes.map((n, i) => a.write([patterned(n, i)]));
+      const back = sizes.map((n, i) => b.write([patterned(n, 1000 + i)]));
+      for (let i = 0; i < sizes.length; i++) {
+        const frame = await b.read(1 << 20);
+        expect(frame.byteLength).toBe(sizes[i]);
+        expect(hasPattern(frame, i)).toBe(true);
+        const target = new Uint8Array(sizes[i]!);
+        await a.readInto(target);
+        expect(hasPattern(target, 1000 + i)).toBe(true);
+      }
+      await Promise.all([...writes, ...back]);
+    });
+
+    it("writes several frames in one call, in order", async () => {
+      const [a, b] = await pair();
+      await a.write([patterned(3, 1), patterned(70_000, 2), new Uint8Array(0), patterned(5, 3)]);
+      expect(hasPattern(await b.read(1 << 20), 1)).toBe(true);
+      expect(hasPattern(await b.read(1 << 20), 2)).toBe(true);
+      expect((await b.read(1 << 20)).byteLength).toBe(0);
+      expect(hasPattern(await b.read(1 << 20), 3)).toBe(true);
+    });
+
+    it("keeps 2000 writes and reads in flight at once", async () => {
+      const [a, b] = await pair();
+      const n = 2000;
+      const writes = Array.from({ length: n }, (_, i) => a.write([patterned(64 + (i % 100), i)]));
+      const targets = Array.from({ length: n }, (_, i) => new Uint8Array(64 + (i % 100)));
+      const reads = targets.map((t) => b.readInto(t));
+      await Promise.all([...writes, ...reads]);
+      targets.forEach((t, i) => expect(hasPattern(t, i)).toBe(true));
+    });
+
+    it("carries zero-length frames", async () => {
+      const [a, b] = await pair();
+      await a.write([new Uint8Array(0)]);
+      await a.write([new Uint8Array(0)]);
+      expect((await b.read(0)).byteLength).toBe(0);
+      await b.readInto(new Uint8Array(0));
+    });
+
+    it("reads into a view at an offset of a larger buffer, and from typed arrays of any kind", async () => {
+      const [a, b] = await pair();
+      const src = new Float64Array([1.5, -2.25, 3e300]);
+      await a.write([src]);
+      const backing = new ArrayBuffer(64);
+      const target = new Float64Array(backing, 16, 3);
+      await b.readInto(target);
+      expect([...target]).toEqual([...src]);
+      expect(new Uint8Array(backing, 0, 16).every((x) => x === 0)).toBe(true);
+      expect(new Uint8Array(backing, 40).every((x) => x === 0)).toBe(true);
+    });
+
+    it("moves a large frame straight into the target", async () => {
+      const size = options.largeFrameBytes ?? 256 * MiB;
+      const [a, b] = await pair();
+      const src = patterned(size, 77);
+      const target = new Uint8Array(size);
+      await Promise.all([a.write([src]), b.readInto(target)]);
+      expect(hasPattern(target, 77)).toBe(true);
+    });
+
+    it("rejects a frame longer than read's limit as a protocol error", async () => {
+      const [a, b] = await pair();
+      await a.write([new Uint8Array(100)]);
+      await expect(b.read(99)).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+      await expect(b.read(1000)).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+    });
+
+    it("rejects a frame whose size differs from readInto's target", async () => {
+      const [a, b] = await pair();
+      await a.write([new Uint8Array(10)]);
+      await expect(b.readInto(new Uint8Array(11))).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+    });
+
+    it("rejects pending reads with ERR_TP_PEER_CLOSED when the peer closes", async () => {
+      const [a, b] = await pair();
+      const pending = b.read(100);
+      a.close();
+      await expect(pending).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+      await expect(b.read(100)).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+      expect(await b.closed).toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    });
+
+    it("rejects a frame cut short by the peer as a protocol error", async () => {
+      const [a, b] = await pair();
+      const target = new Uint8Array(64 * MiB);
+      const pending = b.readInto(target);
+      // Half a frame: the writer is closed while the bytes are still going out.
+      void a.write([new Uint8Array(64 * MiB)]).catch(() => undefined);
+      a.close();
+      await expect(pending).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PROTOCOL|PEER_CLOSED)/) });
+    });
+
+    it("rejects operations on a closed connection with ERR_TP_CLOSED", async () => {
+      const [a] = await pair();
+      const pending = a.read(100);
+      a.close();
+      await expect(pending).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+      await expect(a.write([new Uint8Array(1)])).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+      await expect(a.readInto(new Uint8Array(1))).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+      expect(await a.closed).toBeUndefined();
+    });
+
+    it("refuses a connection where nobody listens", async () => {
+      listener = await transport.listen(options.listenAddress(), (c) => c.close());
+      const address = listener.address();
+      listener.close();
+      listener = undefined;
+      await new Promise((r) => setTimeout(r, 20));
+      await expect(transport.connect(address)).rejects.toMatchObject({ code: ErrorCode.CONNECTION_REFUSED });
+    });
+
+    it("stops connecting when the signal aborts", async () => {
+      listener = await transport.listen(options.listenAddress(), (c) => open.push(c));
+      const ac = new AbortController();
+      ac.abort();
+      await expect(transport.connect(listener.address(), { signal: ac.signal })).rejects.toMatchObject({
+        code: ErrorCode.ABORTED,
+      });
+    });
+  });
+}

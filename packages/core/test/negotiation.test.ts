@@ -1,0 +1,139 @@
+import { describe, expect, it } from "vitest";
+import type { ChannelContext, DeviceDescriptor } from "../src/channel.js";
+import type { Device } from "../src/device.js";
+import { ErrorCode } from "../src/errors.js";
+import { buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport } from "../src/negotiation.js";
+import type { Brochure, BrochureAnswer } from "../src/protocol.js";
+import type { TransportContext } from "../src/transport.js";
+import { notViable, VIABLE } from "../src/viability.js";
+
+const cpu: Device = { type: "cpu", index: 0 };
+const gpu = (index: number): Device => ({ type: "cuda", index });
+
+function transport(domain: string, viable = true): TransportContext {
+  return {
+    isViable: () => (viable ? VIABLE : notViable("test says no")),
+    domainDescriptor: () => domain,
+    listen: () => Promise.reject(new Error("unused")),
+    connect: () => Promise.reject(new Error("unused")),
+    close: async () => {},
+  };
+}
+
+function channel(devices: DeviceDescriptor[], connections = 1, viable = true): ChannelContext {
+  return {
+    isViable: () => (viable ? VIABLE : notViable("test says no")),
+    deviceDescriptors: () => devices,
+    numConnectionsNeeded: () => connections,
+    canCommunicateWithRemote: (a, b) => a === b,
+    createChannel: () => {
+      throw new Error("unused");
+    },
+    close: async () => {},
+  };
+}
+
+const brochureOf = (t: Record<string, string>, c: Record<string, DeviceDescriptor[]>): Brochure => ({
+  transportDomainDescriptors: new Map(Object.entries(t)),
+  channelDeviceDescriptors: new Map(
+    Object.entries(c).map(([name, ds]) => [name, new Map(ds.map((d) => [`${d.device.type}:${d.device.index}`, d]))]),
+  ),
+});
+
+describe("transport choice", () => {
+  const transports = byPriority([
+    { priority: 1, name: "uv", context: transport("uv:*") },
+    { priority: 10, name: "shm", context: transport("machine-a") },
+  ]);
+
+  it("takes the highest priority transport both have with equal domains", () => {
+    const b = brochureOf({ uv: "uv:*", shm: "machine-a" }, {});
+    expect(chooseTransport(transports, new Set(["uv", "shm"]), b)?.name).toBe("shm");
+  });
+
+  it("falls back when the domains differ or the listener does not listen on it", () => {
+    expect(chooseTransport(transports, new Set(["uv", "shm"]), brochureOf({ uv: "uv:*", shm: "machine-b" }, {}))?.name).toBe("uv");
+    expect(chooseTransport(transports, new Set(["uv"]), brochureOf({ uv: "uv:*", shm: "machine-a" }, {}))?.name).toBe("uv");
+  });
+
+  it("finds nothing when there is nothing in common", () => {
+    expect(chooseTransport(transports, new Set(["uv", "shm"]), brochureOf({ ibv: "x" }, {}))).toBeUndefined();
+  });
+
+  it("leaves non-viable backends out of the brochure", () => {
+    const b = buildBrochure(
+      [{ priority: 0, name: "uv", context: transport("uv:*") }, { priority: 1, name: "x", context: transport("d", false) }],
+      [{ priority: 0, name: "c", context: channel([], 1, false) }],
+    );
+    expect([...b.transportDomainDescriptors.keys()]).toEqual(["uv"]);
+    expect(b.channelDeviceDescriptors.size).toBe(0);
+  });
+});
+
+describe("channel choice", () => {
+  const channels = byPriority([
+    { priority: 0, name: "basic", context: channel([{ device: cpu, descriptor: "any" }]) },
+    { priority: 5, name: "cma", context: channel([{ device: cpu, descriptor: "host-1" }], 2) },
+    {
+      priority: 9,
+      name: "cuda_ipc",
+      context: channel([
+        { device: gpu(0), descriptor: "gpu-a" },
+        { device: gpu(1), descriptor: "gpu-b" },
+      ]),
+    },
+  ]);
+
+  it("gives each device pair the best channel whose descriptors match", () => {
+    const b = brochureOf(
+      {},
+      {
+        basic: [{ device: cpu, descriptor: "any" }],
+        cma: [{ device: cpu, descriptor: "host-1" }],
+        cuda_ipc: [{ device: gpu(0), descriptor: "gpu-b" }],
+      },
+    );
+    const choice = chooseChannels(channels, b);
+    expect(choice.pairs).toEqual([
+      { local: gpu(1), remote: gpu(0), channel: "cuda_ipc" },
+      { local: cpu, remote: cpu, channel: "cma" },
+    ]);
+    expect(choice.selected.map((c) => c.name)).toEqual(["cuda_ipc", "cma"]);
+  });
+
+  it("falls back to basic on another machine", () => {
+    const b = brochureOf({}, { basic: [{ device: cpu, descriptor: "any" }], cma: [{ device: cpu, descriptor: "host-2" }] });
+    expect(chooseChannels(channels, b).pairs).toEqual([{ local: cpu, remote: cpu, channel: "basic" }]);
+  });
+});
+
+describe("checking the answer on the connecting side", () => {
+  const transports = new Map([["uv", transport("uv:*")]]);
+  const channels = new Map([["basic", channel([{ device: cpu, descriptor: "any" }])]]);
+  const answer = (over: Partial<BrochureAnswer>): BrochureAnswer => ({
+    transport: "uv",
+    address: "127.0.0.1:1",
+    transportRegistrationIds: new Map([[1, 0]]),
+    transportDomainDescriptor: "uv:*",
+    channelRegistrationIds: new Map([["basic", [1]]]),
+    channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: cpu, descriptor: "any" }]])]]),
+    channelForDevicePair: [{ local: cpu, remote: cpu, channel: "basic" }],
+    ...over,
+  });
+
+  it("accepts a consistent answer and reverses the pairs", () => {
+    expect(checkAnswer(transports, channels, answer({}))).toEqual([{ local: cpu, remote: cpu, channel: "basic" }]);
+  });
+
+  it.each([
+    ["an unknown transport", { transport: "shm" }],
+    ["a different domain", { transportDomainDescriptor: "other" }],
+    ["an unknown channel", { channelForDevicePair: [{ local: cpu, remote: cpu, channel: "cma" }] }],
+    ["mismatched descriptors", { channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: cpu, descriptor: "x" }]])]]) }],
+    ["the wrong number of connections", { channelRegistrationIds: new Map([["basic", [1, 2]]]) }],
+  ])("refuses %s", (_, over) => {
+    expect(() => checkAnswer(transports, channels, answer(over as Partial<BrochureAnswer>))).toThrow(
+      expect.objectContaining({ code: ErrorCode.NEGOTIATION }),
+    );
+  });
+});

@@ -1,0 +1,56 @@
+import { describe, expect, it } from "vitest";
+import { NopReader, NopWriter } from "../src/nop.js";
+
+const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+
+describe("libnop integers", () => {
+  it.each([
+    [0, "00"],
+    [127, "7f"],
+    [128, "8080"],
+    [255, "80ff"],
+    [256, "810001"],
+    [65535, "81ffff"],
+    [65536, "8200000100"],
+    [2 ** 32, "830000000001000000"],
+  ])("unsigned %d uses the smallest form", (v, expected) => {
+    const bytes = new NopWriter().uint(v).finish();
+    expect(hex(bytes)).toBe(expected);
+    expect(new NopReader(bytes).uint()).toBe(v);
+  });
+
+  it.each([
+    [0, "00"],
+    [127, "7f"],
+    [-1, "ff"],
+    [-64, "c0"],
+    [-65, "84bf"],
+    [128, "858000"],
+    [-129, "857fff"],
+    [40000, "86409c0000"],
+    [-(2 ** 31), "8600000080"],
+    [2 ** 31, "870000008000000000"],
+  ])("signed %d uses the smallest form", (v, expected) => {
+    const bytes = new NopWriter().int(v).finish();
+    expect(hex(bytes)).toBe(expected);
+    expect(new NopReader(bytes).int(64)).toBe(v);
+  });
+
+  it("rejects a form wider than the field", () => {
+    expect(() => new NopReader(Uint8Array.from([0x82, 0, 0, 1, 0])).uint(16)).toThrow(/32-bit integer/);
+    expect(() => new NopReader(Uint8Array.from([0x86, 0, 0, 1, 0])).int(16)).toThrow(/32-bit integer/);
+  });
+
+  it("round-trips strings with multi-byte characters and vectors of u64", () => {
+    const bytes = new NopWriter().string("héllo ✓").u64Vector([1, 2 ** 40]).finish();
+    const r = new NopReader(bytes);
+    expect(r.string()).toBe("héllo ✓");
+    expect(r.u64Vector()).toEqual([1, 2 ** 40]);
+    r.end();
+  });
+
+  it("grows its buffer for large values", () => {
+    const s = "x".repeat(100_000);
+    expect(new NopReader(new NopWriter(4).string(s).finish()).string()).toBe(s);
+  });
+});
