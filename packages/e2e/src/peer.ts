@@ -1,0 +1,103 @@
+/**
+ * The other process of the two-process tests and the benchmark. It listens
+ * with TensorPipe and with plain node:net (the baselines), prints its
+ * addresses as one JSON line, and serves until stdin closes:
+ * - a pipe message with metadata "sink" is read into a reused buffer and
+ *   acknowledged with an empty "ack" message; any other message is echoed;
+ * - the node:net echo server echoes bytes; the node:net sink server reads an
+ *   8-byte total, then that many bytes, and answers one byte.
+ */
+import { createServer } from "node:net";
+import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
+import { createContext } from "./backends.js";
+
+const host = process.argv[2] ?? "127.0.0.1";
+
+async function serve(pipe: Pipe): Promise<void> {
+  let sinkBuffer = new Uint8Array(0);
+  for (;;) {
+    let d;
+    try {
+      d = await pipe.readDescriptor();
+    } catch {
+      return;
+    }
+    if (d.metadata === "sink") {
+      const need = d.tensors.reduce((n, t) => Math.max(n, t.length), 0);
+      if (sinkBuffer.length < need) sinkBuffer = new Uint8Array(need);
+      const allocation: Allocation = {
+        payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
+        tensors: d.tensors.map((t) => ({ buffer: sinkBuffer.subarray(0, t.length) })),
+      };
+      await pipe.read(allocation);
+      void pipe.write({ metadata: "ack" }).catch(() => undefined);
+      continue;
+    }
+    const allocation: Allocation = {
+      payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
+      tensors: d.tensors.map((t) => ({ buffer: new Uint8Array(t.length) })),
+    };
+    try {
+      await pipe.read(allocation);
+      await pipe.write({
+        metadata: d.metadata,
+        payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
+        tensors: d.tensors.map((t, i) => ({
+          buffer: allocation.tensors[i]!.buffer,
+          metadata: t.metadata,
+          ...(t.targetDevice ? { targetDevice: CPU_DEVICE } : {}),
+        })),
+      });
+    } catch {
+      return;
+    }
+  }
+}
+
+const context = createContext();
+const listener = await context.listen(`uv://${host.includes(":") ? `[${host}]` : host}:0`);
+(async () => {
+  for await (const pipe of listener) void serve(pipe);
+})();
+
+const echo = createServer((s) => {
+  s.setNoDelay(true);
+  s.on("data", (d) => s.write(d));
+  s.on("error", () => undefined);
+}).listen(0, host);
+
+const sink = createServer((s) => {
+  let expected = -1;
+  let got = 0;
+  let header = Buffer.alloc(0);
+  s.on("data", (d: Buffer) => {
+    if (expected < 0) {
+      header = Buffer.concat([header, d]);
+      if (header.length < 8) return;
+      expected = Number(header.readBigUInt64LE(0));
+      d = header.subarray(8);
+    }
+    got += d.length;
+    if (got >= expected) {
+      s.write(Buffer.from([1]));
+      expected = -1;
+      got = 0;
+      header = Buffer.alloc(0);
+    }
+  });
+  s.on("error", () => undefined);
+}).listen(0, host);
+
+await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
+const port = (s: typeof echo) => (s.address() as { port: number }).port;
+process.stdout.write(
+  `${JSON.stringify({ url: listener.addresses()[0], echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
+);
+
+process.stdin.resume();
+process.stdin.on("end", async () => {
+  echo.close();
+  sink.close();
+  await context.close();
+  process.exit(0);
+});

@@ -1,0 +1,36 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+export interface PeerProcess {
+  url: string;
+  echoPort: number;
+  sinkPort: number;
+  pid: number;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Starts dist/peer.js in a child process and waits for its addresses. */
+export async function spawnPeer(host = "127.0.0.1"): Promise<PeerProcess> {
+  // From src/ (under vitest) and from dist/ alike: the built peer.
+  const script = fileURLToPath(new URL("../dist/peer.js", import.meta.url));
+  const child = spawn(process.execPath, [script, host], { stdio: ["pipe", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout! });
+  const first = await new Promise<string>((resolve, reject) => {
+    lines.once("line", resolve);
+    child.once("exit", (code) => reject(new Error(`peer exited with ${code} before listening`)));
+  });
+  const info = JSON.parse(first) as { url: string; echoPort: number; sinkPort: number; pid: number };
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  return {
+    ...info,
+    child,
+    async stop() {
+      child.stdin!.end();
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}

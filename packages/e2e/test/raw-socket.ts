@@ -1,0 +1,55 @@
+import { type Socket, connect } from "node:net";
+
+/** A node:net socket read as upstream frames, for playing a foreign peer. */
+export class RawSocket {
+  private buffered = Buffer.alloc(0);
+  private waiters: (() => void)[] = [];
+  ended = false;
+  readonly closed: Promise<void>;
+
+  constructor(readonly socket: Socket) {
+    socket.setNoDelay(true);
+    socket.on("data", (d: Buffer) => {
+      this.buffered = Buffer.concat([this.buffered, d]);
+      this.wake();
+    });
+    socket.on("error", () => undefined);
+    this.closed = new Promise((r) =>
+      socket.on("close", () => {
+        this.ended = true;
+        this.wake();
+        r();
+      }),
+    );
+  }
+
+  static connect(port: number, host = "127.0.0.1"): Promise<RawSocket> {
+    return new Promise((resolve, reject) => {
+      const s = connect(port, host, () => resolve(new RawSocket(s)));
+      s.once("error", reject);
+    });
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  async readExact(n: number): Promise<Buffer> {
+    while (this.buffered.length < n) {
+      if (this.ended) throw new Error(`socket closed with ${this.buffered.length} of ${n} bytes`);
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+    const out = this.buffered.subarray(0, n);
+    this.buffered = this.buffered.subarray(n);
+    return out;
+  }
+
+  async readFrame(): Promise<Buffer> {
+    const header = await this.readExact(8);
+    return this.readExact(Number(header.readBigUInt64LE(0)));
+  }
+
+  write(bytes: Uint8Array): void {
+    this.socket.write(bytes);
+  }
+}
