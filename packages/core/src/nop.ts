@@ -51,30 +51,31 @@ export class NopWriter {
 
   /** Unsigned integer in its smallest form. */
   uint(value: number | bigint): this {
+    if (typeof value === "number" && Number.isInteger(value) && value >= 0 && value <= 0xffffffff) {
+      if (value <= 0x7f) return this.byte(value);
+      this.reserve(5);
+      if (value <= 0xff) {
+        this.buf[this.pos++] = Nop.U8;
+        this.buf[this.pos++] = value;
+      } else if (value <= 0xffff) {
+        this.buf[this.pos++] = Nop.U16;
+        this.view.setUint16(this.pos, value, true);
+        this.pos += 2;
+      } else {
+        this.buf[this.pos++] = Nop.U32;
+        this.view.setUint32(this.pos, value, true);
+        this.pos += 4;
+      }
+      return this;
+    }
     const v = BigInt(value);
     if (v < 0n) throw new RangeError(`unsigned value ${v} is negative`);
-    if (v <= 0x7fn) return this.byte(Number(v));
-    if (v <= 0xffn) {
-      this.reserve(2);
-      this.buf[this.pos++] = Nop.U8;
-      this.buf[this.pos++] = Number(v);
-    } else if (v <= 0xffffn) {
-      this.reserve(3);
-      this.buf[this.pos++] = Nop.U16;
-      this.view.setUint16(this.pos, Number(v), true);
-      this.pos += 2;
-    } else if (v <= 0xffffffffn) {
-      this.reserve(5);
-      this.buf[this.pos++] = Nop.U32;
-      this.view.setUint32(this.pos, Number(v), true);
-      this.pos += 4;
-    } else {
-      if (v > 0xffffffffffffffffn) throw new RangeError(`unsigned value ${v} exceeds 64 bits`);
-      this.reserve(9);
-      this.buf[this.pos++] = Nop.U64;
-      this.view.setBigUint64(this.pos, v, true);
-      this.pos += 8;
-    }
+    if (v <= 0xffffffffn) return this.uint(Number(v));
+    if (v > 0xffffffffffffffffn) throw new RangeError(`unsigned value ${v} exceeds 64 bits`);
+    this.reserve(9);
+    this.buf[this.pos++] = Nop.U64;
+    this.view.setBigUint64(this.pos, v, true);
+    this.pos += 8;
     return this;
   }
 
@@ -107,6 +108,7 @@ export class NopWriter {
   }
 
   string(s: string): this {
+    if (s.length === 0) return this.byte(Nop.String).byte(0);
     const bytes = utf8.encode(s);
     this.byte(Nop.String).uint(bytes.length);
     this.reserve(bytes.length);
@@ -147,7 +149,7 @@ export class NopWriter {
   }
 
   finish(): Uint8Array {
-    return this.buf.slice(0, this.pos);
+    return this.buf.subarray(0, this.pos);
   }
 }
 
@@ -199,31 +201,35 @@ export class NopReader {
 
   /** Unsigned integer of at most `bits` bits, as a safe JS number. */
   uint(bits: 8 | 16 | 32 | 64 = 64): number {
-    const v = this.uintBig(bits);
-    if (v > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`value ${v} is too large`);
-    return Number(v);
+    const p = this.byte();
+    if (p <= 0x7f) return p;
+    const width = this.unsignedWidth(p, bits);
+    this.need(width / 8);
+    let v: number;
+    if (width === 8) v = this.view.getUint8(this.pos);
+    else if (width === 16) v = this.view.getUint16(this.pos, true);
+    else if (width === 32) v = this.view.getUint32(this.pos, true);
+    else {
+      const big = this.view.getBigUint64(this.pos, true);
+      if (big > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`value ${big} is too large`);
+      v = Number(big);
+    }
+    this.pos += width / 8;
+    return v;
   }
 
-  uintBig(bits: 8 | 16 | 32 | 64 = 64): bigint {
-    const p = this.byte();
-    if (p <= 0x7f) return BigInt(p);
-    const width = p === Nop.U8 ? 8 : p === Nop.U16 ? 16 : p === Nop.U32 ? 32 : p === Nop.U64 ? 64 : 0;
+  private unsignedWidth(prefix: number, bits: number): number {
+    const width =
+      prefix === Nop.U8 ? 8 : prefix === Nop.U16 ? 16 : prefix === Nop.U32 ? 32 : prefix === Nop.U64 ? 64 : 0;
     if (width === 0) {
       this.pos--;
-      this.fail(`expected an unsigned integer, got prefix 0x${p.toString(16)}`);
+      this.fail(`expected an unsigned integer, got prefix 0x${prefix.toString(16)}`);
     }
     if (width > bits) {
       this.pos--;
       this.fail(`${width}-bit integer where ${bits} bits are allowed`);
     }
-    this.need(width / 8);
-    let v: bigint;
-    if (width === 8) v = BigInt(this.view.getUint8(this.pos));
-    else if (width === 16) v = BigInt(this.view.getUint16(this.pos, true));
-    else if (width === 32) v = BigInt(this.view.getUint32(this.pos, true));
-    else v = this.view.getBigUint64(this.pos, true);
-    this.pos += width / 8;
-    return v;
+    return width;
   }
 
   /** Signed integer of at most `bits` bits. */
@@ -266,6 +272,7 @@ export class NopReader {
   string(): string {
     this.expect(Nop.String, "string");
     const n = this.count(1);
+    if (n === 0) return "";
     const bytes = this.buf.subarray(this.pos, this.pos + n);
     this.pos += n;
     try {

@@ -109,15 +109,22 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     const frames: ArrayBufferView[] = [encodeDescriptor(descriptor)];
     for (const p of message.payloads ?? []) frames.push(p.data);
-    const wrote = this.main.write(frames);
-    this.tensorSends.push(send);
-    if (send.missingTargets > 0) this.readReplies();
-    this.issueTensorSends();
-    const all = Promise.all([wrote, send.done.promise]).then(
-      () => undefined,
-      (e) => this.onOperationError(e),
+    let all: Promise<void>;
+    if (send.tensors.length > 0) {
+      // Tensors whose target is known go out before the descriptor: when the
+      // reader learns of them, their bytes are already at its end.
+      this.tensorSends.push(send);
+      this.issueTensorSends();
+      all = Promise.all([this.main.write(frames), send.done.promise]).then(() => undefined);
+      if (send.missingTargets > 0) this.readReplies();
+    } else {
+      all = this.main.write(frames);
+    }
+    return this.guard(
+      all.catch((e) => this.onOperationError(e)),
+      options,
+      "pipe write",
     );
-    return this.guard(all, options, "pipe write");
   }
 
   private prepareWrite(message: Message): { descriptor: Descriptor; send: PendingTensorSend } {
@@ -254,9 +261,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       reads.push(channel.recv(buffer, t.length));
     });
     this.fetchDescriptor();
-    const all = Promise.all(reads).then(
-      () => undefined,
-      (e) => this.onOperationError(e),
+    const all = (reads.length === 1 ? reads[0]! : Promise.all(reads).then(() => undefined)).catch((e) =>
+      this.onOperationError(e),
     );
     this.inFlightReads.add(all);
     const settled = () => {

@@ -4,8 +4,8 @@
  * addresses as one JSON line, and serves until stdin closes:
  * - a pipe message with metadata "sink" is read into a reused buffer and
  *   acknowledged with an empty "ack" message; any other message is echoed;
- * - the node:net echo server echoes bytes; the node:net sink server reads an
- *   8-byte total, then that many bytes, and answers one byte.
+ * - the node:net echo server echoes bytes; the node:net sink server is
+ *   described where it is made.
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
@@ -66,21 +66,35 @@ const echo = createServer((s) => {
   s.on("error", () => undefined);
 }).listen(0, host);
 
+// Reads a 16-byte header (total bytes, message size), then the bytes, and
+// answers one byte. Message size 0: only count them; otherwise copy each
+// message into one reused buffer, as a tensor has to land somewhere.
 const sink = createServer((s) => {
-  let expected = -1;
-  let got = 0;
   let header = Buffer.alloc(0);
+  let total = -1;
+  let messageSize = 0;
+  let got = 0;
+  let landing = Buffer.alloc(0);
   s.on("data", (d: Buffer) => {
-    if (expected < 0) {
+    if (total < 0) {
       header = Buffer.concat([header, d]);
-      if (header.length < 8) return;
-      expected = Number(header.readBigUInt64LE(0));
-      d = header.subarray(8);
+      if (header.length < 16) return;
+      total = Number(header.readBigUInt64LE(0));
+      messageSize = Number(header.readBigUInt64LE(8));
+      if (landing.length < messageSize) landing = Buffer.alloc(messageSize);
+      d = header.subarray(16);
+    }
+    if (messageSize > 0) {
+      let offset = 0;
+      while (offset < d.length) {
+        const at = (got + offset) % messageSize;
+        offset += d.copy(landing, at, offset, Math.min(d.length, offset + messageSize - at));
+      }
     }
     got += d.length;
-    if (got >= expected) {
+    if (got >= total) {
       s.write(Buffer.from([1]));
-      expected = -1;
+      total = -1;
       got = 0;
       header = Buffer.alloc(0);
     }

@@ -1,5 +1,8 @@
 #include "uv_connection.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,6 +18,7 @@ constexpr size_t kStagingSize = 256 * 1024;
 constexpr uint64_t kDirectThreshold = 32 * 1024;
 // One recv() at most; larger bodies take several.
 constexpr uint64_t kMaxRecv = 1ull << 30;
+constexpr uint64_t kSmallFrame = 4096;
 
 // uv_buf_init() takes an unsigned int; frames may be larger.
 uv_buf_t MakeBuf(char* base, size_t len) {
@@ -151,8 +155,16 @@ Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
     op->keepTarget = Napi::Persistent(info[0]);
   }
   op->maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
-  if (reads_.empty() && !pumping_) {
+  // With nothing queued before it, a frame already buffered completes here,
+  // even from inside a completion callback: order cannot change.
+  if (reads_.empty()) {
     Progress p = Consume(*op);
+    // Bytes may already wait in the socket: take them now rather than a
+    // loop iteration later, for small frames (large ones go direct below).
+    if (p == Progress::kNeedMore && !(op->haveHeader && op->frameLength - op->bodyGot >= kDirectThreshold) &&
+        TryReadNow()) {
+      p = Consume(*op);
+    }
     if (p == Progress::kDone) return Result(*op);
     if (p == Progress::kError) {
       state_ = State::kFailed;
@@ -163,6 +175,20 @@ Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
   reads_.push_back(std::move(op));
   UpdateReading();
   return Napi::Boolean::New(env, false);
+}
+
+bool UvConnection::TryReadNow() {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd) != 0) return false;
+  if (stagingBegin_ == stagingEnd_) stagingBegin_ = stagingEnd_ = 0;
+  ssize_t n;
+  do {
+    n = ::recv(fd, staging_.data() + stagingEnd_, staging_.size() - stagingEnd_, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  // EOF and errors are left for libuv's read callback to report.
+  if (n <= 0) return false;
+  stagingEnd_ += static_cast<size_t>(n);
+  return true;
 }
 
 UvConnection::Progress UvConnection::Consume(ReadOp& op) {
@@ -209,6 +235,8 @@ UvConnection::Progress UvConnection::Consume(ReadOp& op) {
 Napi::Value UvConnection::Result(ReadOp& op) {
   Napi::Env env = Env();
   if (op.hasTarget) return Napi::Boolean::New(env, true);
+  // Copying a small frame is cheaper than an external buffer and its finalizer.
+  if (op.frameLength <= kSmallFrame) return Napi::Buffer<char>::Copy(env, op.fresh, op.frameLength);
   char* data = op.fresh;
   op.fresh = nullptr;
   return Napi::Buffer<char>::New(env, data, op.frameLength, [](Napi::Env, char* p) { std::free(p); });

@@ -66,6 +66,7 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
 
   Progress Consume(ReadOp& op);
+  bool TryReadNow();
   Napi::Value Result(ReadOp& op);
   void Pump();
   void UpdateReading();

@@ -2,17 +2,21 @@ import { type Connection, Deferred, TensorPipeError, closedError, fromNativeErro
 import type { NativeConnection } from "./native.js";
 
 /**
- * A Connection over the native UvConnection: promises around its callbacks,
- * and the rule that the first error closes it and is what every pending and
- * later operation rejects with.
+ * A Connection over the native UvConnection. Native reads and writes each
+ * complete in the order they were issued, so one callback per kind and a
+ * FIFO of promises serve them all. The first error closes the connection
+ * and is what every pending and later operation rejects with.
  */
 export class UvConnection implements Connection {
   readonly closed: Promise<Error | undefined>;
   readonly localAddress: string;
   readonly remoteAddress: string;
-  private readonly pending = new Set<Deferred<unknown>>();
+  private readonly pendingWrites: Deferred<void>[] = [];
+  private readonly pendingReads: Deferred<Uint8Array | undefined>[] = [];
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
+  private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
+  private readonly onRead = (err: Error | null, frame?: Uint8Array) => this.complete(this.pendingReads, err, frame);
 
   constructor(private readonly native: NativeConnection) {
     this.closed = this.closedDeferred.promise;
@@ -20,74 +24,67 @@ export class UvConnection implements Connection {
     this.remoteAddress = native.remoteAddress();
   }
 
-  private track<T>(start: (d: Deferred<T>) => void): Promise<T> {
-    if (this.failure) return Promise.reject(this.failure);
-    const d = new Deferred<T>();
-    this.pending.add(d as Deferred<unknown>);
-    try {
-      start(d);
-    } catch (e) {
-      this.close(this.describe(e));
-    }
-    return d.promise;
-  }
-
-  private settle<T>(d: Deferred<T>, err: Error | null | undefined, value?: T): void {
-    if (!this.pending.delete(d as Deferred<unknown>)) return;
+  private complete<T>(queue: Deferred<T>[], err: Error | null, value: T): void {
+    const d = queue.shift();
+    if (!d) return;
     if (err) {
-      this.close(this.describe(err));
+      this.close(err);
       d.reject(this.failure);
     } else {
-      d.resolve(value as T);
+      d.resolve(value);
     }
   }
 
   write(frames: readonly ArrayBufferView[]): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
-    // Fast path: the kernel took every byte at once, no callback follows.
-    let done: boolean;
-    const d = new Deferred<void>();
     try {
-      done = this.native.write([...frames], (err) => this.settle(d, err));
+      // true: the kernel took every byte at once and no callback follows.
+      if (this.native.write(frames as ArrayBufferView[], this.onWrite)) return Promise.resolve();
     } catch (e) {
-      this.close(this.describe(e));
+      this.close(e as Error);
       return Promise.reject(this.failure);
     }
-    if (done) return Promise.resolve();
-    this.pending.add(d as Deferred<unknown>);
+    const d = new Deferred<void>();
+    this.pendingWrites.push(d);
     return d.promise;
   }
 
   read(maxLength: number): Promise<Uint8Array> {
-    return this.track<Uint8Array>((d) => {
-      const r = this.native.read(null, maxLength, (err, frame) => this.settle(d, err, frame));
-      this.immediate(d, r);
-    });
+    return this.startRead(null, maxLength) as Promise<Uint8Array>;
   }
 
   readInto(target: ArrayBufferView): Promise<void> {
-    return this.track<void>((d) => {
-      const r = this.native.read(target, 0, (err) => this.settle(d, err));
-      this.immediate(d, r);
-    });
+    return this.startRead(target, 0) as Promise<void>;
   }
 
-  private immediate<T>(d: Deferred<T>, r: boolean | Uint8Array | Error): void {
-    if (r === false) return;
-    if (r instanceof Error) this.settle(d, r);
-    else this.settle(d, null, (r === true ? undefined : r) as T);
-  }
-
-  private describe(e: unknown): TensorPipeError {
-    return fromNativeError(e, this.remoteAddress ? `uv connection to ${this.remoteAddress}` : "uv connection");
+  private startRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
+    if (this.failure) return Promise.reject(this.failure);
+    let r: boolean | Uint8Array | Error;
+    try {
+      r = this.native.read(target, maxLength, this.onRead);
+    } catch (e) {
+      r = e as Error;
+    }
+    if (r === false) {
+      const d = new Deferred<Uint8Array | undefined>();
+      this.pendingReads.push(d);
+      return d.promise;
+    }
+    if (r instanceof Error) {
+      this.close(r);
+      return Promise.reject(this.failure);
+    }
+    return Promise.resolve(r === true ? undefined : r);
   }
 
   close(error?: Error): void {
     if (this.failure) return;
-    this.failure = error ? this.describe(error) : closedError("uv connection");
+    this.failure = error
+      ? fromNativeError(error, this.remoteAddress ? `uv connection to ${this.remoteAddress}` : "uv connection")
+      : closedError("uv connection");
     this.native.close();
-    for (const d of this.pending) d.reject(this.failure);
-    this.pending.clear();
+    for (const d of this.pendingWrites.splice(0)) d.reject(this.failure);
+    for (const d of this.pendingReads.splice(0)) d.reject(this.failure);
     this.closedDeferred.resolve(error ? this.failure : undefined);
   }
 }
