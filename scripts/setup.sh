@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine from a clean clone: pnpm (if missing), the
+# workspace's dependencies, then every package built (TypeScript and addons).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TURBO_TELEMETRY_DISABLED=1
+
+if ! command -v pnpm >/dev/null 2>&1 || [[ "$(pnpm --version 2>/dev/null)" != 10.* ]]; then
+  npm install -g pnpm@10 --no-fund --no-audit --loglevel=error
+fi
+if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+  echo "setup: cmake and g++ are needed for the native addons (apt-get install cmake g++)" >&2
+  exit 1
+fi
+pnpm install --frozen-lockfile --reporter=append-only
+pnpm build
