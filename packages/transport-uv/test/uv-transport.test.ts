@@ -1,0 +1,85 @@
+import { CPU_DEVICE, Context, ErrorCode } from "@tensorpipe/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { UvTransport, interfaceAddress, registerUvTransport } from "../src/index.js";
+
+describe("uv transport addressing", () => {
+  const closers: (() => unknown)[] = [];
+  afterEach(async () => {
+    for (const c of closers.splice(0)) await c();
+  });
+
+  it("finds the loopback interface's address by name", () => {
+    expect(interfaceAddress("lo")).toBe("127.0.0.1");
+    expect(interfaceAddress("lo", 6)).toBe("::1");
+    expect(() => interfaceAddress("no-such-if0")).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
+  });
+
+  it("listens on the named interface for host '*', and connects from it", async () => {
+    const t = new UvTransport({ interface: "lo" });
+    closers.push(() => t.close());
+    const accepted: string[] = [];
+    const l = await t.listen("*:0", (c) => {
+      accepted.push(c.remoteAddress);
+      c.close();
+    });
+    closers.push(() => l.close());
+    expect(l.address()).toMatch(/^127\.0\.0\.1:\d+$/);
+    const c = await t.connect(l.address());
+    closers.push(() => c.close());
+    expect(c.localAddress).toMatch(/^127\.0\.0\.1:\d+$/);
+    await expect.poll(() => accepted).toEqual([c.localAddress]);
+  });
+
+  it("never picks an interface silently: a listen address without a host is an error", async () => {
+    const t = new UvTransport();
+    await expect(t.listen("*:0", () => undefined)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    await expect(t.listen(":0", () => undefined)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    await expect(t.listen("127.0.0.1", () => undefined)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+  });
+
+  it("resolves host names once and reports names that do not resolve", async () => {
+    const t = new UvTransport();
+    const l = await t.listen("localhost:0", (c) => c.close());
+    closers.push(() => l.close());
+    expect(l.address()).toMatch(/^(127\.0\.0\.1|\[::1\]):\d+$/);
+    await expect(t.connect("no-such-host.invalid:1")).rejects.toMatchObject({
+      code: ErrorCode.CONNECTION_REFUSED,
+      message: /cannot resolve host "no-such-host.invalid"/,
+    });
+  });
+
+  it("reports an address in use with its errno", async () => {
+    const t = new UvTransport();
+    const l = await t.listen("127.0.0.1:0", () => undefined);
+    closers.push(() => l.close());
+    await expect(t.listen(l.address(), () => undefined)).rejects.toMatchObject({
+      code: ErrorCode.SYSTEM,
+      errno: "EADDRINUSE",
+    });
+  });
+
+  it("accepts tcp:// as another name for uv://, over IPv4 and IPv6", async () => {
+    const make = () => {
+      const ctx = new Context();
+      registerUvTransport(ctx);
+      ctx.registerChannel(0, "basic", {
+        isViable: () => ({ viable: true }),
+        deviceDescriptors: () => [{ device: CPU_DEVICE, descriptor: "any" }],
+        numConnectionsNeeded: () => 1,
+        canCommunicateWithRemote: (a, b) => a === b,
+        createChannel: () => ({ send: async () => {}, recv: async () => {}, close: () => {} }),
+        close: async () => {},
+      });
+      closers.push(() => ctx.close());
+      return ctx;
+    };
+    const server = make();
+    const client = make();
+    const listener = await server.listen(["tcp://[::1]:0"]);
+    expect(listener.addresses()[0]).toMatch(/^tcp:\/\/\[::1\]:\d+$/);
+    const [pipe, accepted] = await Promise.all([client.connect(listener.addresses()[0]!), listener.accept()]);
+    expect(pipe.transport).toBe("uv");
+    await pipe.write({ metadata: "over v6" });
+    expect((await accepted.readMessage()).metadata).toBe("over v6");
+  });
+});
