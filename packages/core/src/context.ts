@@ -128,7 +128,11 @@ export class Context implements PipeAcceptor {
         if (listener.listeningTransports().has(t.name)) {
           throw new TensorPipeError(ErrorCode.INVALID_ARG, `listener has two addresses for transport "${t.name}"`);
         }
-        const tl = await t.context.listen(address, (c) => listener.handleConnection(t.name, c));
+        const tl = await t.context.listen(
+          address,
+          (c) => listener.handleConnection(t.name, c),
+          (e) => listener.reportAcceptError(e),
+        );
         listener.addTransportListener(t.name, scheme, tl);
       }
     } catch (e) {

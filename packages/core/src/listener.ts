@@ -14,7 +14,7 @@ export interface PipeAcceptor {
 }
 
 export interface ListenerEvents {
-  /** A connection was dropped before it became a pipe (bad bytes, timeout, ...). */
+  /** A connection was dropped before it became a pipe (bad bytes, timeout, accept failed, ...). */
   connectionError: [error: TensorPipeError, remoteAddress: string];
 }
 
@@ -85,6 +85,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
         if (!this.closedError) this.emit("connectionError", err, connection.remoteAddress);
       },
     );
+  }
+
+  /** @internal Called by a transport that failed to accept a connection. */
+  reportAcceptError(error: Error): void {
+    if (!this.closedError) this.emit("connectionError", fromNativeError(error, "accept"), "");
   }
 
   /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */

@@ -16,9 +16,14 @@ export interface TransportContext {
   readonly aliases?: readonly string[];
   /**
    * Starts listening at `address` (the part of the URL after "scheme://"),
-   * calling `onConnection` for each accepted connection.
+   * calling `onConnection` for each accepted connection and `onError` when
+   * accepting one failed (out of file descriptors, ...); it goes on listening.
    */
-  listen(address: string, onConnection: (connection: Connection) => void): Promise<TransportListener>;
+  listen(
+    address: string,
+    onConnection: (connection: Connection) => void,
+    onError?: (error: Error) => void,
+  ): Promise<TransportListener>;
   connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection>;
   close(): Promise<void>;
 }

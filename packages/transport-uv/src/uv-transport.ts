@@ -92,7 +92,11 @@ export class UvTransport implements TransportContext {
     return addon;
   }
 
-  async listen(address: string, onConnection: (c: Connection) => void): Promise<TransportListener> {
+  async listen(
+    address: string,
+    onConnection: (c: Connection) => void,
+    onError?: (e: Error) => void,
+  ): Promise<TransportListener> {
     const addon = this.addon();
     let { host, port } = splitHostPort(address);
     if (host === "*" && this.options.interface) host = interfaceAddress(this.options.interface, this.options.family);
@@ -105,7 +109,8 @@ export class UvTransport implements TransportContext {
     host = await resolveHost(host);
     try {
       const native = new addon.UvListener(host, port, (err, conn) => {
-        if (!err && conn) onConnection(new UvConnection(conn));
+        if (err) onError?.(err);
+        else onConnection(new UvConnection(conn!));
       });
       return new UvTransportListener(native);
     } catch (e) {
