@@ -29,18 +29,20 @@ export class NopWriter {
   private pos = 0;
 
   constructor(initialCapacity = 256) {
-    this.buf = new Uint8Array(initialCapacity);
-    this.view = new DataView(this.buf.buffer);
+    // allocUnsafe carves small buffers out of Node's shared pool: no
+    // ArrayBuffer per encoded frame. Every byte returned is written first.
+    this.buf = Buffer.allocUnsafe(initialCapacity);
+    this.view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
   }
 
   private reserve(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     let cap = this.buf.length * 2;
     while (cap < this.pos + n) cap *= 2;
-    const next = new Uint8Array(cap);
+    const next = Buffer.allocUnsafe(cap);
     next.set(this.buf.subarray(0, this.pos));
     this.buf = next;
-    this.view = new DataView(next.buffer);
+    this.view = new DataView(next.buffer, next.byteOffset, next.byteLength);
   }
 
   byte(b: number): this {

@@ -15,7 +15,9 @@ export interface PeerProcess {
 export async function spawnPeer(host = "127.0.0.1"): Promise<PeerProcess> {
   // From src/ (under vitest) and from dist/ alike: the built peer.
   const script = fileURLToPath(new URL("../dist/peer.js", import.meta.url));
-  const child = spawn(process.execPath, [script, host], { stdio: ["pipe", "pipe", "inherit"] });
+  // TP_PEER_NODE_ARGS="--cpu-prof": extra node flags for the peer, to profile it.
+  const nodeArgs = (process.env.TP_PEER_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, script, host], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! });
   const first = await new Promise<string>((resolve, reject) => {
     lines.once("line", resolve);

@@ -13,12 +13,13 @@
 namespace tensorpipe_js {
 
 namespace {
-constexpr size_t kStagingSize = 256 * 1024;
+constexpr size_t kStagingSize = 64 * 1024;
 // Bodies at least this large skip the staging buffer.
-constexpr uint64_t kDirectThreshold = 32 * 1024;
+constexpr uint64_t kDirectThreshold = 16 * 1024;
 // One recv() at most; larger bodies take several.
 constexpr uint64_t kMaxRecv = 1ull << 30;
 constexpr uint64_t kSmallFrame = 4096;
+constexpr size_t kSlabSize = 64 * 1024;
 
 // uv_buf_init() takes an unsigned int; frames may be larger.
 uv_buf_t MakeBuf(char* base, size_t len) {
@@ -67,6 +68,7 @@ UvConnection::~UvConnection() = default;
 void UvConnection::Start() {
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
+  UpdateReading();
 }
 
 void UvConnection::CloseHandle() {
@@ -144,7 +146,9 @@ void UvConnection::OnWrite(uv_write_t* req, int status) {
 // true (read into target), a Buffer (fresh memory) or an Error.
 Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (state_ != State::kOpen) throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+  if (state_ == State::kClosed || state_ == State::kIdle) {
+    throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+  }
   auto op = std::make_unique<ReadOp>();
   if (!info[0].IsNull() && !info[0].IsUndefined()) {
     ByteSpan span;
@@ -155,40 +159,18 @@ Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
     op->keepTarget = Napi::Persistent(info[0]);
   }
   op->maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
-  // With nothing queued before it, a frame already buffered completes here,
-  // even from inside a completion callback: order cannot change.
+  // With nothing queued before it, a frame already read ahead completes
+  // here, even from inside a completion callback: order cannot change.
   if (reads_.empty()) {
     Progress p = Consume(*op);
-    // Bytes may already wait in the socket: take them now rather than a
-    // loop iteration later, for small frames (large ones go direct below).
-    if (p == Progress::kNeedMore && !(op->haveHeader && op->frameLength - op->bodyGot >= kDirectThreshold) &&
-        TryReadNow()) {
-      p = Consume(*op);
-    }
     if (p == Progress::kDone) return Result(*op);
-    if (p == Progress::kError) {
-      state_ = State::kFailed;
-      return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
-    }
+    if (p == Progress::kError) return Fail(nullptr, 0);
   }
+  if (state_ == State::kFailed) return FailureFor(*op);
   op->callback = Napi::Persistent(info[2].As<Napi::Function>());
   reads_.push_back(std::move(op));
   UpdateReading();
   return Napi::Boolean::New(env, false);
-}
-
-bool UvConnection::TryReadNow() {
-  uv_os_fd_t fd;
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd) != 0) return false;
-  if (stagingBegin_ == stagingEnd_) stagingBegin_ = stagingEnd_ = 0;
-  ssize_t n;
-  do {
-    n = ::recv(fd, staging_.data() + stagingEnd_, staging_.size() - stagingEnd_, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  // EOF and errors are left for libuv's read callback to report.
-  if (n <= 0) return false;
-  stagingEnd_ += static_cast<size_t>(n);
-  return true;
 }
 
 UvConnection::Progress UvConnection::Consume(ReadOp& op) {
@@ -235,8 +217,20 @@ UvConnection::Progress UvConnection::Consume(ReadOp& op) {
 Napi::Value UvConnection::Result(ReadOp& op) {
   Napi::Env env = Env();
   if (op.hasTarget) return Napi::Boolean::New(env, true);
-  // Copying a small frame is cheaper than an external buffer and its finalizer.
-  if (op.frameLength <= kSmallFrame) return Napi::Buffer<char>::Copy(env, op.fresh, op.frameLength);
+  // Small frames are copied into a shared slab and returned as views of it:
+  // no ArrayBuffer (and no finalizer) per frame, as Node's Buffer pool does.
+  if (op.frameLength <= kSmallFrame) {
+    if (slab_.IsEmpty() || slabUsed_ + op.frameLength > kSlabSize) {
+      Napi::ArrayBuffer slab = Napi::ArrayBuffer::New(env, kSlabSize);
+      slab_ = Napi::Persistent(slab);
+      slabData_ = static_cast<char*>(slab.Data());
+      slabUsed_ = 0;
+    }
+    std::memcpy(slabData_ + slabUsed_, op.fresh, op.frameLength);
+    Napi::Uint8Array view = Napi::Uint8Array::New(env, op.frameLength, slab_.Value(), slabUsed_);
+    slabUsed_ += op.frameLength;
+    return view;
+  }
   char* data = op.fresh;
   op.fresh = nullptr;
   return Napi::Buffer<char>::New(env, data, op.frameLength, [](Napi::Env, char* p) { std::free(p); });
@@ -253,8 +247,7 @@ void UvConnection::Pump() {
     reads_.pop_front();
     Napi::HandleScope scope(env);
     if (p == Progress::kError) {
-      state_ = State::kFailed;
-      InvokeCallback(op->callback, *asyncContext_, {CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value()});
+      InvokeCallback(op->callback, *asyncContext_, {Fail(nullptr, 0)});
       break;
     }
     napi_value result = Result(*op);
@@ -264,16 +257,19 @@ void UvConnection::Pump() {
   UpdateReading();
 }
 
+// Reads ahead into the staging buffer while it has room, as node:net
+// does: no epoll changes between messages, and a frame that is already
+// here completes without waiting for the loop. A full buffer with nobody
+// reading stops reading, which pushes back on the peer through TCP.
 void UvConnection::UpdateReading() {
-  if (state_ == State::kClosed) return;
-  bool want = state_ == State::kOpen && !reads_.empty();
+  if (state_ != State::kOpen) return;
+  bool want = !reads_.empty() || stagingEnd_ - stagingBegin_ < staging_.size();
   auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
   if (want && !reading_) {
     int r = uv_read_start(stream, OnAlloc, OnRead);
     if (r < 0) {
       Napi::HandleScope scope(Env());
-      state_ = State::kFailed;
-      FailReads(UvError(Env(), r, "read").Value());
+      FailFront(Fail(nullptr, r));
       return;
     }
     reading_ = true;
@@ -283,7 +279,32 @@ void UvConnection::UpdateReading() {
   }
 }
 
-void UvConnection::FailReads(Napi::Value error) {
+// Records why reading ended (a libuv status, or 0 for the protocol error
+// already recorded) and returns the error for `op`.
+Napi::Value UvConnection::Fail(const ReadOp* op, int status) {
+  state_ = State::kFailed;
+  if (reading_) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+    reading_ = false;
+  }
+  if (status != 0 && failStatus_ == 0 && protocolError_.empty()) failStatus_ = status;
+  return op ? FailureFor(*op) : FailureFor(ReadOp());
+}
+
+// A frame cut short by EOF is a protocol error; EOF between frames is EOF.
+Napi::Value UvConnection::FailureFor(const ReadOp& op) {
+  Napi::Env env = Env();
+  if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
+  if (failStatus_ == UV_EOF && (op.headerGot > 0 || stagingBegin_ != stagingEnd_)) {
+    std::string what = op.haveHeader ? "after " + std::to_string(op.bodyGot) + " of " +
+                                           std::to_string(op.frameLength) + " bytes"
+                                     : "inside a frame header";
+    return CodedError(env, "ERR_TP_PROTOCOL", "truncated frame: peer closed the connection " + what).Value();
+  }
+  return UvError(env, failStatus_, "read").Value();
+}
+
+void UvConnection::FailFront(Napi::Value error) {
   if (reads_.empty()) return;
   std::unique_ptr<ReadOp> op = std::move(reads_.front());
   reads_.pop_front();
@@ -321,22 +342,12 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
     return;
   }
   if (nread == 0) return;
-  Napi::Env env = c->Env();
-  Napi::HandleScope scope(env);
-  c->state_ = State::kFailed;
-  uv_read_stop(stream);
-  c->reading_ = false;
-  bool midFrame = c->stagingBegin_ != c->stagingEnd_ ||
-                  (!c->reads_.empty() && c->reads_.front()->headerGot > 0);
-  if (nread == UV_EOF && midFrame) {
-    const ReadOp* op = c->reads_.empty() ? nullptr : c->reads_.front().get();
-    std::string what = op && op->haveHeader ? "after " + std::to_string(op->bodyGot) + " of " +
-                                                  std::to_string(op->frameLength) + " bytes"
-                                            : "inside a frame header";
-    c->FailReads(CodedError(env, "ERR_TP_PROTOCOL", "truncated frame: peer closed the connection " + what).Value());
-    return;
-  }
-  c->FailReads(UvError(env, static_cast<int>(nread), "read").Value());
+  Napi::HandleScope scope(c->Env());
+  const ReadOp* front = c->reads_.empty() ? nullptr : c->reads_.front().get();
+  Napi::Value err = c->Fail(front, static_cast<int>(nread));
+  // With no read pending, the next read() learns of it (after any frames
+  // still in the staging buffer).
+  if (front) c->FailFront(err);
 }
 
 namespace {

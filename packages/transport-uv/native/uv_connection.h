@@ -66,11 +66,12 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
 
   Progress Consume(ReadOp& op);
-  bool TryReadNow();
   Napi::Value Result(ReadOp& op);
   void Pump();
   void UpdateReading();
-  void FailReads(Napi::Value error);
+  Napi::Value Fail(const ReadOp* op, int status);
+  Napi::Value FailureFor(const ReadOp& op);
+  void FailFront(Napi::Value error);
 
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
   static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
@@ -88,8 +89,13 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   std::vector<char> staging_;
   size_t stagingBegin_ = 0;
   size_t stagingEnd_ = 0;
+  // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
+  int failStatus_ = 0;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
+  Napi::Reference<Napi::ArrayBuffer> slab_;
+  char* slabData_ = nullptr;
+  size_t slabUsed_ = 0;
 };
 
 }  // namespace tensorpipe_js
