@@ -1,6 +1,5 @@
-// A TCP connection on Node's own libuv loop that moves frames (8-byte
-// little-endian length, then the bytes) straight between the socket and the
-// caller's memory.
+// A TCP connection on Node's own libuv loop that moves frames straight
+// between the socket and the caller's memory.
 #pragma once
 
 #include <napi.h>
@@ -9,7 +8,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "tensorpipe/frame_io.h"
 
 namespace tensorpipe_js {
 
@@ -20,7 +22,6 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   static UvConnection* Create(Napi::Env env, uv_loop_t* loop, Napi::Object* out);
 
   explicit UvConnection(const Napi::CallbackInfo& info);
-  ~UvConnection() override;
 
   uv_tcp_t* handle() { return handle_; }
   // Called once the socket is connected or accepted.
@@ -30,34 +31,14 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
 
  private:
   enum class State { kIdle, kOpen, kFailed, kClosed };
-
-  struct ReadOp {
-    Napi::FunctionReference callback;
-    Napi::Reference<Napi::Value> keepTarget;
-    char* target = nullptr;
-    size_t targetLength = 0;
-    bool hasTarget = false;
-    uint64_t maxLength = 0;
-    uint8_t header[8];
-    size_t headerGot = 0;
-    bool haveHeader = false;
-    uint64_t frameLength = 0;
-    char* body = nullptr;
-    uint64_t bodyGot = 0;
-    char* fresh = nullptr;
-    ~ReadOp();
-  };
+  using Progress = FrameRead::Progress;
 
   struct WriteOp {
     uv_write_t req;
     UvConnection* connection = nullptr;
-    std::vector<uint64_t> headers;
-    std::vector<uv_buf_t> bufs;
-    Napi::Reference<Napi::Value> keepFrames;
+    std::unique_ptr<FrameWrite> frames;
     Napi::FunctionReference callback;
   };
-
-  enum class Progress { kNeedMore, kDone, kError };
 
   Napi::Value Write(const Napi::CallbackInfo& info);
   Napi::Value Read(const Napi::CallbackInfo& info);
@@ -65,12 +46,11 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
 
-  Progress Consume(ReadOp& op);
-  Napi::Value Result(ReadOp& op);
+  Progress Consume(FrameRead& op);
   void Pump();
   void UpdateReading();
-  Napi::Value Fail(const ReadOp* op, int status);
-  Napi::Value FailureFor(const ReadOp& op);
+  Napi::Value Fail(const FrameRead* op, int status);
+  Napi::Value FailureFor(const FrameRead& op);
   void FailFront(Napi::Value error);
 
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
@@ -83,8 +63,8 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   bool reading_ = false;
   bool pumping_ = false;
   bool direct_ = false;
-  std::deque<std::unique_ptr<ReadOp>> reads_;
-  // Small frames and headers go through here; large bodies go straight
+  std::deque<std::unique_ptr<FrameRead>> reads_;
+  // Read-ahead and small frames go through here; large bodies go straight
   // into their destination.
   std::vector<char> staging_;
   size_t stagingBegin_ = 0;
@@ -92,10 +72,8 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
   int failStatus_ = 0;
+  FrameResults results_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
-  Napi::Reference<Napi::ArrayBuffer> slab_;
-  char* slabData_ = nullptr;
-  size_t slabUsed_ = 0;
 };
 
 }  // namespace tensorpipe_js

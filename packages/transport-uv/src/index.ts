@@ -2,7 +2,6 @@ import type { Context } from "@tensorpipe/core";
 import { UvTransport, type UvTransportOptions } from "./uv-transport.js";
 
 export { UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";
-export { UvConnection } from "./uv-connection.js";
 
 /** Upstream TensorPipe's priority for uv: below shm (and ibv). */
 export const UV_PRIORITY = 1;

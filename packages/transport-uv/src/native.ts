@@ -1,23 +1,14 @@
 import { createRequire } from "node:module";
+import type { NativeFrameConnection as NativeConnection } from "@tensorpipe/core";
 
-/** The addon's surface, as native/addon.cc defines it. */
-export interface NativeConnection {
-  write(frames: ArrayBufferView[], callback: (err: Error | null) => void): boolean;
-  read(
-    target: ArrayBufferView | null,
-    maxLength: number,
-    callback: (err: Error | null, frame?: Uint8Array) => void,
-  ): boolean | Uint8Array | Error;
-  close(): void;
-  localAddress(): string;
-  remoteAddress(): string;
-}
+export type { NativeConnection };
 
 export interface NativeListener {
   address(): string;
   close(): void;
 }
 
+/** The addon's surface, as native/addon.cc defines it. */
 export interface NativeAddon {
   UvListener: new (
     host: string,

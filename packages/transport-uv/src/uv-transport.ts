@@ -4,6 +4,7 @@ import { networkInterfaces } from "node:os";
 import {
   type Connection,
   ErrorCode,
+  NativeConnection,
   TensorPipeError,
   type TransportContext,
   type TransportListener,
@@ -14,8 +15,7 @@ import {
   raceSignal,
   splitHostPort,
 } from "@tensorpipe/core";
-import { type NativeConnection, loadAddon } from "./native.js";
-import { UvConnection } from "./uv-connection.js";
+import { type NativeConnection as NativeHandle, loadAddon } from "./native.js";
 
 export interface UvTransportOptions {
   /**
@@ -110,7 +110,7 @@ export class UvTransport implements TransportContext {
     try {
       const native = new addon.UvListener(host, port, (err, conn) => {
         if (err) onError?.(err);
-        else onConnection(new UvConnection(conn!));
+        else onConnection(new NativeConnection(conn!, "uv"));
       });
       return new UvTransportListener(native);
     } catch (e) {
@@ -123,8 +123,8 @@ export class UvTransport implements TransportContext {
     const { host, port } = splitHostPort(address);
     const ip = await resolveHost(host);
     const bindHost = this.options.interface ? interfaceAddress(this.options.interface, this.options.family) : null;
-    let native: NativeConnection | undefined;
-    const connected = new Promise<NativeConnection>((resolve, reject) => {
+    let native: NativeHandle | undefined;
+    const connected = new Promise<NativeHandle>((resolve, reject) => {
       try {
         native = addon.connect(ip, port, bindHost, (err, conn) => (err ? reject(err) : resolve(conn!)));
       } catch (e) {
@@ -133,7 +133,7 @@ export class UvTransport implements TransportContext {
     });
     try {
       const conn = await raceSignal(connected, options?.signal, `connect to uv://${address}`, () => native?.close());
-      return new UvConnection(conn);
+      return new NativeConnection(conn, "uv");
     } catch (e) {
       throw fromNativeError(e, `uv://${address}`);
     }

@@ -1,13 +1,34 @@
-import { type Connection, Deferred, TensorPipeError, closedError, fromNativeError } from "@tensorpipe/core";
-import type { NativeConnection } from "./native.js";
+import { Deferred } from "./deferred.js";
+import { type TensorPipeError, closedError, fromNativeError } from "./errors.js";
+import type { Connection } from "./transport.js";
 
 /**
- * A Connection over the native UvConnection. Native reads and writes each
- * complete in the order they were issued, so one callback per kind and a
- * FIFO of promises serve them all. The first error closes the connection
- * and is what every pending and later operation rejects with.
+ * What a native addon's connection object offers (see native-common's
+ * frame_io.h). Reads and writes each complete in the order issued.
  */
-export class UvConnection implements Connection {
+export interface NativeFrameConnection {
+  /** true: every byte was written at once and `callback` will not be called. */
+  write(frames: ArrayBufferView[], callback: (err: Error | null) => void): boolean;
+  /**
+   * false: queued, `callback` follows; otherwise the result at once: true
+   * (read into target), the frame (fresh memory) or an Error.
+   */
+  read(
+    target: ArrayBufferView | null,
+    maxLength: number,
+    callback: (err: Error | null, frame?: Uint8Array) => void,
+  ): boolean | Uint8Array | Error;
+  close(): void;
+  localAddress(): string;
+  remoteAddress(): string;
+}
+
+/**
+ * A Connection over a native frame connection: one callback per kind and a
+ * FIFO of promises serve every operation. The first error closes the
+ * connection and is what every pending and later operation rejects with.
+ */
+export class NativeConnection implements Connection {
   readonly closed: Promise<Error | undefined>;
   readonly localAddress: string;
   readonly remoteAddress: string;
@@ -18,7 +39,11 @@ export class UvConnection implements Connection {
   private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
   private readonly onRead = (err: Error | null, frame?: Uint8Array) => this.complete(this.pendingReads, err, frame);
 
-  constructor(private readonly native: NativeConnection) {
+  constructor(
+    private readonly native: NativeFrameConnection,
+    /** Names the transport in error messages ("uv", "shm"). */
+    private readonly transport: string,
+  ) {
     this.closed = this.closedDeferred.promise;
     this.localAddress = native.localAddress();
     this.remoteAddress = native.remoteAddress();
@@ -80,8 +105,8 @@ export class UvConnection implements Connection {
   close(error?: Error): void {
     if (this.failure) return;
     this.failure = error
-      ? fromNativeError(error, this.remoteAddress ? `uv connection to ${this.remoteAddress}` : "uv connection")
-      : closedError("uv connection");
+      ? fromNativeError(error, `${this.transport} connection to ${this.remoteAddress || "peer"}`)
+      : closedError(`${this.transport} connection`);
     this.native.close();
     for (const d of this.pendingWrites.splice(0)) d.reject(this.failure);
     for (const d of this.pendingReads.splice(0)) d.reject(this.failure);

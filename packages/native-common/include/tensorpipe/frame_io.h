@@ -1,0 +1,201 @@
+// Frames as every tensorpipe-js connection carries them (8-byte
+// little-endian length, then the bytes), read into the caller's memory or
+// fresh memory and written from the caller's memory, whatever moves the
+// bytes (a socket, a shared-memory ring).
+#pragma once
+
+#include <napi.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+
+// uv_buf_init() takes an unsigned int; frames may be larger.
+inline uv_buf_t MakeBuf(char* base, size_t len) {
+  uv_buf_t b;
+  b.base = base;
+  b.len = len;
+  return b;
+}
+
+// One frame being read.
+struct FrameRead {
+  enum class Progress { kNeedMore, kDone, kError };
+
+  Napi::FunctionReference callback;
+  Napi::Reference<Napi::Value> keepTarget;
+  char* target = nullptr;
+  size_t targetLength = 0;
+  bool hasTarget = false;
+  uint64_t maxLength = 0;
+  uint8_t header[8];
+  size_t headerGot = 0;
+  bool haveHeader = false;
+  uint64_t frameLength = 0;
+  char* body = nullptr;
+  uint64_t bodyGot = 0;
+  char* fresh = nullptr;
+
+  FrameRead() = default;
+  FrameRead(const FrameRead&) = delete;
+  FrameRead& operator=(const FrameRead&) = delete;
+  ~FrameRead() { std::free(fresh); }
+
+  // From read(target: ArrayBufferView | null, maxLength: number, ...).
+  static std::unique_ptr<FrameRead> FromArgs(const Napi::CallbackInfo& info) {
+    auto op = std::make_unique<FrameRead>();
+    if (!info[0].IsNull() && !info[0].IsUndefined()) {
+      ByteSpan span;
+      if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "target must be an ArrayBufferView");
+      op->hasTarget = true;
+      op->target = span.data;
+      op->targetLength = span.length;
+      op->keepTarget = Napi::Persistent(info[0]);
+    }
+    op->maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
+    return op;
+  }
+
+  uint64_t BodyRemaining() const { return haveHeader ? frameLength - bodyGot : 0; }
+
+  // Takes what it needs of [data, data + avail) and says how much in *used.
+  // A length that the target or the limit cannot take is an error, found
+  // before any memory is allocated for it.
+  Progress Feed(const char* data, size_t avail, size_t* used, std::string* error) {
+    size_t taken = 0;
+    if (!haveHeader) {
+      size_t n = std::min<size_t>(8 - headerGot, avail);
+      std::memcpy(header + headerGot, data, n);
+      headerGot += n;
+      taken += n;
+      if (headerGot < 8) {
+        *used = taken;
+        return Progress::kNeedMore;
+      }
+      std::memcpy(&frameLength, header, 8);  // little-endian hosts only, as upstream
+      if (hasTarget) {
+        if (frameLength != targetLength) {
+          *error = "frame of " + std::to_string(frameLength) + " bytes where " + std::to_string(targetLength) +
+                   " were expected";
+          return Progress::kError;
+        }
+        body = target;
+      } else {
+        if (frameLength > maxLength) {
+          *error = "frame length " + std::to_string(frameLength) + " exceeds the limit of " +
+                   std::to_string(maxLength) + " bytes";
+          return Progress::kError;
+        }
+        fresh = static_cast<char*>(std::malloc(frameLength > 0 ? frameLength : 1));
+        if (fresh == nullptr) {
+          *error = "cannot allocate " + std::to_string(frameLength) + " bytes for a frame";
+          return Progress::kError;
+        }
+        body = fresh;
+      }
+      haveHeader = true;
+    }
+    uint64_t n = std::min<uint64_t>(frameLength - bodyGot, avail - taken);
+    if (n > 0) {
+      std::memcpy(body + bodyGot, data + taken, n);
+      bodyGot += n;
+      taken += n;
+    }
+    *used = taken;
+    return bodyGot == frameLength ? Progress::kDone : Progress::kNeedMore;
+  }
+
+  // Why a stream that ended now leaves this read unfinished.
+  std::string TruncationMessage() const {
+    return haveHeader ? "truncated frame: peer closed the connection after " + std::to_string(bodyGot) + " of " +
+                            std::to_string(frameLength) + " bytes"
+                      : "truncated frame: peer closed the connection inside a frame header";
+  }
+};
+
+// Hands finished reads to JS: `true` for a read into a target; small fresh
+// frames as views of a shared slab (no ArrayBuffer and finalizer per frame,
+// as Node's Buffer pool does), large ones as external Buffers.
+class FrameResults {
+ public:
+  Napi::Value Result(Napi::Env env, FrameRead& op) {
+    if (op.hasTarget) return Napi::Boolean::New(env, true);
+    if (op.frameLength <= kSmallFrame) {
+      if (slab_.IsEmpty() || slabUsed_ + op.frameLength > kSlabSize) {
+        Napi::ArrayBuffer slab = Napi::ArrayBuffer::New(env, kSlabSize);
+        slab_ = Napi::Persistent(slab);
+        slabData_ = static_cast<char*>(slab.Data());
+        slabUsed_ = 0;
+      }
+      std::memcpy(slabData_ + slabUsed_, op.fresh, op.frameLength);
+      Napi::Uint8Array view = Napi::Uint8Array::New(env, op.frameLength, slab_.Value(), slabUsed_);
+      slabUsed_ += op.frameLength;
+      return view;
+    }
+    char* data = op.fresh;
+    op.fresh = nullptr;
+    return Napi::Buffer<char>::New(env, data, op.frameLength, [](Napi::Env, char* p) { std::free(p); });
+  }
+
+ private:
+  static constexpr uint64_t kSmallFrame = 4096;
+  static constexpr size_t kSlabSize = 64 * 1024;
+  Napi::Reference<Napi::ArrayBuffer> slab_;
+  char* slabData_ = nullptr;
+  size_t slabUsed_ = 0;
+};
+
+// Frames to write, as one gather list of headers and the callers' bytes.
+struct FrameWrite {
+  std::vector<uint64_t> headers;
+  std::vector<uv_buf_t> bufs;
+  size_t total = 0;
+  size_t first = 0;  // bufs before this one are fully written
+  Napi::Reference<Napi::Value> keepFrames;
+
+  // From write(frames: ArrayBufferView[], ...).
+  static std::unique_ptr<FrameWrite> FromArgs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "frames must be an array");
+    Napi::Array frames = info[0].As<Napi::Array>();
+    uint32_t n = frames.Length();
+    auto op = std::make_unique<FrameWrite>();
+    op->headers.resize(n);
+    op->bufs.reserve(2 * n);
+    for (uint32_t i = 0; i < n; i++) {
+      ByteSpan span;
+      if (!GetBytes(frames.Get(i), &span)) throw Napi::TypeError::New(env, "frames must be ArrayBufferViews");
+      uint64_t len = span.length;
+      std::memcpy(&op->headers[i], &len, 8);
+      op->bufs.push_back(MakeBuf(reinterpret_cast<char*>(&op->headers[i]), 8));
+      if (len > 0) op->bufs.push_back(MakeBuf(span.data, len));
+      op->total += 8 + len;
+    }
+    return op;
+  }
+
+  // Marks `n` more bytes as written.
+  void Advance(size_t n) {
+    while (n > 0 && first < bufs.size()) {
+      size_t step = std::min(n, bufs[first].len);
+      bufs[first].base += step;
+      bufs[first].len -= step;
+      n -= step;
+      if (bufs[first].len == 0) first++;
+    }
+    while (first < bufs.size() && bufs[first].len == 0) first++;
+  }
+
+  bool Done() const { return first == bufs.size(); }
+};
+
+}  // namespace tensorpipe_js
