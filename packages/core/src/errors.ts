@@ -21,6 +21,8 @@ export const ErrorCode = {
   CLOSED: "ERR_TP_CLOSED",
   /** The caller passed something unusable. */
   INVALID_ARG: "ERR_TP_INVALID_ARG",
+  /** The peer's credentials are not allowed (another user, ...). */
+  PERMISSION_DENIED: "ERR_TP_PERMISSION_DENIED",
   /** A backend cannot run on this machine. */
   NOT_VIABLE: "ERR_TP_NOT_VIABLE",
   /** Any other system error; see `errno` and `syscall`. */
@@ -78,6 +80,8 @@ const errnoToCode: Record<string, ErrorCode> = {
   ETIMEDOUT: ErrorCode.CONNECTION_RESET,
   ECONNABORTED: ErrorCode.CONNECTION_RESET,
   ECANCELED: ErrorCode.CLOSED,
+  EACCES: ErrorCode.PERMISSION_DENIED,
+  EPERM: ErrorCode.PERMISSION_DENIED,
 };
 
 const errnoText: Record<string, string> = {

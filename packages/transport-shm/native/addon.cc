@@ -1,0 +1,88 @@
+// The shm transport's native half: abstract Unix sockets to meet, memfd
+// rings to move bytes, eventfds to wake up, all on Node's own loop.
+#include <napi.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <cerrno>
+#include <string>
+
+#include "addon_data.h"
+#include "shm_connection.h"
+#include "shm_listener.h"
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+namespace {
+
+// connect(name, options, callback(err, connection)): the callback follows
+// the handshake. Nobody listening throws ECONNREFUSED at once.
+Napi::Value Connect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  struct sockaddr_un addr;
+  if (name.empty() || name.size() > sizeof(addr.sun_path) - 2) {
+    throw CodedError(env, "ERR_TP_INVALID_ARG", "shm address must have 1 to 106 bytes");
+  }
+  socklen_t len = AbstractAddress(name, &addr);
+  int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sock < 0) throw UvError(env, uv_translate_sys_error(errno), "socket");
+  int r;
+  do {
+    r = connect(sock, reinterpret_cast<struct sockaddr*>(&addr), len);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) {
+    // A full backlog (EAGAIN) turns nobody away for good: say refused.
+    int err = errno == EAGAIN ? ECONNREFUSED : errno;
+    ::close(sock);
+    throw UvError(env, uv_translate_sys_error(err), "connect");
+  }
+  return ShmConnection::Create(env, sock, OptionsFrom(info[1]), info[2].As<Napi::Function>());
+}
+
+// Whether this process can make what a connection needs; the reason if not.
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = memfd_create("tensorpipe-js-probe", MFD_CLOEXEC);
+  if (fd < 0) return Napi::String::New(env, std::string("memfd_create failed: ") + strerror(errno));
+  bool mapped = ftruncate(fd, 4096) == 0 && [&] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, 4096);
+    return true;
+  }();
+  int err = errno;
+  ::close(fd);
+  if (!mapped) return Napi::String::New(env, std::string("cannot map shared memory: ") + strerror(err));
+  int efd = eventfd(0, EFD_CLOEXEC);
+  if (efd < 0) return Napi::String::New(env, std::string("eventfd failed: ") + strerror(errno));
+  ::close(efd);
+  int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return Napi::String::New(env, std::string("Unix sockets unavailable: ") + strerror(errno));
+  ::close(sock);
+  return env.Null();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  napi_get_uv_event_loop(env, &data->loop);
+  Napi::Function connection = ShmConnection::Define(env);
+  data->connectionConstructor = Napi::Persistent(connection);
+  env.SetInstanceData(data);
+  exports.Set("ShmConnection", connection);
+  exports.Set("ShmListener", ShmListener::Define(env));
+  exports.Set("connect", Napi::Function::New(env, Connect, "connect"));
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+static Napi::Object InitAddon(Napi::Env env, Napi::Object exports) { return tensorpipe_js::Init(env, exports); }
+
+NODE_API_MODULE(tensorpipe_shm, InitAddon)

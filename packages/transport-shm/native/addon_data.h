@@ -1,0 +1,16 @@
+#pragma once
+
+#include <napi.h>
+#include <uv.h>
+
+namespace tensorpipe_js {
+
+// Per-environment state: the constructor native code instantiates itself.
+struct AddonData {
+  Napi::FunctionReference connectionConstructor;
+  uv_loop_t* loop = nullptr;
+};
+
+inline AddonData* GetAddonData(Napi::Env env) { return env.GetInstanceData<AddonData>(); }
+
+}  // namespace tensorpipe_js

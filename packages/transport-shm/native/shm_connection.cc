@@ -1,0 +1,551 @@
+#include "shm_connection.h"
+
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "addon_data.h"
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '1'};
+constexpr uint64_t kMinRing = 4096;
+constexpr uint64_t kMaxRing = 1ull << 30;
+
+struct Hello {
+  char magic[8];
+  uint64_t ringSize;
+};
+
+Napi::Error SysError(Napi::Env env, int err, const char* syscall) {
+  return UvError(env, uv_translate_sys_error(err), syscall);
+}
+
+void Signal(int fd) {
+  uint64_t one = 1;
+  ssize_t r;
+  do {
+    r = ::write(fd, &one, sizeof(one));
+  } while (r < 0 && errno == EINTR);
+}
+
+void Drain(int fd) {
+  uint64_t value;
+  ssize_t r;
+  do {
+    r = ::read(fd, &value, sizeof(value));
+  } while (r < 0 && errno == EINTR);
+}
+
+bool IsEventfd(int fd) {
+  char path[64];
+  char target[64] = {0};
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof(target) - 1);
+  return n > 0 && std::strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+}  // namespace
+
+Napi::Function ShmConnection::Define(Napi::Env env) {
+  return DefineClass(env, "ShmConnection",
+                     {
+                         InstanceMethod<&ShmConnection::Write>("write"),
+                         InstanceMethod<&ShmConnection::Read>("read"),
+                         InstanceMethod<&ShmConnection::Close>("close"),
+                         InstanceMethod<&ShmConnection::LocalAddress>("localAddress"),
+                         InstanceMethod<&ShmConnection::RemoteAddress>("remoteAddress"),
+                     });
+}
+
+ShmConnection::ShmConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmConnection>(info) {
+  if (info.Length() != 1 || !info[0].IsExternal()) {
+    throw Napi::TypeError::New(info.Env(), "ShmConnection is created by connect() or a listener");
+  }
+  asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), "tensorpipe.ShmConnection", info.This().As<Napi::Object>());
+}
+
+Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady) {
+  Napi::Object object = GetAddonData(env)->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
+  ShmConnection* c = Unwrap(object);
+  c->options_ = options;
+  c->onReady_ = Napi::Persistent(onReady);
+  // Alive while its handles are, whatever JS holds on to.
+  c->Ref();
+  int r = c->Begin(sock);
+  if (r < 0) {
+    Napi::Error err = UvError(env, r, "shm handshake");
+    if (!c->protocolError_.empty()) err.Set("message", Napi::String::New(env, c->protocolError_));
+    c->CloseAll();
+    throw err;
+  }
+  return object;
+}
+
+// Checks who the peer is, makes this side's inbox and sends it over.
+int ShmConnection::Begin(int sock) {
+  sock_ = sock;
+  uv_loop_t* loop = GetAddonData(Env())->loop;
+  for (uv_poll_t** p : {&socketPoll_, &readablePoll_, &writablePoll_}) {
+    *p = new uv_poll_t;
+    (*p)->data = this;
+  }
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return uv_translate_sys_error(errno);
+  peerPid_ = cred.pid;
+  peerUid_ = cred.uid;
+  if (!options_.allowOtherUsers && cred.uid != geteuid()) {
+    protocolError_ = "peer runs as uid " + std::to_string(cred.uid) + ", this process as uid " +
+                     std::to_string(geteuid()) + " (allowOtherUsers is off)";
+    return UV_EACCES;
+  }
+  inboxMapSize_ = kRingHeaderSize + options_.ringSize;
+  inboxMemfd_ = memfd_create("tensorpipe-js-shm", MFD_CLOEXEC);
+  if (inboxMemfd_ < 0) return uv_translate_sys_error(errno);
+  if (ftruncate(inboxMemfd_, static_cast<off_t>(inboxMapSize_)) != 0) return uv_translate_sys_error(errno);
+  inboxMap_ = mmap(nullptr, inboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, inboxMemfd_, 0);
+  if (inboxMap_ == MAP_FAILED) {
+    inboxMap_ = nullptr;
+    return uv_translate_sys_error(errno);
+  }
+  new (inboxMap_) RingHeader();
+  inbox_ = RingView(inboxMap_, options_.ringSize);
+  inboxReadableFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  inboxWritableFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (inboxReadableFd_ < 0 || inboxWritableFd_ < 0) return uv_translate_sys_error(errno);
+
+  Hello hello;
+  std::memcpy(hello.magic, kMagic, sizeof(kMagic));
+  hello.ringSize = options_.ringSize;
+  int fds[3] = {inboxMemfd_, inboxReadableFd_, inboxWritableFd_};
+  char control[CMSG_SPACE(sizeof(fds))];
+  std::memset(control, 0, sizeof(control));
+  struct iovec iov = {&hello, sizeof(hello)};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
+  ssize_t sent;
+  do {
+    sent = sendmsg(sock_, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent != static_cast<ssize_t>(sizeof(hello))) return sent < 0 ? uv_translate_sys_error(errno) : UV_EIO;
+  // The peer holds its own copy now; the mapping keeps the memory here.
+  CloseFd(&inboxMemfd_);
+
+  uv_poll_init(loop, socketPoll_, sock_);
+  uv_poll_init(loop, readablePoll_, inboxReadableFd_);
+  openHandles_ = 2;
+  return uv_poll_start(socketPoll_, UV_READABLE | UV_DISCONNECT, OnSocketEvent);
+}
+
+void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  if (c->state_ == State::kClosed) return;
+  c->OnSocket();
+}
+
+void ShmConnection::OnSocket() {
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  if (state_ == State::kHandshake) {
+    Hello hello;
+    int received[3] = {-1, -1, -1};
+    int count = 0;
+    char control[CMSG_SPACE(sizeof(received))];
+    struct iovec iov = {&hello, sizeof(hello)};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n;
+    do {
+      n = recvmsg(sock_, &msg, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0) {
+      HandshakeFailed(SysError(env, errno, "shm handshake").Value());
+      return;
+    }
+    for (struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+      size_t nfds = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < nfds; i++) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+        if (count < 3) received[count] = fd;
+        else ::close(fd);
+        count++;
+      }
+    }
+    std::string problem;
+    struct stat st;
+    if (n == 0) problem = "peer closed the connection during the shm handshake";
+    else if (n != static_cast<ssize_t>(sizeof(hello)) || std::memcmp(hello.magic, kMagic, sizeof(kMagic)) != 0)
+      problem = "peer is not a tensorpipe-js shm endpoint";
+    else if (count != 3 || (msg.msg_flags & MSG_CTRUNC))
+      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 3";
+    else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
+      problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
+    else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
+      problem = "peer's ring memory does not have the size it announced";
+    else if (!IsEventfd(received[1]) || !IsEventfd(received[2]))
+      problem = "peer's wake-up descriptors are not eventfds";
+    if (problem.empty()) {
+      outboxMapSize_ = kRingHeaderSize + hello.ringSize;
+      outboxMap_ = mmap(nullptr, outboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, received[0], 0);
+      if (outboxMap_ == MAP_FAILED) {
+        outboxMap_ = nullptr;
+        problem = std::string("cannot map the peer's ring: ") + std::strerror(errno);
+      }
+    }
+    CloseFd(&received[0]);
+    outboxReadableFd_ = received[1];
+    outboxWritableFd_ = received[2];
+    if (!problem.empty()) {
+      const char* code = n == 0 ? "ERR_TP_PEER_CLOSED" : "ERR_TP_PROTOCOL";
+      HandshakeFailed(CodedError(env, code, problem).Value());
+      return;
+    }
+    outbox_ = RingView(outboxMap_, hello.ringSize);
+    FinishHandshake();
+    return;
+  }
+  // After the handshake nothing more comes on the socket: readable means
+  // the peer is gone (EOF, or an error), or it broke the protocol.
+  char byte;
+  ssize_t n;
+  do {
+    n = recv(sock_, &byte, 1, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  if (state_ != State::kOpen) return;
+  // Frames the peer finished before going away still count.
+  PumpReads();
+  if (state_ != State::kOpen) return;
+  if (n > 0) protocolError_ = "unexpected bytes on the shm control socket";
+  Fail(n == 0 ? UV_EOF : uv_translate_sys_error(errno));
+  FailPending();
+}
+
+void ShmConnection::FinishHandshake() {
+  uv_poll_init(GetAddonData(Env())->loop, writablePoll_, outboxWritableFd_);
+  openHandles_++;
+  state_ = State::kOpen;
+  Napi::Env env = Env();
+  Napi::FunctionReference ready = std::move(onReady_);
+  InvokeCallback(ready, *asyncContext_, {env.Null(), Value()});
+}
+
+void ShmConnection::HandshakeFailed(Napi::Value error) {
+  Napi::FunctionReference ready = std::move(onReady_);
+  CloseAll();
+  InvokeCallback(ready, *asyncContext_, {error});
+}
+
+// write(frames, callback) -> true when every byte went into the ring at
+// once (the callback is then never called), else false.
+Napi::Value ShmConnection::Write(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (state_ == State::kClosed || state_ == State::kHandshake) {
+    throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+  }
+  if (state_ == State::kFailed) throw Napi::Error(env, WriteFailure());
+  auto op = std::make_unique<PendingWrite>();
+  op->frames = FrameWrite::FromArgs(info);
+  if (writes_.empty()) {
+    if (!CopyOut(*op->frames)) {
+      Fail(0);
+      throw Napi::Error(env, WriteFailure());
+    }
+    if (op->frames->Done()) return Napi::Boolean::New(env, true);
+  }
+  op->frames->keepFrames = Napi::Persistent(info[0]);
+  op->callback = Napi::Persistent(info[1].As<Napi::Function>());
+  writes_.push_back(std::move(op));
+  ArmWrite();
+  return Napi::Boolean::New(env, false);
+}
+
+// Copies as much of `op` as the peer's ring has room for. False: the peer
+// moved its tail where no honest reader could.
+bool ShmConnection::CopyOut(FrameWrite& op) {
+  RingHeader* h = outbox_.header();
+  uint64_t tail = h->tail.load(std::memory_order_acquire);
+  if (tail - outboxTailSeen_ > outboxHead_ - outboxTailSeen_) {
+    protocolError_ = "peer's ring tail moved out of range";
+    return false;
+  }
+  outboxTailSeen_ = tail;
+  uint64_t room = outbox_.size() - (outboxHead_ - tail);
+  uint64_t before = outboxHead_;
+  while (!op.Done() && room > 0) {
+    uv_buf_t& b = op.bufs[op.first];
+    uint64_t n = std::min<uint64_t>(b.len, room);
+    outbox_.CopyIn(outboxHead_, b.base, n);
+    outboxHead_ += n;
+    room -= n;
+    op.Advance(n);
+  }
+  if (outboxHead_ != before) {
+    h->head.store(outboxHead_, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (h->readerWaiting.exchange(0) != 0) Signal(outboxReadableFd_);
+  }
+  return true;
+}
+
+void ShmConnection::FlushWrites() {
+  Napi::Env env = Env();
+  while (!writes_.empty() && state_ == State::kOpen) {
+    PendingWrite& op = *writes_.front();
+    if (!CopyOut(*op.frames)) {
+      Fail(0);
+      FailPending();
+      return;
+    }
+    if (!op.frames->Done()) break;
+    std::unique_ptr<PendingWrite> done = std::move(writes_.front());
+    writes_.pop_front();
+    Napi::HandleScope scope(env);
+    InvokeCallback(done->callback, *asyncContext_, {env.Null()});
+  }
+  ArmWrite();
+}
+
+// Waits for room: tells the peer, then looks again so that room made in
+// between is not missed.
+void ShmConnection::ArmWrite() {
+  if (state_ != State::kOpen) return;
+  if (writes_.empty()) {
+    if (writablePolling_) uv_poll_stop(writablePoll_);
+    writablePolling_ = false;
+    return;
+  }
+  RingHeader* h = outbox_.header();
+  h->writerWaiting.store(1, std::memory_order_seq_cst);
+  uint64_t tail = h->tail.load(std::memory_order_seq_cst);
+  if (outboxHead_ - tail < outbox_.size()) Signal(outboxWritableFd_);
+  if (!writablePolling_) uv_poll_start(writablePoll_, UV_READABLE, OnWritableEvent);
+  writablePolling_ = true;
+}
+
+void ShmConnection::OnWritableEvent(uv_poll_t* handle, int status, int events) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  if (c->state_ != State::kOpen) return;
+  Drain(c->outboxWritableFd_);
+  c->FlushWrites();
+}
+
+// read(target | null, maxLength, callback) -> false when queued, or the
+// result at once: true, a Uint8Array or an Error.
+Napi::Value ShmConnection::Read(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (state_ == State::kClosed || state_ == State::kHandshake) {
+    throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+  }
+  std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
+  if (reads_.empty()) {
+    Progress p = Consume(*op);
+    if (p == Progress::kDone) return results_.Result(env, *op);
+    if (p == Progress::kError) {
+      Fail(0);
+      return FailureFor(*op);
+    }
+  }
+  if (state_ == State::kFailed) return FailureFor(*op);
+  op->callback = Napi::Persistent(info[2].As<Napi::Function>());
+  reads_.push_back(std::move(op));
+  ArmRead();
+  return Napi::Boolean::New(env, false);
+}
+
+ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
+  RingHeader* h = inbox_.header();
+  uint64_t head = h->head.load(std::memory_order_acquire);
+  uint64_t avail = head - inboxTail_;
+  if (avail > inbox_.size()) {
+    protocolError_ = "peer's ring head moved out of range";
+    return Progress::kError;
+  }
+  Progress p = Progress::kNeedMore;
+  uint64_t consumed = 0;
+  if (avail > 0) {
+    const char* a;
+    const char* b;
+    uint64_t an, bn;
+    inbox_.Segments(inboxTail_, avail, &a, &an, &b, &bn);
+    size_t used = 0;
+    p = op.Feed(a, an, &used, &protocolError_);
+    consumed = used;
+    if (p == Progress::kNeedMore && bn > 0) {
+      p = op.Feed(b, bn, &used, &protocolError_);
+      consumed += used;
+    }
+  }
+  if (consumed > 0) {
+    inboxTail_ += consumed;
+    h->tail.store(inboxTail_, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (h->writerWaiting.exchange(0) != 0) Signal(inboxWritableFd_);
+  }
+  return p;
+}
+
+void ShmConnection::PumpReads() {
+  if (pumping_) return;
+  pumping_ = true;
+  Napi::Env env = Env();
+  while (!reads_.empty() && state_ == State::kOpen) {
+    Progress p = Consume(*reads_.front());
+    if (p == Progress::kNeedMore) break;
+    std::unique_ptr<FrameRead> op = std::move(reads_.front());
+    reads_.pop_front();
+    Napi::HandleScope scope(env);
+    if (p == Progress::kError) {
+      Fail(0);
+      InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
+      FailPending();
+      break;
+    }
+    napi_value result = results_.Result(env, *op);
+    InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
+  }
+  pumping_ = false;
+  ArmRead();
+}
+
+// Waits for data: tells the peer, then looks again so that data written in
+// between is not missed (it is then signalled to ourselves).
+void ShmConnection::ArmRead() {
+  if (state_ != State::kOpen) return;
+  if (reads_.empty()) {
+    if (readablePolling_) uv_poll_stop(readablePoll_);
+    readablePolling_ = false;
+    return;
+  }
+  RingHeader* h = inbox_.header();
+  h->readerWaiting.store(1, std::memory_order_seq_cst);
+  if (h->head.load(std::memory_order_seq_cst) != inboxTail_) Signal(inboxReadableFd_);
+  if (!readablePolling_) uv_poll_start(readablePoll_, UV_READABLE, OnReadableEvent);
+  readablePolling_ = true;
+}
+
+void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  if (c->state_ != State::kOpen) return;
+  Drain(c->inboxReadableFd_);
+  c->PumpReads();
+}
+
+void ShmConnection::Fail(int status) {
+  if (state_ != State::kOpen) return;
+  state_ = State::kFailed;
+  if (status != 0 && protocolError_.empty()) failStatus_ = status;
+  for (uv_poll_t* p : {readablePoll_, writablePoll_, socketPoll_}) {
+    if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_poll_stop(p);
+  }
+  readablePolling_ = writablePolling_ = false;
+}
+
+Napi::Value ShmConnection::FailureFor(const FrameRead& op) {
+  Napi::Env env = Env();
+  if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
+  if (failStatus_ == UV_EOF && op.headerGot > 0) return CodedError(env, "ERR_TP_PROTOCOL", op.TruncationMessage()).Value();
+  return UvError(env, failStatus_, "read").Value();
+}
+
+Napi::Value ShmConnection::WriteFailure() {
+  Napi::Env env = Env();
+  if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
+  return UvError(env, failStatus_ == UV_EOF ? UV_EPIPE : failStatus_, "write").Value();
+}
+
+// The first pending read and write learn of the failure; JS then closes
+// the connection, which rejects everything else.
+void ShmConnection::FailPending() {
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  if (!reads_.empty()) {
+    std::unique_ptr<FrameRead> op = std::move(reads_.front());
+    reads_.pop_front();
+    InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
+  }
+  if (!writes_.empty() && state_ != State::kClosed) {
+    std::unique_ptr<PendingWrite> op = std::move(writes_.front());
+    writes_.pop_front();
+    InvokeCallback(op->callback, *asyncContext_, {WriteFailure()});
+  }
+}
+
+Napi::Value ShmConnection::Close(const Napi::CallbackInfo& info) {
+  CloseAll();
+  return info.Env().Undefined();
+}
+
+void ShmConnection::CloseAll() {
+  if (state_ == State::kClosed) return;
+  state_ = State::kClosed;
+  reads_.clear();
+  writes_.clear();
+  onReady_.Reset();
+  int open = openHandles_;
+  uv_poll_t* polls[3] = {socketPoll_, readablePoll_, writablePoll_};
+  for (int i = 0; i < 3; i++) {
+    if (i < open) uv_close(reinterpret_cast<uv_handle_t*>(polls[i]), OnHandleClosed);
+    else delete polls[i];
+  }
+  socketPoll_ = readablePoll_ = writablePoll_ = nullptr;
+  if (open == 0) Release();
+}
+
+void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  delete reinterpret_cast<uv_poll_t*>(handle);
+  if (--c->openHandles_ == 0) c->Release();
+}
+
+// Once libuv lets go of every handle: descriptors and mappings go too.
+void ShmConnection::Release() {
+  for (int* fd : {&sock_, &inboxMemfd_, &inboxReadableFd_, &inboxWritableFd_, &outboxReadableFd_, &outboxWritableFd_}) {
+    CloseFd(fd);
+  }
+  if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
+  if (outboxMap_) munmap(outboxMap_, outboxMapSize_);
+  inboxMap_ = outboxMap_ = nullptr;
+  Unref();
+}
+
+Napi::Value ShmConnection::LocalAddress(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), "pid " + std::to_string(getpid()));
+}
+
+Napi::Value ShmConnection::RemoteAddress(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), "pid " + std::to_string(peerPid_) + " uid " + std::to_string(peerUid_));
+}
+
+}  // namespace tensorpipe_js

@@ -1,0 +1,112 @@
+// A same-machine connection: one ring per direction in shared memory
+// (memfd, handed over with SCM_RIGHTS on a Unix socket), eventfd wake-ups
+// watched from Node's loop, and the Unix socket kept open so that the
+// peer's death (even SIGKILL) is seen at once.
+#pragma once
+
+#include <napi.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "ring.h"
+#include "tensorpipe/frame_io.h"
+
+namespace tensorpipe_js {
+
+struct ShmOptions {
+  uint64_t ringSize = 4 << 20;
+  bool allowOtherUsers = false;
+};
+
+class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  // Takes ownership of a connected Unix socket and starts the handshake;
+  // `onReady(err)` or `onReady(null, connection)` follows.
+  static Napi::Object Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady);
+
+  explicit ShmConnection(const Napi::CallbackInfo& info);
+
+ private:
+  enum class State { kHandshake, kOpen, kFailed, kClosed };
+  using Progress = FrameRead::Progress;
+
+  struct PendingWrite {
+    std::unique_ptr<FrameWrite> frames;
+    Napi::FunctionReference callback;
+  };
+
+  Napi::Value Write(const Napi::CallbackInfo& info);
+  Napi::Value Read(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  Napi::Value LocalAddress(const Napi::CallbackInfo& info);
+  Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
+
+  int Begin(int sock);  // 0 or a libuv error
+  void FinishHandshake();
+  void HandshakeFailed(Napi::Value error);
+  void OnSocket();
+  static void OnSocketEvent(uv_poll_t* handle, int status, int events);
+  static void OnReadableEvent(uv_poll_t* handle, int status, int events);
+  static void OnWritableEvent(uv_poll_t* handle, int status, int events);
+  static void OnHandleClosed(uv_handle_t* handle);
+  void Release();
+
+  Progress Consume(FrameRead& op);
+  bool CopyOut(FrameWrite& op);
+  void PumpReads();
+  void FlushWrites();
+  void ArmRead();
+  void ArmWrite();
+  void Fail(int status);
+  Napi::Value FailureFor(const FrameRead& op);
+  Napi::Value WriteFailure();
+  void FailPending();
+  void CloseAll();
+
+  State state_ = State::kHandshake;
+  ShmOptions options_;
+  int sock_ = -1;
+  pid_t peerPid_ = 0;
+  uid_t peerUid_ = 0;
+
+  // Mine to read; the peer writes. I own its tail.
+  void* inboxMap_ = nullptr;
+  size_t inboxMapSize_ = 0;
+  RingView inbox_;
+  uint64_t inboxTail_ = 0;
+  int inboxMemfd_ = -1;
+  int inboxReadableFd_ = -1;  // peer signals: data for me
+  int inboxWritableFd_ = -1;  // I signal: room for the peer
+
+  // The peer's inbox: mine to write. I own its head.
+  void* outboxMap_ = nullptr;
+  size_t outboxMapSize_ = 0;
+  RingView outbox_;
+  uint64_t outboxHead_ = 0;
+  uint64_t outboxTailSeen_ = 0;
+  int outboxReadableFd_ = -1;  // I signal: data for the peer
+  int outboxWritableFd_ = -1;  // peer signals: room for me
+
+  uv_poll_t* socketPoll_ = nullptr;
+  uv_poll_t* readablePoll_ = nullptr;
+  uv_poll_t* writablePoll_ = nullptr;
+  bool readablePolling_ = false;
+  bool writablePolling_ = false;
+  int openHandles_ = 0;
+
+  bool pumping_ = false;
+  std::deque<std::unique_ptr<FrameRead>> reads_;
+  std::deque<std::unique_ptr<PendingWrite>> writes_;
+  std::string protocolError_;
+  int failStatus_ = 0;
+  FrameResults results_;
+  Napi::FunctionReference onReady_;
+  std::unique_ptr<Napi::AsyncContext> asyncContext_;
+};
+
+}  // namespace tensorpipe_js

@@ -1,0 +1,15 @@
+import type { Context } from "@tensorpipe/core";
+import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
+
+export { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
+export { hostIdentity } from "./host-identity.js";
+
+/** Above uv: preferred whenever both ends share this machine. */
+export const SHM_PRIORITY = 10;
+
+/** Registers the shm transport as "shm"; skipped in negotiation where not viable. */
+export function registerShmTransport(context: Context, options?: ShmTransportOptions, priority = SHM_PRIORITY): ShmTransport {
+  const transport = new ShmTransport(options);
+  context.registerTransport(priority, "shm", transport);
+  return transport;
+}

@@ -1,0 +1,102 @@
+import { randomBytes } from "node:crypto";
+import {
+  type Connection,
+  ErrorCode,
+  NativeConnection,
+  type NativeFrameConnection,
+  TensorPipeError,
+  type TransportContext,
+  type TransportListener,
+  VIABLE,
+  type Viability,
+  fromNativeError,
+  notViable,
+  raceSignal,
+} from "@tensorpipe/core";
+import { hostIdentity } from "./host-identity.js";
+import { loadAddon } from "./native.js";
+
+export interface ShmTransportOptions {
+  /** Bytes of each direction's ring, a power of two (default 4 MiB). */
+  ringSize?: number;
+  /** Accept peers running as another user (default: refuse them). */
+  allowOtherUsers?: boolean;
+}
+
+/**
+ * Shared memory between processes of one machine: one ring per direction
+ * (memfd), eventfd wake-ups on Node's loop, and an abstract Unix socket to
+ * meet, hand the memory over and notice the peer's death. Addresses are
+ * names: "shm://my-service"; "shm://" or "shm://*" picks a fresh one.
+ */
+export class ShmTransport implements TransportContext {
+  private closed = false;
+  private readonly native: { ringSize?: number; allowOtherUsers?: boolean };
+
+  constructor(options: ShmTransportOptions = {}) {
+    const ringSize = options.ringSize ?? 4 * 1024 * 1024;
+    if (!(ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${ringSize}`);
+    }
+    this.native = { ringSize, allowOtherUsers: options.allowOtherUsers ?? false };
+  }
+
+  isViable(): Viability {
+    if (process.platform !== "linux") return notViable("shm needs Linux (memfd, eventfd, abstract Unix sockets)");
+    const { addon, error } = loadAddon();
+    if (!addon) return notViable(`the shm addon did not load: ${error?.message}`);
+    const problem = addon.probe();
+    return problem ? notViable(problem) : VIABLE;
+  }
+
+  domainDescriptor(): string {
+    const id = hostIdentity();
+    return `shm:${id.bootId}:${id.netNs}:${id.userNs}`;
+  }
+
+  private addon() {
+    const { addon, error } = loadAddon();
+    if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, `shm transport unavailable: ${error?.message}`);
+    if (this.closed) throw new TensorPipeError(ErrorCode.CLOSED, "shm transport was closed");
+    return addon;
+  }
+
+  async listen(
+    address: string,
+    onConnection: (c: Connection) => void,
+    onError?: (e: Error) => void,
+  ): Promise<TransportListener> {
+    const addon = this.addon();
+    const name = address === "" || address === "*" ? `tensorpipe-js-${process.pid}-${randomBytes(6).toString("hex")}` : address;
+    try {
+      return new addon.ShmListener(name, this.native, (err, conn) => {
+        if (err) onError?.(err);
+        else onConnection(new NativeConnection(conn!, "shm"));
+      });
+    } catch (e) {
+      throw fromNativeError(e, `shm listen on "${name}"`);
+    }
+  }
+
+  async connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection> {
+    const addon = this.addon();
+    let native: NativeFrameConnection | undefined;
+    const connected = new Promise<NativeFrameConnection>((resolve, reject) => {
+      try {
+        native = addon.connect(address, this.native, (err, conn) => (err ? reject(err) : resolve(conn!)));
+      } catch (e) {
+        reject(e);
+      }
+    });
+    try {
+      const conn = await raceSignal(connected, options?.signal, `connect to shm://${address}`, () => native?.close());
+      return new NativeConnection(conn, "shm");
+    } catch (e) {
+      throw fromNativeError(e, `shm://${address}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
