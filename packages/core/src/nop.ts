@@ -220,6 +220,20 @@ export class NopReader {
     return v;
   }
 
+  /** An unsigned integer of any size up to 64 bits (addresses, ids). */
+  uintBig(): bigint {
+    const p = this.byte();
+    if (p <= 0x7f) return BigInt(p);
+    if (p !== Nop.U64) {
+      this.pos--;
+      return BigInt(this.uint(64));
+    }
+    this.need(8);
+    const v = this.view.getBigUint64(this.pos, true);
+    this.pos += 8;
+    return v;
+  }
+
   private unsignedWidth(prefix: number, bits: number): number {
     const width =
       prefix === Nop.U8 ? 8 : prefix === Nop.U16 ? 16 : prefix === Nop.U32 ? 32 : prefix === Nop.U64 ? 64 : 0;

@@ -162,10 +162,14 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
     });
 
     it("ends the reader's stream when the peer closes between messages", async () => {
+      const got: number[] = [];
+      const reading = (async () => {
+        for await (const m of server) got.push(m.tensors[0]!.length);
+      })();
+      // A channel may complete a write only once the reader has the bytes.
       await client.write({ tensors: [{ buffer: patterned(10, 1), targetDevice: cpu }] });
       client.close();
-      const got: number[] = [];
-      for await (const m of server) got.push(m.tensors[0]!.length);
+      await reading;
       expect(got).toEqual([10]);
       await expect(server.readDescriptor()).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
       expect((await server.closed).code).toBe(ErrorCode.PEER_CLOSED);

@@ -1,0 +1,167 @@
+// The cma channel's native half: process_vm_readv straight from the
+// sender's memory into the receiver's allocation, on libuv's thread pool,
+// split into parts that run side by side.
+#include <napi.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+namespace {
+
+// One process_vm_readv moves at most this much; larger parts loop.
+constexpr uint64_t kMaxCall = 1ull << 30;
+
+struct Transfer;
+
+struct Part {
+  uv_work_t req;
+  Transfer* transfer;
+  char* local;
+  uint64_t remote;
+  uint64_t length;
+  int error = 0;
+};
+
+struct Transfer {
+  pid_t pid;
+  std::vector<std::unique_ptr<Part>> parts;
+  int pending = 0;
+  int error = 0;
+  Napi::Reference<Napi::Value> keepTarget;
+  Napi::FunctionReference callback;
+  std::unique_ptr<Napi::AsyncContext> asyncContext;
+};
+
+// Reads [remote, remote + length) of `pid` into `local`, however many
+// calls that takes. Returns 0 or an errno.
+int ReadRemote(pid_t pid, char* local, uint64_t remote, uint64_t length) {
+  while (length > 0) {
+    uint64_t n = std::min(length, kMaxCall);
+    struct iovec l = {local, n};
+    struct iovec r = {reinterpret_cast<void*>(remote), n};
+    ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    // A short read means the next byte is not readable: let the next
+    // call say why (EFAULT) rather than spin.
+    if (got == 0) return EFAULT;
+    local += got;
+    remote += static_cast<uint64_t>(got);
+    length -= static_cast<uint64_t>(got);
+  }
+  return 0;
+}
+
+void DoPart(uv_work_t* req) {
+  auto* part = static_cast<Part*>(req->data);
+  part->error = ReadRemote(part->transfer->pid, part->local, part->remote, part->length);
+}
+
+void PartDone(uv_work_t* req, int status) {
+  auto* part = static_cast<Part*>(req->data);
+  Transfer* t = part->transfer;
+  if (t->error == 0) t->error = status < 0 ? ECANCELED : part->error;
+  if (--t->pending > 0) return;
+  std::unique_ptr<Transfer> done(t);
+  Napi::Env env = done->callback.Env();
+  Napi::HandleScope scope(env);
+  napi_value arg = done->error == 0 ? env.Null()
+                                    : UvError(env, uv_translate_sys_error(done->error), "process_vm_readv").Value();
+  InvokeCallback(done->callback, *done->asyncContext, {arg});
+}
+
+// readv(pid, remoteAddress: bigint, length, target: ArrayBufferView,
+//       parallelism, callback(err))
+Napi::Value ReadV(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto t = std::make_unique<Transfer>();
+  t->pid = info[0].As<Napi::Number>().Int32Value();
+  bool lossless = false;
+  uint64_t remote = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t length = static_cast<uint64_t>(info[2].As<Napi::Number>().DoubleValue());
+  ByteSpan target;
+  if (!lossless || !GetBytes(info[3], &target)) throw Napi::TypeError::New(env, "bad address or target");
+  if (length > target.length) throw Napi::RangeError::New(env, "target is smaller than the transfer");
+  uint32_t parallelism = std::max(1u, info[4].As<Napi::Number>().Uint32Value());
+  t->keepTarget = Napi::Persistent(info[3]);
+  t->callback = Napi::Persistent(info[5].As<Napi::Function>());
+  t->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.CmaRead");
+  // Parts of at least 4 MiB: smaller ones cost more to schedule than to copy.
+  uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(parallelism, length / (4 << 20)));
+  uint64_t step = (length + parts - 1) / parts;
+  step = (step + 4095) & ~uint64_t(4095);
+  uv_loop_t* loop;
+  napi_get_uv_event_loop(env, &loop);
+  for (uint64_t off = 0; t->parts.empty() || off < length; off += step) {
+    auto part = std::make_unique<Part>();
+    part->transfer = t.get();
+    part->local = target.data + off;
+    part->remote = remote + off;
+    part->length = std::min(step, length - off);
+    part->req.data = part.get();
+    t->parts.push_back(std::move(part));
+  }
+  t->pending = static_cast<int>(t->parts.size());
+  Transfer* raw = t.release();
+  for (auto& part : raw->parts) uv_queue_work(loop, &part->req, DoPart, PartDone);
+  return env.Undefined();
+}
+
+// The address of a view's first byte, for the peer to read from.
+Napi::Value AddressOf(const Napi::CallbackInfo& info) {
+  ByteSpan span;
+  if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "expected an ArrayBufferView");
+  return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(span.data)));
+}
+
+// null when process_vm_readv works here, else why not.
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  char source[64] = "tensorpipe-js cma probe";
+  char dest[64] = {0};
+  int err = ReadRemote(getpid(), dest, reinterpret_cast<uint64_t>(source), sizeof(source));
+  if (err != 0) {
+    return Napi::String::New(env, std::string("process_vm_readv is not permitted here (") + strerror(err) +
+                                      "): seccomp or a container profile blocks it");
+  }
+  if (std::memcmp(source, dest, sizeof(source)) != 0) return Napi::String::New(env, "process_vm_readv copied wrong bytes");
+  FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (f != nullptr) {
+    int scope = 0;
+    int n = std::fscanf(f, "%d", &scope);
+    std::fclose(f);
+    if (n == 1 && scope > 0) {
+      return Napi::String::New(env, "Yama ptrace_scope is " + std::to_string(scope) +
+                                        ": reading a sibling process's memory is forbidden (set it to 0)");
+    }
+  }
+  return env.Null();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("readv", Napi::Function::New(env, ReadV, "readv"));
+  exports.Set("addressOf", Napi::Function::New(env, AddressOf, "addressOf"));
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+static Napi::Object InitAddon(Napi::Env env, Napi::Object exports) { return tensorpipe_js::Init(env, exports); }
+
+NODE_API_MODULE(tensorpipe_cma, InitAddon)

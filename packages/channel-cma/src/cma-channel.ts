@@ -1,0 +1,177 @@
+import { readFileSync, readlinkSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  CPU_DEVICE,
+  type DeviceDescriptor,
+  ErrorCode,
+  NopReader,
+  NopWriter,
+  type TensorBuffer,
+  TensorPipeError,
+  VIABLE,
+  type Viability,
+  asBytes,
+  fromNativeError,
+  isCpuBuffer,
+  notViable,
+  protocolError,
+} from "@tensorpipe/core";
+import { type NativeAddon, loadAddon } from "./native.js";
+
+export interface CmaChannelOptions {
+  /** Threads that copy one large tensor side by side (default: the cores, at most 4). */
+  parallelism?: number;
+}
+
+function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
+  if (!isCpuBuffer(buffer)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cma channel moves CPU memory only, got ${buffer.device.type}`);
+  }
+  return asBytes(buffer).subarray(0, length);
+}
+
+/** Where the receiver reads from: the sender's pid and address. */
+function encodeSource(pid: number, address: bigint, length: number): Uint8Array {
+  return new NopWriter(32).structure(3).uint(pid).uint(address).uint(length).finish();
+}
+
+function decodeSource(bytes: Uint8Array): { pid: number; address: bigint; length: number } {
+  const r = new NopReader(bytes, "cma descriptor");
+  r.structure(3, "cma descriptor");
+  const pid = r.uint(32);
+  const address = r.uintBig();
+  const length = r.uint(64);
+  r.end();
+  return { pid, address, length };
+}
+
+const OK = new Uint8Array(0);
+const utf8 = new TextEncoder();
+
+/**
+ * One end of a cma channel. The sender announces where its tensor lives on
+ * the first connection; the receiver copies it with process_vm_readv
+ * straight into its allocation and answers on the second connection (empty:
+ * done, else the reason it failed) so the sender knows its memory is free.
+ */
+export class CmaChannel implements Channel {
+  private lastAck: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly addon: NativeAddon,
+    private readonly descriptors: Connection,
+    private readonly acks: Connection,
+    private readonly parallelism: number,
+  ) {}
+
+  async send(buffer: TensorBuffer, length: number): Promise<void> {
+    const bytes = cpuBytes(buffer, length);
+    const wrote = this.descriptors.write([encodeSource(process.pid, this.addon.addressOf(bytes), length)]);
+    const ack = this.acks.read(4096);
+    await wrote;
+    const answer = await ack;
+    // `bytes` stays referenced until here: the peer has finished reading it.
+    if (answer.byteLength > 0 || bytes.byteLength !== length) {
+      throw new TensorPipeError(ErrorCode.CONNECTION_RESET, `peer could not read the tensor: ${Buffer.from(answer).toString()}`);
+    }
+  }
+
+  recv(buffer: TensorBuffer, length: number): Promise<void> {
+    let target: Uint8Array;
+    try {
+      target = cpuBytes(buffer, length);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const copied = this.descriptors.read(64).then((frame) => {
+      const source = decodeSource(frame);
+      if (source.length !== length) {
+        throw protocolError(`cma descriptor announces ${source.length} bytes, ${length} were expected`);
+      }
+      return new Promise<void>((resolve, reject) => {
+        this.addon.readv(source.pid, source.address, length, target, this.parallelism, (err) =>
+          err ? reject(fromNativeError(err, `cma read from pid ${source.pid}`)) : resolve(),
+        );
+      });
+    });
+    // Answers go out in the order tensors were announced, whichever copy ends first.
+    const answered = this.lastAck.then(() =>
+      copied.then(
+        () => this.acks.write([OK]),
+        (e: Error) => this.acks.write([utf8.encode(e.message || "failed")]).then(() => Promise.reject(e)),
+      ),
+    );
+    this.lastAck = answered.catch(() => undefined);
+    return answered;
+  }
+
+  close(error?: Error): void {
+    this.descriptors.close(error);
+    this.acks.close(error);
+  }
+}
+
+function identity(): string {
+  const read = (how: () => string) => {
+    try {
+      return how().trim();
+    } catch {
+      return "?";
+    }
+  };
+  const bootId = read(() => readFileSync("/proc/sys/kernel/random/boot_id", "utf8"));
+  const pidNs = read(() => readlinkSync("/proc/self/ns/pid"));
+  const userNs = read(() => readlinkSync("/proc/self/ns/user"));
+  const uid = process.getuid?.() ?? -1;
+  return `cma:${bootId}:${pidNs}:${userNs}:${uid}`;
+}
+
+/**
+ * Cross-memory attach: tensors between processes of one machine, one user
+ * and one pid namespace, copied once with process_vm_readv. A peer on
+ * another machine, in another pid namespace or of another user has another
+ * descriptor, so negotiation never picks cma for it.
+ */
+export class CmaChannelContext implements ChannelContext {
+  private readonly parallelism: number;
+  private viability?: Viability;
+
+  constructor(options: CmaChannelOptions = {}) {
+    this.parallelism = Math.max(1, options.parallelism ?? Math.min(4, availableParallelism()));
+  }
+
+  isViable(): Viability {
+    if (!this.viability) {
+      if (process.platform !== "linux") this.viability = notViable("cma needs Linux (process_vm_readv)");
+      else {
+        const { addon, error } = loadAddon();
+        const problem = addon ? addon.probe() : `the cma addon did not load: ${error?.message}`;
+        this.viability = problem ? notViable(problem) : VIABLE;
+      }
+    }
+    return this.viability;
+  }
+
+  deviceDescriptors(): readonly DeviceDescriptor[] {
+    return [{ device: CPU_DEVICE, descriptor: identity() }];
+  }
+
+  numConnectionsNeeded(): number {
+    return 2;
+  }
+
+  canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
+    return localDescriptor === remoteDescriptor;
+  }
+
+  createChannel(connections: readonly Connection[]): Channel {
+    const { addon } = loadAddon();
+    if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
+    return new CmaChannel(addon, connections[0]!, connections[1]!, this.parallelism);
+  }
+
+  async close(): Promise<void> {}
+}

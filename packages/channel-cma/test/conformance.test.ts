@@ -1,0 +1,20 @@
+import { describeChannelConformance } from "@tensorpipe/core/testing";
+import { ShmTransport } from "@tensorpipe/transport-shm";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { CmaChannelContext } from "../src/index.js";
+
+describeChannelConformance({
+  name: "cma",
+  create: () => new CmaChannelContext(),
+  createTransport: () => new UvTransport(),
+  transportName: "uv",
+  listenUrl: () => "uv://127.0.0.1:0",
+});
+
+describeChannelConformance({
+  name: "cma",
+  create: () => new CmaChannelContext(),
+  createTransport: () => new ShmTransport(),
+  transportName: "shm",
+  listenUrl: () => "shm://*",
+});
