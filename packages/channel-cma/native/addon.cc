@@ -2,6 +2,7 @@
 // sender's memory into the receiver's allocation, on libuv's thread pool,
 // split into parts that run side by side.
 #include <napi.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <uv.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -84,8 +86,58 @@ void PartDone(uv_work_t* req, int status) {
   InvokeCallback(done->callback, *done->asyncContext, {arg});
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+// process_vm_readv pins every page it copies: with 4 KiB pages that costs
+// more than the copy (about 6 GB/s here against 13 for memcpy); with 2 MiB
+// pages it runs at memcpy speed. So large buffers get the whole 2 MiB pages
+// inside them turned into huge pages, once, on the thread pool: the bytes
+// and the buffer stay as they are, later transfers of it run faster.
+constexpr uint64_t kHugePage = 2 << 20;
+constexpr size_t kRememberedRanges = 64;
+
+struct Collapse {
+  uv_work_t req;
+  char* start;
+  uint64_t length;
+};
+
+std::mutex collapsedMutex;
+std::vector<std::pair<uintptr_t, uint64_t>> collapsed;
+
+void CollapseLater(uv_loop_t* loop, char* data, uint64_t length) {
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(data) + length) & ~(kHugePage - 1);
+  if (end <= begin) return;
+  std::pair<uintptr_t, uint64_t> range{begin, end - begin};
+  std::lock_guard<std::mutex> lock(collapsedMutex);
+  for (const auto& r : collapsed) {
+    if (r == range) return;
+  }
+  if (collapsed.size() == kRememberedRanges) collapsed.erase(collapsed.begin());
+  collapsed.push_back(range);
+  auto* c = new Collapse{{}, reinterpret_cast<char*>(begin), end - begin};
+  c->req.data = c;
+  uv_queue_work(
+      loop, &c->req,
+      [](uv_work_t* req) {
+        auto* c = static_cast<Collapse*>(req->data);
+        // Advice only: a kernel without it, or pages it cannot move, just stay.
+        if (madvise(c->start, c->length, MADV_HUGEPAGE) == 0) madvise(c->start, c->length, MADV_COLLAPSE);
+      },
+      [](uv_work_t* req, int) { delete static_cast<Collapse*>(req->data); });
+}
+
+uv_loop_t* LoopOf(Napi::Env env) {
+  uv_loop_t* loop;
+  napi_get_uv_event_loop(env, &loop);
+  return loop;
+}
+
 // readv(pid, remoteAddress: bigint, length, target: ArrayBufferView,
-//       parallelism, callback(err))
+//       parallelism, hugePages, callback(err))
 Napi::Value ReadV(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto t = std::make_unique<Transfer>();
@@ -97,15 +149,16 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
   if (!lossless || !GetBytes(info[3], &target)) throw Napi::TypeError::New(env, "bad address or target");
   if (length > target.length) throw Napi::RangeError::New(env, "target is smaller than the transfer");
   uint32_t parallelism = std::max(1u, info[4].As<Napi::Number>().Uint32Value());
+  bool hugePages = info[5].ToBoolean();
   t->keepTarget = Napi::Persistent(info[3]);
-  t->callback = Napi::Persistent(info[5].As<Napi::Function>());
+  t->callback = Napi::Persistent(info[6].As<Napi::Function>());
   t->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.CmaRead");
   // Parts of at least 4 MiB: smaller ones cost more to schedule than to copy.
   uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(parallelism, length / (4 << 20)));
   uint64_t step = (length + parts - 1) / parts;
   step = (step + 4095) & ~uint64_t(4095);
-  uv_loop_t* loop;
-  napi_get_uv_event_loop(env, &loop);
+  uv_loop_t* loop = LoopOf(env);
+  if (hugePages && length >= 4 * kHugePage) CollapseLater(loop, target.data, length);
   for (uint64_t off = 0; t->parts.empty() || off < length; off += step) {
     auto part = std::make_unique<Part>();
     part->transfer = t.get();
@@ -122,9 +175,11 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
 }
 
 // The address of a view's first byte, for the peer to read from.
+// addressOf(view, hugePages: boolean)
 Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   ByteSpan span;
   if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "expected an ArrayBufferView");
+  if (info[1].ToBoolean() && span.length >= 4 * kHugePage) CollapseLater(LoopOf(info.Env()), span.data, span.length);
   return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(span.data)));
 }
 

@@ -24,6 +24,23 @@ import { type NativeAddon, loadAddon } from "./native.js";
 export interface CmaChannelOptions {
   /** Threads that copy one large tensor side by side (default: the cores, at most 4). */
   parallelism?: number;
+  /**
+   * Tensors up to this size travel inline on the channel's connection: for
+   * them a copy through the transport beats a round trip (default 64 KiB).
+   */
+  inlineMax?: number;
+  /**
+   * Turn the 2 MiB pages inside large tensors into huge pages (off the
+   * loop, once per buffer) so that later copies of them run at memcpy
+   * speed (default true).
+   */
+  hugePages?: boolean;
+}
+
+interface Tuning {
+  parallelism: number;
+  inlineMax: number;
+  hugePages: boolean;
 }
 
 function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
@@ -56,6 +73,8 @@ const utf8 = new TextEncoder();
  * the first connection; the receiver copies it with process_vm_readv
  * straight into its allocation and answers on the second connection (empty:
  * done, else the reason it failed) so the sender knows its memory is free.
+ * Small tensors (both ends know the length) go inline on the first
+ * connection instead.
  */
 export class CmaChannel implements Channel {
   private lastAck: Promise<unknown> = Promise.resolve();
@@ -64,12 +83,14 @@ export class CmaChannel implements Channel {
     private readonly addon: NativeAddon,
     private readonly descriptors: Connection,
     private readonly acks: Connection,
-    private readonly parallelism: number,
+    private readonly tuning: Tuning,
   ) {}
 
   async send(buffer: TensorBuffer, length: number): Promise<void> {
     const bytes = cpuBytes(buffer, length);
-    const wrote = this.descriptors.write([encodeSource(process.pid, this.addon.addressOf(bytes), length)]);
+    if (length <= this.tuning.inlineMax) return this.descriptors.write([bytes]);
+    const address = this.addon.addressOf(bytes, this.tuning.hugePages);
+    const wrote = this.descriptors.write([encodeSource(process.pid, address, length)]);
     const ack = this.acks.read(4096);
     await wrote;
     const answer = await ack;
@@ -86,13 +107,14 @@ export class CmaChannel implements Channel {
     } catch (e) {
       return Promise.reject(e);
     }
+    if (length <= this.tuning.inlineMax) return this.descriptors.readInto(target);
     const copied = this.descriptors.read(64).then((frame) => {
       const source = decodeSource(frame);
       if (source.length !== length) {
         throw protocolError(`cma descriptor announces ${source.length} bytes, ${length} were expected`);
       }
       return new Promise<void>((resolve, reject) => {
-        this.addon.readv(source.pid, source.address, length, target, this.parallelism, (err) =>
+        this.addon.readv(source.pid, source.address, length, target, this.tuning.parallelism, this.tuning.hugePages, (err) =>
           err ? reject(fromNativeError(err, `cma read from pid ${source.pid}`)) : resolve(),
         );
       });
@@ -136,11 +158,15 @@ function identity(): string {
  * descriptor, so negotiation never picks cma for it.
  */
 export class CmaChannelContext implements ChannelContext {
-  private readonly parallelism: number;
+  private readonly tuning: Tuning;
   private viability?: Viability;
 
   constructor(options: CmaChannelOptions = {}) {
-    this.parallelism = Math.max(1, options.parallelism ?? Math.min(4, availableParallelism()));
+    this.tuning = {
+      parallelism: Math.max(1, options.parallelism ?? Math.min(4, availableParallelism())),
+      inlineMax: options.inlineMax ?? 64 * 1024,
+      hugePages: options.hugePages ?? true,
+    };
   }
 
   isViable(): Viability {
@@ -170,7 +196,7 @@ export class CmaChannelContext implements ChannelContext {
   createChannel(connections: readonly Connection[]): Channel {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    return new CmaChannel(addon, connections[0]!, connections[1]!, this.parallelism);
+    return new CmaChannel(addon, connections[0]!, connections[1]!, this.tuning);
   }
 
   async close(): Promise<void> {}

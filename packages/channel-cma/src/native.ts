@@ -8,9 +8,11 @@ export interface NativeAddon {
     length: number,
     target: ArrayBufferView,
     parallelism: number,
+    hugePages: boolean,
     callback: (err: Error | null) => void,
   ): void;
-  addressOf(view: ArrayBufferView): bigint;
+  /** With hugePages, large views are turned into 2 MiB pages later, off the loop. */
+  addressOf(view: ArrayBufferView, hugePages: boolean): bigint;
   /** null when process_vm_readv works here, else why not. */
   probe(): string | null;
 }

@@ -18,3 +18,13 @@ describeChannelConformance({
   transportName: "shm",
   listenUrl: () => "shm://*",
 });
+
+describeChannelConformance({
+  name: "cma",
+  variant: "nothing inline, 3 threads, no huge pages",
+  create: () => new CmaChannelContext({ inlineMax: 0, hugePages: false, parallelism: 3 }),
+  createTransport: () => new UvTransport(),
+  transportName: "uv",
+  listenUrl: () => "uv://127.0.0.1:0",
+  largeTensorBytes: 64 * 1024 * 1024,
+});

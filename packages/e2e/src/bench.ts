@@ -1,13 +1,14 @@
 /**
- * The main job: a two-process transfer over the best backends both
- * processes have, with the baselines measured in the same run (memcpy into
- * a reused buffer, raw node:net between the same two processes).
+ * The main job: transfers between two processes over the best backends both
+ * have (and over uv+basic, the portable path), with the baselines measured
+ * in the same run: memcpy into a reused buffer, raw node:net between the
+ * same two processes.
  *
  *   node packages/e2e/dist/bench.js [--quick] [--rounds N] [--json FILE]
  */
 import { writeFileSync } from "node:fs";
 import { type Socket, connect } from "node:net";
-import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
 import { createContext } from "./backends.js";
 import { spawnPeer } from "./spawn-peer.js";
 import { type LatencySummary, fmt, median, summarize } from "./stats.js";
@@ -17,8 +18,9 @@ const quick = args.includes("--quick");
 const jsonPath = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
 const MiB = 1024 * 1024;
 const ROUNDS = args.includes("--rounds") ? Number(args[args.indexOf("--rounds") + 1]) : quick ? 1 : 3;
-const RTT_ITERATIONS = quick ? 500 : 4000;
+const RTT_ITERATIONS = quick ? 500 : 3000;
 const BULK_MESSAGES = quick ? 4 : 16;
+const SIZES = [64 * 1024, MiB, 16 * MiB, 64 * MiB];
 
 const now = () => performance.now();
 
@@ -116,87 +118,117 @@ function openSocket(port: number): Promise<Socket> {
   });
 }
 
+function label(size: number): string {
+  return size >= MiB ? `${size / MiB} MiB` : size >= 1024 ? `${size / 1024} KiB` : `${size} B`;
+}
+
+interface Path {
+  name: string;
+  context: Context;
+  pipe: Pipe;
+  latency: Record<string, LatencySummary>;
+  throughput: number[];
+}
+
 const peer = await spawnPeer();
-const context = createContext();
+const paths: Path[] = [];
 try {
-  const pipe = await context.connect(peer.url);
-  const channel = pipe.channelFor(CPU_DEVICE, CPU_DEVICE);
-  console.log(`tensorpipe-js benchmark: two processes on 127.0.0.1 (peer pid ${peer.pid})`);
-  console.log(`negotiated: transport=${pipe.transport} channel(cpu->cpu)=${channel}`);
-  console.log(`rounds=${ROUNDS} (median reported), round trips per size=${RTT_ITERATIONS}\n`);
+  console.log(`tensorpipe-js benchmark: two processes on this machine (peer pid ${peer.pid})`);
+  for (const choice of [{}, { transports: ["uv"], channels: ["basic"] }]) {
+    const context = createContext(choice);
+    const pipe = await context.connect(peer.url);
+    const name = `${pipe.transport}+${pipe.channelFor(CPU_DEVICE, CPU_DEVICE)}`;
+    if (paths.some((p) => p.name === name)) {
+      await context.close();
+      continue;
+    }
+    paths.push({ name, context, pipe, latency: {}, throughput: [] });
+    console.log(`negotiated: transport=${pipe.transport} channel(cpu->cpu)=${pipe.channelFor(CPU_DEVICE, CPU_DEVICE)}`);
+  }
+  console.log(`rounds=${ROUNDS} (median reported), 8 B round trips per path=${ROUNDS * RTT_ITERATIONS}\n`);
 
   const netSocket = await openSocket(peer.echoPort);
-  // Warm both paths up before measuring.
-  await pipeRoundTrips(pipe, 8, "tensor", 300);
-  await pipeRoundTrips(pipe, 8, "payload", 300);
+  for (const p of paths) {
+    await pipeRoundTrips(p.pipe, 8, "tensor", 300);
+    await pipeRoundTrips(p.pipe, 8, "payload", 300);
+  }
   await netRoundTrips(netSocket, 8, 300);
 
-  const latency: Record<string, LatencySummary> = {};
-  const rtt = { payload: [] as number[], tensor: [] as number[], net: [] as number[] };
-  // Short alternating blocks, so that the machine's drift hits all three alike.
+  // Short alternating blocks, so that the machine's drift hits every path alike.
+  const samples = new Map<string, number[]>();
+  const add = (key: string, s: number[]) => samples.set(key, [...(samples.get(key) ?? []), ...s]);
   const BLOCK = 250;
   for (let done = 0; done < ROUNDS * RTT_ITERATIONS; done += BLOCK) {
-    rtt.payload.push(...(await pipeRoundTrips(pipe, 8, "payload", BLOCK)));
-    rtt.tensor.push(...(await pipeRoundTrips(pipe, 8, "tensor", BLOCK)));
-    rtt.net.push(...(await netRoundTrips(netSocket, 8, BLOCK)));
-  }
-  latency["pipe 8 B payload"] = summarize(rtt.payload);
-  latency["pipe 8 B tensor"] = summarize(rtt.tensor);
-  latency["node:net 8 B"] = summarize(rtt.net);
-  for (const size of [64 * 1024, MiB, 16 * MiB, 64 * MiB]) {
-    const n = Math.max(5, Math.min(200, Math.floor((256 * MiB) / size)));
-    latency[`pipe ${label(size)} tensor`] = summarize(await pipeRoundTrips(pipe, size, "tensor", quick ? 5 : n));
+    for (const p of paths) {
+      add(`${p.name} payload`, await pipeRoundTrips(p.pipe, 8, "payload", BLOCK));
+      add(`${p.name} tensor`, await pipeRoundTrips(p.pipe, 8, "tensor", BLOCK));
+    }
+    add("net", await netRoundTrips(netSocket, 8, BLOCK));
   }
   netSocket.destroy();
+  const netRtt = summarize(samples.get("net")!);
+  for (const p of paths) {
+    p.latency["8 B payload"] = summarize(samples.get(`${p.name} payload`)!);
+    p.latency["8 B tensor"] = summarize(samples.get(`${p.name} tensor`)!);
+    for (const size of SIZES) {
+      const n = quick ? 5 : Math.max(10, Math.min(300, Math.floor((512 * MiB) / size)));
+      p.latency[`${label(size)} tensor`] = summarize(await pipeRoundTrips(p.pipe, size, "tensor", n));
+    }
+  }
 
-  const bulk = { pipe: [] as number[], net: [] as number[], netLanded: [] as number[], memcpy: [] as number[] };
-  await pipeThroughput(pipe, 64 * MiB, 2);
+  const bulk = { netLanded: [] as number[], net: [] as number[], memcpy: [] as number[] };
+  for (const p of paths) await pipeThroughput(p.pipe, 64 * MiB, 2);
   await netThroughput(peer.sinkPort, 64 * MiB, 2, true);
   for (let r = 0; r < ROUNDS; r++) {
     bulk.memcpy.push(memcpyThroughput(64 * MiB, 8));
-    bulk.pipe.push(await pipeThroughput(pipe, 64 * MiB, BULK_MESSAGES));
+    for (const p of paths) p.throughput.push(await pipeThroughput(p.pipe, 64 * MiB, BULK_MESSAGES));
     bulk.netLanded.push(await netThroughput(peer.sinkPort, 64 * MiB, BULK_MESSAGES, true));
     bulk.net.push(await netThroughput(peer.sinkPort, 64 * MiB, BULK_MESSAGES, false));
   }
-  pipe.close();
 
-  console.log("round-trip latency (us)          p50        p99");
-  for (const [name, s] of Object.entries(latency)) {
-    console.log(`  ${name.padEnd(28)} ${fmt(s.p50).padStart(9)}  ${fmt(s.p99).padStart(9)}`);
+  console.log(`round-trip latency (us), p50 / p99`);
+  const keys = Object.keys(paths[0]!.latency);
+  console.log(`  ${"".padEnd(14)}${paths.map((p) => p.name.padStart(22)).join("")}${"node:net".padStart(22)}`);
+  for (const k of keys) {
+    const cells = paths.map((p) => `${fmt(p.latency[k]!.p50)} / ${fmt(p.latency[k]!.p99)}`.padStart(22)).join("");
+    const net = k === "8 B payload" ? `${fmt(netRtt.p50)} / ${fmt(netRtt.p99)}` : "";
+    console.log(`  ${k.padEnd(14)}${cells}${net.padStart(22)}`);
   }
-  const gb = {
-    pipe: median(bulk.pipe),
-    netLanded: median(bulk.netLanded),
-    net: median(bulk.net),
-    memcpy: median(bulk.memcpy),
-  };
+  const gb = { netLanded: median(bulk.netLanded), net: median(bulk.net), memcpy: median(bulk.memcpy) };
   console.log(`\n64 MiB one-way throughput (GB/s), ${BULK_MESSAGES} messages per round`);
   console.log(`  memcpy into a reused buffer              ${fmt(gb.memcpy, 2).padStart(7)}`);
   console.log(`  node:net, landing in a reused buffer     ${fmt(gb.netLanded, 2).padStart(7)}`);
   console.log(`  node:net, receiver only counts bytes     ${fmt(gb.net, 2).padStart(7)}`);
-  console.log(`  pipe ${`${pipe.transport}+${channel}`.padEnd(10)} landing in user memory  ${fmt(gb.pipe, 2).padStart(6)}`);
+  for (const p of paths) console.log(`  pipe ${p.name.padEnd(10)} into user memory      ${fmt(median(p.throughput), 2).padStart(7)}`);
 
-  const ratios = {
-    throughputVsNet: gb.pipe / gb.netLanded,
-    throughputVsNetCountOnly: gb.pipe / gb.net,
-    throughputVsMemcpy: gb.pipe / gb.memcpy,
-    rttPayloadVsNet: latency["pipe 8 B payload"]!.p50 / latency["node:net 8 B"]!.p50,
-    rttTensorVsNet: latency["pipe 8 B tensor"]!.p50 / latency["node:net 8 B"]!.p50,
-  };
   console.log("\nratios measured in this run");
-  console.log(`  64 MiB throughput, pipe / node:net landing      ${fmt(ratios.throughputVsNet, 2)}x  (target >= 1.3)`);
-  console.log(`  64 MiB throughput, pipe / node:net counting     ${fmt(ratios.throughputVsNetCountOnly, 2)}x`);
-  console.log(`  64 MiB throughput, pipe / memcpy                ${fmt(ratios.throughputVsMemcpy, 2)}x`);
-  console.log(`  8 B RTT p50, pipe 8 B payload / node:net        ${fmt(ratios.rttPayloadVsNet, 2)}x  (target <= 1.0)`);
-  console.log(`  8 B RTT p50, pipe 8 B tensor / node:net         ${fmt(ratios.rttTensorVsNet, 2)}x`);
+  const ratios: Record<string, number> = {};
+  for (const p of paths) {
+    const t = median(p.throughput);
+    ratios[`${p.name} 64 MiB / memcpy`] = t / gb.memcpy;
+    ratios[`${p.name} 64 MiB / node:net landing`] = t / gb.netLanded;
+    ratios[`${p.name} 64 MiB / node:net counting`] = t / gb.net;
+    ratios[`${p.name} 8 B RTT p50 / node:net`] = p.latency["8 B payload"]!.p50 / netRtt.p50;
+  }
+  const targets: Record<string, string> = {
+    "uv+basic 64 MiB / node:net landing": "target >= 1.3",
+    "uv+basic 8 B RTT p50 / node:net": "target <= 1.0",
+    "shm+cma 64 MiB / memcpy": "target >= 0.9",
+  };
+  for (const [k, v] of Object.entries(ratios)) {
+    console.log(`  ${k.padEnd(40)} ${fmt(v, 2).padStart(6)}x  ${targets[k] ? `(${targets[k]})` : ""}`);
+  }
+  const shm = paths.find((p) => p.name === "shm+cma");
+  if (shm) console.log(`  shm+cma 8 B RTT p50 ${fmt(shm.latency["8 B payload"]!.p50)} us (target <= 15 us)`);
   if (jsonPath) {
-    writeFileSync(jsonPath, JSON.stringify({ transport: pipe.transport, channel, latency, throughput: gb, ratios }, null, 2));
+    const out = {
+      paths: paths.map((p) => ({ name: p.name, latency: p.latency, throughput: median(p.throughput) })),
+      baselines: { ...gb, netRtt },
+      ratios,
+    };
+    writeFileSync(jsonPath, JSON.stringify(out, null, 2));
   }
 } finally {
-  await context.close();
+  for (const p of paths) await p.context.close();
   await peer.stop();
-}
-
-function label(size: number): string {
-  return size >= MiB ? `${size / MiB} MiB` : `${size / 1024} KiB`;
 }

@@ -9,8 +9,9 @@
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
-import { createContext } from "./backends.js";
+import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
 
+// peer.js HOST [--transports a,b] [--channels c,d]
 const host = process.argv[2] ?? "127.0.0.1";
 
 async function serve(pipe: Pipe): Promise<void> {
@@ -54,8 +55,8 @@ async function serve(pipe: Pipe): Promise<void> {
   }
 }
 
-const context = createContext();
-const listener = await context.listen(`uv://${host.includes(":") ? `[${host}]` : host}:0`);
+const context = createContext(backendsFromArgs(process.argv));
+const listener = await context.listen(listenUrls(context, host));
 (async () => {
   for await (const pipe of listener) void serve(pipe);
 })();
@@ -105,7 +106,7 @@ const sink = createServer((s) => {
 await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
 const port = (s: typeof echo) => (s.address() as { port: number }).port;
 process.stdout.write(
-  `${JSON.stringify({ url: listener.addresses()[0], echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
+  `${JSON.stringify({ url: listener.addresses().find((u) => u.startsWith("uv://")), urls: listener.addresses(), echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
 );
 
 process.stdin.resume();

@@ -3,7 +3,9 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 export interface PeerProcess {
+  /** The uv URL; the listener offers its other transports in negotiation. */
   url: string;
+  urls: string[];
   echoPort: number;
   sinkPort: number;
   pid: number;
@@ -12,18 +14,18 @@ export interface PeerProcess {
 }
 
 /** Starts dist/peer.js in a child process and waits for its addresses. */
-export async function spawnPeer(host = "127.0.0.1"): Promise<PeerProcess> {
+export async function spawnPeer(host = "127.0.0.1", extraArgs: readonly string[] = []): Promise<PeerProcess> {
   // From src/ (under vitest) and from dist/ alike: the built peer.
   const script = fileURLToPath(new URL("../dist/peer.js", import.meta.url));
   // TP_PEER_NODE_ARGS="--cpu-prof": extra node flags for the peer, to profile it.
   const nodeArgs = (process.env.TP_PEER_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, script, host], { stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [...nodeArgs, script, host, ...extraArgs], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! });
   const first = await new Promise<string>((resolve, reject) => {
     lines.once("line", resolve);
     child.once("exit", (code) => reject(new Error(`peer exited with ${code} before listening`)));
   });
-  const info = JSON.parse(first) as { url: string; echoPort: number; sinkPort: number; pid: number };
+  const info = JSON.parse(first) as Omit<PeerProcess, "child" | "stop">;
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   return {
     ...info,

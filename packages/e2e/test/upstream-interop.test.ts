@@ -44,7 +44,7 @@ describe("interoperability with upstream C++ TensorPipe (captured bytes)", () =>
       return accepted[i]!;
     };
 
-    const context = createContext();
+    const context = createContext({ transports: ["uv"], channels: ["basic"] });
     cleanup.push(() => context.close());
     const connecting = context.connect(`uv://127.0.0.1:${port}`);
 
@@ -87,7 +87,7 @@ describe("interoperability with upstream C++ TensorPipe (captured bytes)", () =>
   });
 
   it("our listener answers the C++ client byte for byte like the C++ server", async () => {
-    const context = createContext();
+    const context = createContext({ transports: ["uv"], channels: ["basic"] });
     cleanup.push(() => context.close());
     const listener = await context.listen("uv://127.0.0.1:0");
     const port = Number(listener.addresses()[0]!.split(":").at(-1));

@@ -11,6 +11,8 @@ import { hasPattern, patterned, prng } from "./patterns.js";
 export interface ChannelConformanceOptions {
   /** The channel's registered name, e.g. "basic". */
   name: string;
+  /** Tells apart several runs of one channel in test names ("inline off"). */
+  variant?: string;
   create(): ChannelContext | Promise<ChannelContext>;
   /** The transport the pipe runs on, registered under `transportName`. */
   createTransport(): TransportContext | Promise<TransportContext>;
@@ -28,7 +30,8 @@ const cpu = CPU_DEVICE;
  * between two contexts that have only this channel.
  */
 export function describeChannelConformance(options: ChannelConformanceOptions): void {
-  describe(`channel conformance: ${options.name} over ${options.transportName}`, () => {
+  const variant = options.variant ? ` (${options.variant})` : "";
+  describe(`channel conformance: ${options.name} over ${options.transportName}${variant}`, () => {
     let contexts: Context[] = [];
     let listener: Listener;
     let client: Pipe;
