@@ -24,10 +24,18 @@ const SIZES = [64 * 1024, MiB, 16 * MiB, 64 * MiB];
 
 const now = () => performance.now();
 
+// Buffers live as long as the run, as a program's tensors would across iterations.
+const buffers = new Map<string, Uint8Array>();
+function buffer(key: string, size: number, fill: number): Uint8Array {
+  let b = buffers.get(`${key}/${size}`);
+  if (!b) buffers.set(`${key}/${size}`, (b = new Uint8Array(size).fill(fill)));
+  return b;
+}
+
 /** Round trips of a message with `size` bytes as a payload or as a tensor, into reused memory. */
 async function pipeRoundTrips(pipe: Pipe, size: number, as: "payload" | "tensor", n: number): Promise<number[]> {
-  const data = new Uint8Array(size).fill(1);
-  const back = new Uint8Array(size);
+  const data = buffer("out", size, 1);
+  const back = buffer("back", size, 0);
   const message =
     as === "payload" ? { payloads: [{ data }] } : { tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] };
   const allocation: Allocation =
@@ -67,7 +75,7 @@ async function netRoundTrips(socket: Socket, size: number, n: number): Promise<n
 
 /** GB/s of `count` messages of `size` bytes into the peer's reused buffer, acknowledged. */
 async function pipeThroughput(pipe: Pipe, size: number, count: number): Promise<number> {
-  const tensor = new Uint8Array(size).fill(3);
+  const tensor = buffer("bulk", size, 3);
   const ack: Allocation = { payloads: [], tensors: [] };
   const t0 = now();
   const writes: Promise<void>[] = [];
@@ -100,8 +108,8 @@ async function netThroughput(port: number, size: number, count: number, land: bo
 }
 
 function memcpyThroughput(size: number, count: number): number {
-  const src = new Uint8Array(size).fill(5);
-  const dst = new Uint8Array(size);
+  const src = buffer("memcpy-src", size, 5);
+  const dst = buffer("memcpy-dst", size, 0);
   dst.set(src);
   const t0 = now();
   for (let i = 0; i < count; i++) dst.set(src);

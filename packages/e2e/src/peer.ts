@@ -16,6 +16,12 @@ const host = process.argv[2] ?? "127.0.0.1";
 
 async function serve(pipe: Pipe): Promise<void> {
   let sinkBuffer = new Uint8Array(0);
+  const buffers = new Map<string, Uint8Array>();
+  const reusable = (slot: string, length: number) => {
+    let b = buffers.get(slot);
+    if (!b || b.length < length) buffers.set(slot, (b = new Uint8Array(length)));
+    return b.subarray(0, length);
+  };
   for (;;) {
     let d;
     try {
@@ -34,9 +40,10 @@ async function serve(pipe: Pipe): Promise<void> {
       void pipe.write({ metadata: "ack" }).catch(() => undefined);
       continue;
     }
+    // Each echo is written back before the next read: its memory can be reused.
     const allocation: Allocation = {
-      payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
-      tensors: d.tensors.map((t) => ({ buffer: new Uint8Array(t.length) })),
+      payloads: d.payloads.map((p, i) => ({ data: reusable(`p${i}`, p.length) })),
+      tensors: d.tensors.map((t, i) => ({ buffer: reusable(`t${i}`, t.length) })),
     };
     try {
       await pipe.read(allocation);

@@ -106,6 +106,9 @@ int ShmConnection::Begin(int sock) {
     *p = new uv_poll_t;
     (*p)->data = this;
   }
+  spinIdle_ = new uv_idle_t;
+  spinIdle_->data = this;
+  uv_idle_init(loop, spinIdle_);
   struct ucred cred;
   socklen_t len = sizeof(cred);
   if (getsockopt(sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return uv_translate_sys_error(errno);
@@ -419,6 +422,10 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
 void ShmConnection::PumpReads() {
   if (pumping_) return;
   pumping_ = true;
+  // Data came: the next wait gets a fresh spell of polling.
+  StopSpinning();
+  if (readablePolling_) uv_poll_stop(readablePoll_);
+  readablePolling_ = false;
   Napi::Env env = Env();
   while (!reads_.empty() && state_ == State::kOpen) {
     Progress p = Consume(*reads_.front());
@@ -439,20 +446,44 @@ void ShmConnection::PumpReads() {
   ArmRead();
 }
 
-// Waits for data: tells the peer, then looks again so that data written in
-// between is not missed (it is then signalled to ourselves).
+// Waits for data: first by polling the ring on every loop iteration for a
+// short while (the loop does not block meanwhile, so other work goes on),
+// then by sleeping on the eventfd: tells the peer, then looks again so that
+// data written in between is not missed (it is then signalled to ourselves).
 void ShmConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   if (reads_.empty()) {
+    StopSpinning();
     if (readablePolling_) uv_poll_stop(readablePoll_);
     readablePolling_ = false;
     return;
+  }
+  if (options_.spinMicros > 0 && !readablePolling_) {
+    if (!spinning_) {
+      spinDeadline_ = uv_hrtime() + options_.spinMicros * 1000;
+      uv_idle_start(spinIdle_, OnSpin);
+      spinning_ = true;
+    }
+    if (uv_hrtime() < spinDeadline_) return;
+    StopSpinning();
   }
   RingHeader* h = inbox_.header();
   h->readerWaiting.store(1, std::memory_order_seq_cst);
   if (h->head.load(std::memory_order_seq_cst) != inboxTail_) Signal(inboxReadableFd_);
   if (!readablePolling_) uv_poll_start(readablePoll_, UV_READABLE, OnReadableEvent);
   readablePolling_ = true;
+}
+
+void ShmConnection::OnSpin(uv_idle_t* handle) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  if (c->state_ != State::kOpen) return;
+  if (c->inbox_.header()->head.load(std::memory_order_acquire) != c->inboxTail_) c->PumpReads();
+  else c->ArmRead();
+}
+
+void ShmConnection::StopSpinning() {
+  if (spinning_) uv_idle_stop(spinIdle_);
+  spinning_ = false;
 }
 
 void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
@@ -470,6 +501,7 @@ void ShmConnection::Fail(int status) {
     if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_poll_stop(p);
   }
   readablePolling_ = writablePolling_ = false;
+  StopSpinning();
 }
 
 Napi::Value ShmConnection::FailureFor(const FrameRead& op) {
@@ -513,6 +545,7 @@ void ShmConnection::CloseAll() {
   reads_.clear();
   writes_.clear();
   onReady_.Reset();
+  StopSpinning();
   int open = openHandles_;
   uv_poll_t* polls[3] = {socketPoll_, readablePoll_, writablePoll_};
   for (int i = 0; i < 3; i++) {
@@ -520,12 +553,19 @@ void ShmConnection::CloseAll() {
     else delete polls[i];
   }
   socketPoll_ = readablePoll_ = writablePoll_ = nullptr;
+  if (spinIdle_ != nullptr) {
+    openHandles_++;
+    open++;
+    uv_close(reinterpret_cast<uv_handle_t*>(spinIdle_), OnHandleClosed);
+    spinIdle_ = nullptr;
+  }
   if (open == 0) Release();
 }
 
 void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
-  delete reinterpret_cast<uv_poll_t*>(handle);
+  if (handle->type == UV_IDLE) delete reinterpret_cast<uv_idle_t*>(handle);
+  else delete reinterpret_cast<uv_poll_t*>(handle);
   if (--c->openHandles_ == 0) c->Release();
 }
 

@@ -20,6 +20,9 @@ namespace tensorpipe_js {
 struct ShmOptions {
   uint64_t ringSize = 4 << 20;
   bool allowOtherUsers = false;
+  // How long a waiting read polls the ring from the loop before it sleeps
+  // on the eventfd: a wake-up through the kernel costs tens of microseconds.
+  uint64_t spinMicros = 200;
 };
 
 class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
@@ -53,6 +56,8 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   static void OnSocketEvent(uv_poll_t* handle, int status, int events);
   static void OnReadableEvent(uv_poll_t* handle, int status, int events);
   static void OnWritableEvent(uv_poll_t* handle, int status, int events);
+  static void OnSpin(uv_idle_t* handle);
+  void StopSpinning();
   static void OnHandleClosed(uv_handle_t* handle);
   void Release();
 
@@ -95,6 +100,9 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   uv_poll_t* socketPoll_ = nullptr;
   uv_poll_t* readablePoll_ = nullptr;
   uv_poll_t* writablePoll_ = nullptr;
+  uv_idle_t* spinIdle_ = nullptr;
+  uint64_t spinDeadline_ = 0;
+  bool spinning_ = false;
   bool readablePolling_ = false;
   bool writablePolling_ = false;
   int openHandles_ = 0;

@@ -26,6 +26,7 @@ ShmOptions OptionsFrom(Napi::Value value) {
   Napi::Object obj = value.As<Napi::Object>();
   if (obj.Has("ringSize")) o.ringSize = static_cast<uint64_t>(obj.Get("ringSize").As<Napi::Number>().DoubleValue());
   if (obj.Has("allowOtherUsers")) o.allowOtherUsers = obj.Get("allowOtherUsers").ToBoolean();
+  if (obj.Has("spinMicros")) o.spinMicros = static_cast<uint64_t>(obj.Get("spinMicros").As<Napi::Number>().DoubleValue());
   return o;
 }
 

@@ -4,6 +4,7 @@ import type { NativeFrameConnection } from "@tensorpipe/core";
 export interface NativeShmOptions {
   ringSize?: number;
   allowOtherUsers?: boolean;
+  spinMicros?: number;
 }
 
 type ConnectionCallback = (err: Error | null, connection?: NativeFrameConnection) => void;

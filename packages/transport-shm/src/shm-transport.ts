@@ -14,13 +14,19 @@ import {
   raceSignal,
 } from "@tensorpipe/core";
 import { hostIdentity } from "./host-identity.js";
-import { loadAddon } from "./native.js";
+import { type NativeShmOptions, loadAddon } from "./native.js";
 
 export interface ShmTransportOptions {
   /** Bytes of each direction's ring, a power of two (default 4 MiB). */
   ringSize?: number;
   /** Accept peers running as another user (default: refuse them). */
   allowOtherUsers?: boolean;
+  /**
+   * Microseconds a waiting read polls the ring from Node's loop before it
+   * sleeps on an eventfd (default 200; 0 never polls). Polling trades a
+   * little CPU for latency: a kernel wake-up costs tens of microseconds.
+   */
+  spinMicros?: number;
 }
 
 /**
@@ -31,14 +37,18 @@ export interface ShmTransportOptions {
  */
 export class ShmTransport implements TransportContext {
   private closed = false;
-  private readonly native: { ringSize?: number; allowOtherUsers?: boolean };
+  private readonly native: NativeShmOptions;
 
   constructor(options: ShmTransportOptions = {}) {
     const ringSize = options.ringSize ?? 4 * 1024 * 1024;
     if (!(ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${ringSize}`);
     }
-    this.native = { ringSize, allowOtherUsers: options.allowOtherUsers ?? false };
+    this.native = {
+      ringSize,
+      allowOtherUsers: options.allowOtherUsers ?? false,
+      spinMicros: Math.max(0, options.spinMicros ?? 200),
+    };
   }
 
   isViable(): Viability {
