@@ -1,12 +1,17 @@
 import { CPU_DEVICE, ErrorCode } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "../src/backends.js";
+import { type BackendChoice, createContext } from "../src/backends.js";
 import { type PeerProcess, spawnPeer } from "../src/spawn-peer.js";
 
-describe("two processes over uv + basic", () => {
+const paths: { name: string; choice: BackendChoice; transport: string; channel: string }[] = [
+  { name: "the best both have", choice: {}, transport: "shm", channel: "cma" },
+  { name: "uv + basic", choice: { transports: ["uv"], channels: ["basic"] }, transport: "uv", channel: "basic" },
+];
+
+describe.each(paths)("two processes over $name", ({ choice, transport, channel }) => {
   let peer: PeerProcess;
-  const context = createContext();
+  const context = createContext(choice);
 
   beforeAll(async () => {
     peer = await spawnPeer();
@@ -17,10 +22,10 @@ describe("two processes over uv + basic", () => {
     await peer?.stop();
   });
 
-  it("negotiates uv and basic with the child", async () => {
+  it(`negotiates ${transport} and ${channel} with the child`, async () => {
     const pipe = await context.connect(peer.url);
-    expect(pipe.transport).toBe("uv");
-    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+    expect(pipe.transport).toBe(transport);
+    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channel);
     pipe.close();
   });
 
@@ -65,21 +70,63 @@ describe("two processes over uv + basic", () => {
     pipe.close();
   });
 
-  it("rejects pending reads within a second when the child is SIGKILLed", async () => {
+  it("rejects pending reads and writes within a second when the child is SIGKILLed mid-transfer", async () => {
     const victim = await spawnPeer();
     const pipe = await context.connect(victim.url);
-    const pending = pipe.readDescriptor();
+    const big = patterned(64 * 1024 * 1024, 1);
+    // Echoed back: the child is busy with it (or with its reply) when it dies.
+    const writing = pipe.write({ tensors: [{ buffer: big, targetDevice: CPU_DEVICE }] });
+    const reading = pipe.readMessage();
+    await new Promise((r) => setTimeout(r, 20));
     const started = performance.now();
     victim.child.kill("SIGKILL");
-    await expect(pending).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
+    const settled = await Promise.allSettled([writing, reading]);
     expect(performance.now() - started).toBeLessThan(1000);
-    await expect(pipe.write({ payloads: [{ data: new Uint8Array(10) }] })).rejects.toBeTruthy();
+    expect(settled[1].status).toBe("rejected");
+    for (const s of settled) {
+      if (s.status === "rejected") {
+        expect(s.reason.code).toMatch(/^ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)$/);
+        expect(s.reason.message).toMatch(/pipe to|connection to|pid/);
+      }
+    }
+    expect((await pipe.closed).code).toMatch(/^ERR_TP_/);
     await victim.stop();
+    // The process is fine and new pipes work.
+    const fresh = await context.connect(peer.url);
+    await fresh.write({ metadata: "after" });
+    expect((await fresh.readMessage()).metadata).toBe("after");
+    fresh.close();
   });
 
   it("fails to connect with ERR_TP_CONNECTION_REFUSED once the child is gone", async () => {
     const gone = await spawnPeer();
     await gone.stop();
     await expect(context.connect(gone.url)).rejects.toMatchObject({ code: ErrorCode.CONNECTION_REFUSED });
+  });
+});
+
+describe("negotiation between two processes with different backends", () => {
+  const cases: { name: string; peer: string[]; client: BackendChoice; transport: string; channel: string }[] = [
+    { name: "listener without shm/cma", peer: ["--transports", "uv", "--channels", "basic"], client: {}, transport: "uv", channel: "basic" },
+    { name: "client without shm", peer: [], client: { transports: ["uv"] }, transport: "uv", channel: "cma" },
+    { name: "client without cma", peer: [], client: { channels: ["basic"] }, transport: "shm", channel: "basic" },
+    { name: "both with everything", peer: [], client: {}, transport: "shm", channel: "cma" },
+  ];
+  it.each(cases)("$name: $transport + $channel", async ({ peer: peerArgs, client, transport, channel }) => {
+    const peer = await spawnPeer("127.0.0.1", peerArgs);
+    const context = createContext(client);
+    try {
+      const pipe = await context.connect(peer.url);
+      expect(pipe.transport).toBe(transport);
+      expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channel);
+      const tensor = patterned(1 << 20, 3);
+      const w = pipe.write({ tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] });
+      const m = await pipe.readMessage();
+      expect(hasPattern(m.tensors[0]!.buffer as Uint8Array, 3)).toBe(true);
+      await w;
+    } finally {
+      await context.close();
+      await peer.stop();
+    }
   });
 });
