@@ -80,7 +80,7 @@ export class ShmTransport implements TransportContext {
     const name = address === "" || address === "*" ? `tensorpipe-js-${process.pid}-${randomBytes(6).toString("hex")}` : address;
     try {
       return new addon.ShmListener(name, this.native, (err, conn) => {
-        if (err) onError?.(err);
+        if (err) onError?.(fromNativeError(err, `shm listener on ${address}`));
         else onConnection(new NativeConnection(conn!, "shm"));
       });
     } catch (e) {

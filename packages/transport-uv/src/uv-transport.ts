@@ -109,7 +109,7 @@ export class UvTransport implements TransportContext {
     host = await resolveHost(host);
     try {
       const native = new addon.UvListener(host, port, (err, conn) => {
-        if (err) onError?.(err);
+        if (err) onError?.(fromNativeError(err, `uv listener on ${address}`));
         else onConnection(new NativeConnection(conn!, "uv"));
       });
       return new UvTransportListener(native);

@@ -1,0 +1,141 @@
+import { execFile, spawn } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { type Connection, Context, ErrorCode } from "@tensorpipe/core";
+import { patterned } from "@tensorpipe/core/testing";
+import { afterEach, describe, expect, it } from "vitest";
+import { ShmTransport, registerShmTransport } from "../src/index.js";
+
+const hostilePeer = fileURLToPath(new URL("../build/Release/shm_hostile_peer", import.meta.url));
+
+function runHostile(name: string, mode: string): Promise<number> {
+  return new Promise((resolve) => execFile(hostilePeer, [name, mode], (err) => resolve(err ? (err.code as number) : 0)));
+}
+
+const openFds = () => readdirSync("/proc/self/fd").length;
+const shmMappings = () => readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("tensorpipe-js-shm")).length;
+const settle = () => new Promise((r) => setTimeout(r, 20));
+
+describe("shm transport against a hostile peer", () => {
+  const closers: (() => unknown)[] = [];
+  afterEach(async () => {
+    for (const c of closers.splice(0)) await c();
+  });
+
+  async function listen() {
+    const transport = new ShmTransport();
+    const accepted: Connection[] = [];
+    const errors: Error[] = [];
+    const listener = await transport.listen("*", (c) => accepted.push(c), (e) => errors.push(e));
+    closers.push(() => listener.close(), () => accepted.forEach((c) => c.close()));
+    return { transport, listener, accepted, errors };
+  }
+
+  it.each([
+    ["garbage", /exceeds the limit/],
+    ["head", /ring head moved out of range/],
+  ])("a ring full of %s is a protocol error on that connection only", async (mode, message) => {
+    const { transport, listener, accepted } = await listen();
+    const hostile = runHostile(listener.address(), mode);
+    await expect.poll(() => accepted.length).toBe(1);
+    await expect(accepted[0]!.read(1024)).rejects.toMatchObject({ code: ErrorCode.PROTOCOL, message });
+    // Closing on the error lets the hostile peer see EOF and exit cleanly.
+    expect(await hostile).toBe(0);
+    const good = await transport.connect(listener.address());
+    closers.push(() => good.close());
+    await good.write([patterned(100, 1)]);
+    await expect.poll(() => accepted.length).toBe(2);
+    expect((await accepted[1]!.read(1024)).byteLength).toBe(100);
+  });
+
+  it.each([
+    ["fds", /3 file descriptors|1 file descriptors/],
+    ["magic", /not a tensorpipe-js shm endpoint/],
+  ])("a handshake with bad %s is refused with a protocol error", async (mode, message) => {
+    const { listener, accepted, errors } = await listen();
+    await runHostile(listener.address(), mode);
+    await expect.poll(() => errors.length).toBe(1);
+    expect(errors[0]).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(message) });
+    expect(accepted).toHaveLength(0);
+  });
+});
+
+describe("shm resources", () => {
+  it("leaves no descriptor or mapping behind after 1000 pipes", async () => {
+    const server = new Context();
+    const client = new Context();
+    registerShmTransport(server);
+    registerShmTransport(client);
+    for (const ctx of [server, client]) {
+      ctx.registerChannel(0, "inline", {
+        isViable: () => ({ viable: true }),
+        deviceDescriptors: () => [{ device: { type: "cpu", index: 0 }, descriptor: "any" }],
+        numConnectionsNeeded: () => 1,
+        canCommunicateWithRemote: (a, b) => a === b,
+        createChannel: ([c]) => ({
+          send: (b, n) => c!.write([new Uint8Array((b as Uint8Array).buffer, 0, n)]),
+          recv: (b, n) => c!.readInto(new Uint8Array((b as Uint8Array).buffer, 0, n)),
+          close: (e) => c!.close(e),
+        }),
+        close: async () => {},
+      });
+    }
+    const listener = await server.listen("shm://*");
+    const cycle = async () => {
+      const [a, b] = await Promise.all([client.connect(listener.addresses()[0]!), listener.accept()]);
+      const w = a.write({ metadata: "x", tensors: [{ buffer: new Uint8Array(16) }] });
+      await b.readMessage();
+      await w;
+      a.close();
+      b.close();
+    };
+    await cycle();
+    await settle();
+    const fds = openFds();
+    const maps = shmMappings();
+    for (let i = 0; i < 1000; i++) await cycle();
+    await expect.poll(openFds, { timeout: 5000 }).toBe(fds);
+    await expect.poll(shmMappings, { timeout: 5000 }).toBe(maps);
+    listener.close();
+    await Promise.all([server.close(), client.close()]);
+    await expect.poll(shmMappings, { timeout: 5000 }).toBe(0);
+  });
+});
+
+const isRoot = process.getuid?.() === 0;
+
+describe("shm peer credentials", () => {
+  // A child running as "nobody" tries this process's listener.
+  function connectAsNobody(name: string, allowOtherUsers: boolean): Promise<string> {
+    const script = `
+      import { ShmTransport } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+      const t = new ShmTransport({ allowOtherUsers: ${allowOtherUsers} });
+      try { const c = await t.connect(${JSON.stringify(name)}); console.log("connected"); c.close(); }
+      catch (e) { console.log(e.code); }`;
+    return new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], { uid: 65534, gid: 65534 });
+      let out = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.on("error", reject);
+      child.on("exit", () => resolve(out.trim()));
+    });
+  }
+
+  it.skipIf(!isRoot)("refuses a peer of another user unless allowed (needs root to start one)", async () => {
+    const strict = new ShmTransport();
+    const errors: Error[] = [];
+    const refusing = await strict.listen("*", (c) => c.close(), (e) => errors.push(e));
+    expect(await connectAsNobody(refusing.address(), false)).toMatch(/ERR_TP_(PERMISSION_DENIED|PEER_CLOSED)/);
+    await expect.poll(() => errors.length).toBe(1);
+    expect(errors[0]).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(/uid 65534/) });
+    refusing.close();
+
+    const lenient = new ShmTransport({ allowOtherUsers: true });
+    const accepted: Connection[] = [];
+    const allowing = await lenient.listen("*", (c) => accepted.push(c));
+    expect(await connectAsNobody(allowing.address(), true)).toBe("connected");
+    await expect.poll(() => accepted.length).toBe(1);
+    accepted[0]!.close();
+    allowing.close();
+  });
+});
