@@ -1,0 +1,106 @@
+import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core";
+import { hasPattern, patterned } from "@tensorpipe/core/testing";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { afterEach, describe, expect, it } from "vitest";
+import { CmaChannel, CmaChannelContext } from "../src/index.js";
+
+const MiB = 1024 * 1024;
+
+describe("cma channel", () => {
+  const transport = new UvTransport();
+  const open: Connection[] = [];
+  afterEach(() => {
+    for (const c of open.splice(0)) c.close();
+  });
+
+  /** Two connected pairs: [here, there] for descriptors and for acks. */
+  async function connections(): Promise<{ here: Connection[]; there: Connection[] }> {
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
+    const here = [await transport.connect(listener.address()), await transport.connect(listener.address())];
+    await expect.poll(() => accepted.length).toBe(2);
+    listener.close();
+    open.push(...here, ...accepted);
+    return { here, there: accepted };
+  }
+
+  function channel(conns: Connection[], options = {}) {
+    return new CmaChannelContext({ inlineMax: 0, ...options }).createChannel(conns) as CmaChannel;
+  }
+
+  const source = (pid: number, address: bigint, length: number) =>
+    new NopWriter().structure(3).uint(pid).uint(address).uint(length).finish();
+
+  it("is viable here and describes machine, pid namespace and user", () => {
+    const ctx = new CmaChannelContext();
+    expect(ctx.isViable()).toEqual({ viable: true });
+    const [d] = ctx.deviceDescriptors();
+    expect(d!.device).toEqual({ type: "cpu", index: 0 });
+    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}:pid:\\[\\d+\\]:user:\\[\\d+\\]:${process.getuid!()}$`));
+  });
+
+  it("copies a tensor straight into the receiver's memory and frees the sender after", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here, { parallelism: 4 });
+    const receiver = channel(there, { parallelism: 4 });
+    const src = patterned(40 * MiB + 123, 5);
+    const target = new Uint8Array(40 * MiB + 123);
+    let sent = false;
+    const sending = sender.send(src, src.length).then(() => (sent = true));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(sent).toBe(false);
+    await receiver.recv(target, target.length);
+    await sending;
+    expect(hasPattern(target, 5)).toBe(true);
+  });
+
+  it("answers completions in order even when a later copy ends first", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here);
+    const receiver = channel(there);
+    const big = patterned(64 * MiB, 1);
+    const small = patterned(80 * 1024, 2);
+    const sends = [sender.send(big, big.length), sender.send(small, small.length)];
+    const targets = [new Uint8Array(big.length), new Uint8Array(small.length)];
+    await Promise.all([receiver.recv(targets[0]!, big.length), receiver.recv(targets[1]!, small.length), ...sends]);
+    expect(hasPattern(targets[0]!, 1) && hasPattern(targets[1]!, 2)).toBe(true);
+  });
+
+  it("fails the receive, and tells the sender, when the address is not readable", async () => {
+    const { here, there } = await connections();
+    const receiver = channel(there);
+    await here[0]!.write([source(process.pid, 16n, MiB)]);
+    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({
+      code: ErrorCode.SYSTEM,
+      errno: "EFAULT",
+      message: expect.stringMatching(/process_vm_readv/),
+    });
+    expect(Buffer.from(await here[1]!.read(4096)).toString()).toMatch(/process_vm_readv/);
+  });
+
+  it("fails with ESRCH when the sender's process is gone", async () => {
+    const { here, there } = await connections();
+    const receiver = channel(there);
+    await here[0]!.write([source(2 ** 22 + 12345, 4096n, MiB)]);
+    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({ errno: "ESRCH" });
+  });
+
+  it("treats a length the receiver did not expect as a protocol error", async () => {
+    const { here, there } = await connections();
+    const receiver = channel(there);
+    await here[0]!.write([source(process.pid, 4096n, 2 * MiB)]);
+    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+  });
+
+  it("sends tensors up to inlineMax through the connection itself", async () => {
+    const { here, there } = await connections();
+    const sender = new CmaChannelContext({ inlineMax: 1024 }).createChannel(here);
+    const receiver = new CmaChannelContext({ inlineMax: 1024 }).createChannel(there);
+    const src = patterned(1024, 9);
+    await sender.send(src, 1024);
+    // Inline: the bytes are on the first connection, as one frame.
+    const target = new Uint8Array(1024);
+    await receiver.recv(target, 1024);
+    expect(hasPattern(target, 9)).toBe(true);
+  });
+});
