@@ -90,10 +90,10 @@ export class CmaChannel implements Channel {
     const bytes = cpuBytes(buffer, length);
     if (length <= this.tuning.inlineMax) return this.descriptors.write([bytes]);
     const address = this.addon.addressOf(bytes, this.tuning.hugePages);
-    const wrote = this.descriptors.write([encodeSource(process.pid, address, length)]);
-    const ack = this.acks.read(4096);
-    await wrote;
-    const answer = await ack;
+    const [, answer] = await Promise.all([
+      this.descriptors.write([encodeSource(process.pid, address, length)]),
+      this.acks.read(4096),
+    ]);
     // `bytes` stays referenced until here: the peer has finished reading it.
     if (answer.byteLength > 0 || bytes.byteLength !== length) {
       throw new TensorPipeError(ErrorCode.CONNECTION_RESET, `peer could not read the tensor: ${Buffer.from(answer).toString()}`);
@@ -119,6 +119,8 @@ export class CmaChannel implements Channel {
         );
       });
     });
+    // Handled below, possibly after earlier answers: not an unhandled rejection meanwhile.
+    copied.catch(() => undefined);
     // Answers go out in the order tensors were announced, whichever copy ends first.
     const answered = this.lastAck.then(() =>
       copied.then(

@@ -1,6 +1,7 @@
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
+import { AUTH_ENTRY, type AuthOptions, SharedSecretAuth } from "./auth.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import { Listener, type PipeAcceptor } from "./listener.js";
 import {
@@ -31,6 +32,12 @@ export interface ContextOptions {
   handshakeTimeout?: number;
   /** Largest control frame (packet, brochure, descriptor) accepted from a peer. */
   maxControlFrameLength?: number;
+  /**
+   * Opt-in mutual authentication with a shared secret, an extension of the
+   * handshake (see auth.ts); off by default, and then the bytes on the wire
+   * are exactly upstream's. Both ends need it.
+   */
+  auth?: AuthOptions;
 }
 
 export interface ConnectOptions extends OperationOptions {}
@@ -44,6 +51,8 @@ export interface BackendInfo {
 
 const DEFAULT_HANDSHAKE_TIMEOUT = 10_000;
 const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
+/** Before a peer has shown it speaks the protocol, its frames stay small. */
+export const MAX_HANDSHAKE_FRAME = 1024 * 1024;
 
 /**
  * Holds the registered transports and channels, opens listeners and pipes,
@@ -53,16 +62,24 @@ export class Context implements PipeAcceptor {
   readonly name: string;
   readonly handshakeTimeout: number;
   readonly maxControlFrameLength: number;
+  readonly auth?: SharedSecretAuth;
   private readonly transports = new Map<string, Registered<TransportContext>>();
   private readonly channels = new Map<string, Registered<ChannelContext>>();
   private readonly listeners = new Set<Listener>();
   private readonly pipes = new Set<Pipe>();
   private closing = false;
+  private closed?: Promise<void>;
 
   constructor(options: ContextOptions = {}) {
     this.name = options.name ?? "";
     this.handshakeTimeout = options.handshakeTimeout ?? DEFAULT_HANDSHAKE_TIMEOUT;
     this.maxControlFrameLength = options.maxControlFrameLength ?? DEFAULT_MAX_CONTROL_FRAME;
+    if (options.auth) this.auth = new SharedSecretAuth(options.auth);
+  }
+
+  /** Registration ids a third party cannot guess, when authentication is on. */
+  get unguessableIds(): boolean {
+    return this.auth !== undefined;
   }
 
   /** Higher priority wins when both ends have several transports in common. */
@@ -158,10 +175,12 @@ export class Context implements PipeAcceptor {
       opened.push(main);
       if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
       const brochure = buildBrochure(byPriority(this.transports.values()), byPriority(this.channels.values()));
+      const hello = this.auth?.clientHello();
+      if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
       const sentHello = main.write([encodePacket({ kind: "spontaneous", contextName: this.name }), encodeBrochure(brochure)]);
       let answer: BrochureAnswer;
       try {
-        const [, bytes] = await Promise.all([sentHello, main.read(this.maxControlFrameLength)]);
+        const [, bytes] = await Promise.all([sentHello, main.read(MAX_HANDSHAKE_FRAME)]);
         answer = decodeBrochureAnswer(bytes);
       } catch (e) {
         const err = fromNativeError(e, url);
@@ -174,6 +193,8 @@ export class Context implements PipeAcceptor {
         }
         throw err;
       }
+      if (hello) this.auth!.verifyServer(hello.nonce, answer.channelDeviceDescriptors.get(AUTH_ENTRY));
+      answer.channelDeviceDescriptors.delete(AUTH_ENTRY);
       const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
       const chosen = this.transports.get(answer.transport)!.context;
       const openRequested = async (id: number): Promise<Connection> => {
@@ -225,7 +246,8 @@ export class Context implements PipeAcceptor {
 
   /** @internal The listening side of the handshake, after a SpontaneousConnection packet. */
   async acceptPipe(listener: Listener, cameOn: string, main: Connection): Promise<Pipe> {
-    const brochure = decodeBrochure(await main.read(this.maxControlFrameLength));
+    const brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
+    const nonce = this.auth?.verifyClient(brochure.transportDomainDescriptors.get(AUTH_ENTRY));
     const transport = chooseTransport(byPriority(this.transports.values()), listener.listeningTransports(), brochure);
     if (!transport) {
       throw new TensorPipeError(
@@ -258,7 +280,10 @@ export class Context implements PipeAcceptor {
           transportRegistrationIds,
           transportDomainDescriptor: transport.context.domainDescriptor(),
           channelRegistrationIds: new Map([...channelRegs].map(([name, regs]) => [name, regs.map((r) => r.id)])),
-          channelDeviceDescriptors: choice.deviceDescriptors,
+          channelDeviceDescriptors:
+            nonce === undefined
+              ? choice.deviceDescriptors
+              : new Map([...choice.deviceDescriptors, [AUTH_ENTRY, this.auth!.serverProof(nonce)]]),
           channelForDevicePair: choice.pairs,
         }),
       ]);
@@ -304,15 +329,29 @@ export class Context implements PipeAcceptor {
     return pipe;
   }
 
-  /** Closes every listener and pipe of this context, then the backends. */
+  /**
+   * Closes every listener and pipe of this context (their pending
+   * operations reject with ERR_TP_CLOSED), then the backends.
+   */
   async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
-    for (const l of this.listeners) l.close();
-    for (const p of this.pipes) p.close();
-    await Promise.all([
-      ...[...this.transports.values()].map((t) => t.context.close()),
-      ...[...this.channels.values()].map((c) => c.context.close()),
-    ]);
+    if (!this.closing) {
+      this.closing = true;
+      this.closed = (async () => {
+        for (const l of this.listeners) l.close();
+        const pipes = [...this.pipes];
+        for (const p of pipes) p.close();
+        await Promise.all(pipes.map((p) => p.closed));
+        await Promise.all([
+          ...[...this.transports.values()].map((t) => t.context.close()),
+          ...[...this.channels.values()].map((c) => c.context.close()),
+        ]);
+      })();
+    }
+    return this.closed;
+  }
+
+  /** Resolves once close() has finished: every pipe ended, every backend closed. */
+  join(): Promise<void> {
+    return this.closed ?? this.close();
   }
 }

@@ -75,6 +75,7 @@ const errnoToCode: Record<string, ErrorCode> = {
   EADDRNOTAVAIL: ErrorCode.CONNECTION_REFUSED,
   ENOENT: ErrorCode.CONNECTION_REFUSED,
   EOF: ErrorCode.PEER_CLOSED,
+  ESRCH: ErrorCode.PEER_CLOSED,
   ECONNRESET: ErrorCode.CONNECTION_RESET,
   EPIPE: ErrorCode.CONNECTION_RESET,
   ETIMEDOUT: ErrorCode.CONNECTION_RESET,
@@ -87,6 +88,7 @@ const errnoToCode: Record<string, ErrorCode> = {
 const errnoText: Record<string, string> = {
   ECONNREFUSED: "connection refused: nobody listens there",
   EOF: "peer closed the connection",
+  ESRCH: "peer process is gone",
   ECONNRESET: "connection reset by peer",
   EPIPE: "peer is gone (broken pipe)",
   ETIMEDOUT: "connection timed out",

@@ -1,5 +1,6 @@
 export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
 export { Listener, type ListenerEvents } from "./listener.js";
+export { type AuthOptions, SharedSecretAuth, AUTH_ENTRY } from "./auth.js";
 export { Pipe } from "./pipe.js";
 export type {
   Message,

@@ -1,3 +1,4 @@
+import { randomInt } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
@@ -6,11 +7,15 @@ import type { Pipe } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
 import type { Connection, TransportListener } from "./transport.js";
 
+/** A first packet is a few bytes plus a context name. */
+const MAX_PACKET_FRAME = 64 * 1024;
+
 /** What the listener needs from its context to turn a connection into a pipe. */
 export interface PipeAcceptor {
   acceptPipe(listener: Listener, transport: string, connection: Connection): Promise<Pipe>;
+  /** Random registration ids instead of upstream's counter (with authentication). */
+  readonly unguessableIds: boolean;
   readonly handshakeTimeout: number;
-  readonly maxControlFrameLength: number;
 }
 
 export interface ListenerEvents {
@@ -94,7 +99,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */
   private async routeConnection(transport: string, connection: Connection): Promise<Pipe | undefined> {
-    const packet = decodePacket(await connection.read(this.acceptor.maxControlFrameLength));
+    const packet = decodePacket(await connection.read(MAX_PACKET_FRAME));
     if (packet.kind === "spontaneous") {
       return this.acceptor.acceptPipe(this, transport, connection);
     }
@@ -107,7 +112,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** @internal Reserves an id whose connection the peer will open. */
   register(): { id: number; connection: Promise<Connection>; cancel: () => void } {
-    const id = this.nextRegistrationId++;
+    let id = this.nextRegistrationId++;
+    if (this.acceptor.unguessableIds) {
+      do id = randomInt(2 ** 47) * 64 + randomInt(64);
+      while (this.registrations.has(id));
+    }
     const waiter = new Deferred<Connection>();
     this.registrations.set(id, waiter);
     return {

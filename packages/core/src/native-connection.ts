@@ -21,6 +21,11 @@ export interface NativeFrameConnection {
   close(): void;
   localAddress(): string;
   remoteAddress(): string;
+  /**
+   * Asks to be told when the connection fails while no operation waits on
+   * it and nothing is left to read (an idle peer died).
+   */
+  onFailure?(callback: (err: Error) => void): void;
 }
 
 /**
@@ -47,6 +52,7 @@ export class NativeConnection implements Connection {
     this.closed = this.closedDeferred.promise;
     this.localAddress = native.localAddress();
     this.remoteAddress = native.remoteAddress();
+    native.onFailure?.((err) => this.close(err));
   }
 
   private complete<T>(queue: Deferred<T>[], err: Error | null, value: T): void {

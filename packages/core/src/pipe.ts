@@ -83,6 +83,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (channel) this.channelByPair.set(pairKey(p.local, p.remote), channel);
     }
     this.fetchDescriptor();
+    // A connection that fails while idle: the peer is gone even if nobody
+    // is reading or writing right now.
+    this.main.closed.then((e) => e && !this.failure && this.endStream(this.describe(e)));
+    this.reply.closed.then((e) => e && !this.failure && this.tensorSends.length > 0 && this.fail(e));
   }
 
   /** The channel name used for tensors from `local` here to `remote` there. */
@@ -221,7 +225,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
   readDescriptor(options?: OperationOptions): Promise<Descriptor> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.ended) return Promise.reject(this.ended);
+    if (this.ended && !this.prefetched) return Promise.reject(this.ended);
     const waiter = new Deferred<Descriptor>();
     if (this.prefetched && !this.current && this.descriptorWaiters.length === 0) {
       this.current = this.prefetched;
@@ -372,13 +376,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** The peer closed between messages: readers learn it, in-flight reads may still finish. */
   private endStream(err: TensorPipeError): void {
+    if (this.ended) return;
     this.ended = err;
-    for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
+    if (!this.prefetched) for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
     this.maybeFinishEnded();
   }
 
+  /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
-    if (this.ended && this.inFlightReads.size === 0) this.fail(this.ended);
+    if (this.ended && this.inFlightReads.size === 0 && !this.prefetched && !this.current) this.fail(this.ended);
   }
 
   // ---- failure ----

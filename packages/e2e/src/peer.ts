@@ -113,7 +113,7 @@ const sink = createServer((s) => {
 await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
 const port = (s: typeof echo) => (s.address() as { port: number }).port;
 process.stdout.write(
-  `${JSON.stringify({ url: listener.addresses().find((u) => u.startsWith("uv://")), urls: listener.addresses(), echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
+  `${JSON.stringify({ url: listener.addresses().find((u) => u.startsWith("uv://")) ?? listener.addresses()[0], urls: listener.addresses(), echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
 );
 
 process.stdin.resume();

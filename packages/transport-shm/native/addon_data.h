@@ -1,6 +1,8 @@
 #pragma once
 
 #include <napi.h>
+
+#include "tensorpipe/frame_io.h"
 #include <uv.h>
 
 namespace tensorpipe_js {
@@ -9,6 +11,8 @@ namespace tensorpipe_js {
 struct AddonData {
   Napi::FunctionReference connectionConstructor;
   uv_loop_t* loop = nullptr;
+  // One slab pool for the small frames of every connection.
+  FrameResults results;
 };
 
 inline AddonData* GetAddonData(Napi::Env env) { return env.GetInstanceData<AddonData>(); }

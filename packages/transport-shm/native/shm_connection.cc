@@ -71,6 +71,7 @@ Napi::Function ShmConnection::Define(Napi::Env env) {
                          InstanceMethod<&ShmConnection::Close>("close"),
                          InstanceMethod<&ShmConnection::LocalAddress>("localAddress"),
                          InstanceMethod<&ShmConnection::RemoteAddress>("remoteAddress"),
+                         InstanceMethod<&ShmConnection::OnFailure>("onFailure"),
                      });
 }
 
@@ -251,8 +252,20 @@ void ShmConnection::OnSocket() {
   PumpReads();
   if (state_ != State::kOpen) return;
   if (n > 0) protocolError_ = "unexpected bytes on the shm control socket";
+  bool idle = reads_.empty() && writes_.empty() &&
+              inbox_.header()->head.load(std::memory_order_acquire) == inboxTail_;
   Fail(n == 0 ? UV_EOF : uv_translate_sys_error(errno));
+  if (idle && !onFailure_.IsEmpty()) {
+    InvokeCallback(onFailure_, *asyncContext_, {FailureFor(FrameRead())});
+    return;
+  }
   FailPending();
+}
+
+// onFailure(callback(err)): see onFailure_.
+Napi::Value ShmConnection::OnFailure(const Napi::CallbackInfo& info) {
+  onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
+  return info.Env().Undefined();
 }
 
 void ShmConnection::FinishHandshake() {
@@ -374,7 +387,7 @@ Napi::Value ShmConnection::Read(const Napi::CallbackInfo& info) {
   std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
   if (reads_.empty()) {
     Progress p = Consume(*op);
-    if (p == Progress::kDone) return results_.Result(env, *op);
+    if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
     if (p == Progress::kError) {
       Fail(0);
       return FailureFor(*op);
@@ -439,7 +452,7 @@ void ShmConnection::PumpReads() {
       FailPending();
       break;
     }
-    napi_value result = results_.Result(env, *op);
+    napi_value result = GetAddonData(env)->results.Result(env, *op);
     InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
   }
   pumping_ = false;

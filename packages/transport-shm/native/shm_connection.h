@@ -48,6 +48,7 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
+  Napi::Value OnFailure(const Napi::CallbackInfo& info);
 
   int Begin(int sock);  // 0 or a libuv error
   void FinishHandshake();
@@ -112,7 +113,9 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   std::deque<std::unique_ptr<PendingWrite>> writes_;
   std::string protocolError_;
   int failStatus_ = 0;
-  FrameResults results_;
+  // Told when the peer goes away while nothing waits on this connection
+  // and nothing is left in the ring, so that it is not missed.
+  Napi::FunctionReference onFailure_;
   Napi::FunctionReference onReady_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
 };

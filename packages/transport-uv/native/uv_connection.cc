@@ -25,6 +25,7 @@ Napi::Function UvConnection::Define(Napi::Env env) {
                          InstanceMethod<&UvConnection::Close>("close"),
                          InstanceMethod<&UvConnection::LocalAddress>("localAddress"),
                          InstanceMethod<&UvConnection::RemoteAddress>("remoteAddress"),
+                         InstanceMethod<&UvConnection::OnFailure>("onFailure"),
                      });
 }
 
@@ -44,11 +45,11 @@ UvConnection::UvConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Uv
   if (info.Length() != 1 || !info[0].IsExternal()) {
     throw Napi::TypeError::New(info.Env(), "UvConnection is created by connect() or a listener");
   }
-  staging_.resize(kStagingSize);
   asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), "tensorpipe.UvConnection", info.This().As<Napi::Object>());
 }
 
 void UvConnection::Start() {
+  staging_.resize(kStagingSize);
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
   UpdateReading();
@@ -60,6 +61,10 @@ void UvConnection::CloseHandle() {
   reads_.clear();
   if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
   reading_ = false;
+  // Freed now, not when the JS object is collected: closed connections
+  // must not hold native memory the garbage collector cannot see.
+  std::vector<char>().swap(staging_);
+  stagingBegin_ = stagingEnd_ = 0;
   uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
 }
 
@@ -124,7 +129,7 @@ Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
   // here, even from inside a completion callback: order cannot change.
   if (reads_.empty()) {
     Progress p = Consume(*op);
-    if (p == Progress::kDone) return results_.Result(env, *op);
+    if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
     if (p == Progress::kError) return Fail(nullptr, 0);
   }
   if (state_ == State::kFailed) return FailureFor(*op);
@@ -156,7 +161,7 @@ void UvConnection::Pump() {
       InvokeCallback(op->callback, *asyncContext_, {Fail(nullptr, 0)});
       break;
     }
-    napi_value result = results_.Result(env, *op);
+    napi_value result = GetAddonData(env)->results.Result(env, *op);
     InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
   }
   pumping_ = false;
@@ -220,9 +225,9 @@ void UvConnection::OnAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
   if (!c->reads_.empty() && c->stagingBegin_ == c->stagingEnd_) {
     FrameRead& op = *c->reads_.front();
     uint64_t remaining = op.BodyRemaining();
-    if (remaining >= kDirectThreshold) {
+    if (remaining >= kDirectThreshold && (op.Room() > 0 || op.Reserve(kDirectThreshold))) {
       c->direct_ = true;
-      *buf = MakeBuf(op.body + op.bodyGot, std::min(remaining, kMaxRecv));
+      *buf = MakeBuf(op.BodyCursor(), std::min(op.Room(), kMaxRecv));
       return;
     }
   }
@@ -251,6 +256,15 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   // With no read pending, the next read() learns of it (after any frames
   // still in the staging buffer).
   if (front) c->FailFront(err);
+  else if (c->stagingBegin_ == c->stagingEnd_ && !c->onFailure_.IsEmpty()) {
+    InvokeCallback(c->onFailure_, *c->asyncContext_, {err});
+  }
+}
+
+// onFailure(callback(err)): see onFailure_.
+Napi::Value UvConnection::OnFailure(const Napi::CallbackInfo& info) {
+  onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
+  return info.Env().Undefined();
 }
 
 namespace {

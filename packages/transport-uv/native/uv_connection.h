@@ -45,6 +45,7 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
+  Napi::Value OnFailure(const Napi::CallbackInfo& info);
 
   Progress Consume(FrameRead& op);
   void Pump();
@@ -72,7 +73,9 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
   int failStatus_ = 0;
-  FrameResults results_;
+  // Told when the connection fails while nothing waits on it and nothing
+  // is left to read, so that an idle peer's death is not missed.
+  Napi::FunctionReference onFailure_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
 };
 

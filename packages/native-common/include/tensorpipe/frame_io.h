@@ -30,6 +30,7 @@ inline uv_buf_t MakeBuf(char* base, size_t len) {
 // One frame being read.
 struct FrameRead {
   enum class Progress { kNeedMore, kDone, kError };
+  static constexpr uint64_t kInitialFresh = 64 * 1024;
 
   Napi::FunctionReference callback;
   Napi::Reference<Napi::Value> keepTarget;
@@ -44,6 +45,9 @@ struct FrameRead {
   char* body = nullptr;
   uint64_t bodyGot = 0;
   char* fresh = nullptr;
+  // Bytes of `body` that may be written: the target's length, or for fresh
+  // memory what has been allocated so far.
+  uint64_t capacity = 0;
 
   FrameRead() = default;
   FrameRead(const FrameRead&) = delete;
@@ -67,6 +71,25 @@ struct FrameRead {
 
   uint64_t BodyRemaining() const { return haveHeader ? frameLength - bodyGot : 0; }
 
+  // Room for at least `n` more bytes (at most what the frame still needs).
+  // Fresh memory grows with the bytes that actually arrive, never ahead of
+  // them by more than double: a peer that announces a large frame and sends
+  // little costs little. False when memory runs out.
+  bool Reserve(uint64_t n) {
+    uint64_t want = std::min(frameLength, bodyGot + n);
+    if (want <= capacity) return true;
+    uint64_t grown = std::min(frameLength, std::max(want, std::max<uint64_t>(capacity * 2, kInitialFresh)));
+    char* p = static_cast<char*>(std::realloc(fresh, grown > 0 ? grown : 1));
+    if (p == nullptr) return false;
+    fresh = body = p;
+    capacity = grown;
+    return true;
+  }
+
+  // Where the next bytes of the body go, and how many fit there now.
+  char* BodyCursor() const { return body + bodyGot; }
+  uint64_t Room() const { return std::min(capacity, frameLength) - bodyGot; }
+
   // Takes what it needs of [data, data + avail) and says how much in *used.
   // A length that the target or the limit cannot take is an error, found
   // before any memory is allocated for it.
@@ -89,22 +112,19 @@ struct FrameRead {
           return Progress::kError;
         }
         body = target;
-      } else {
-        if (frameLength > maxLength) {
-          *error = "frame length " + std::to_string(frameLength) + " exceeds the limit of " +
-                   std::to_string(maxLength) + " bytes";
-          return Progress::kError;
-        }
-        fresh = static_cast<char*>(std::malloc(frameLength > 0 ? frameLength : 1));
-        if (fresh == nullptr) {
-          *error = "cannot allocate " + std::to_string(frameLength) + " bytes for a frame";
-          return Progress::kError;
-        }
-        body = fresh;
+        capacity = targetLength;
+      } else if (frameLength > maxLength) {
+        *error = "frame length " + std::to_string(frameLength) + " exceeds the limit of " +
+                 std::to_string(maxLength) + " bytes";
+        return Progress::kError;
       }
       haveHeader = true;
     }
     uint64_t n = std::min<uint64_t>(frameLength - bodyGot, avail - taken);
+    if (!Reserve(n)) {
+      *error = "cannot allocate memory for a frame of " + std::to_string(frameLength) + " bytes";
+      return Progress::kError;
+    }
     if (n > 0) {
       std::memcpy(body + bodyGot, data + taken, n);
       bodyGot += n;

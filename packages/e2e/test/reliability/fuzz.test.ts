@@ -1,0 +1,115 @@
+/**
+ * Mutated and random frames into the libnop decoders and into a live
+ * listener: no crash, no hang, no allocation driven by an unchecked length.
+ * FUZZ_RUNS scales it (10^4 in CI, 10^5 or more in a longer run).
+ */
+import { randomBytes } from "node:crypto";
+import { ErrorCode, type TensorPipeError, protocol } from "@tensorpipe/core";
+import { loadCapture, onTheWire, prng } from "@tensorpipe/core/testing";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createContext } from "../../src/backends.js";
+import { RawSocket } from "../raw-socket.js";
+
+const RUNS = Number(process.env.FUZZ_RUNS ?? 10_000);
+const capture = loadCapture(new URL("../../../../../shared/protocol/upstream-uv-basic-capture.txt", import.meta.url));
+const seeds = capture.flatMap((s) => s.frames).filter((f) => f.length > 5);
+
+/** A frame derived from a captured one: bit flips, byte changes, cuts, splices, or pure noise. */
+function mutate(rand: () => number): Uint8Array {
+  const pick = (n: number) => Math.floor(rand() * n);
+  if (rand() < 0.1) return randomBytes(pick(200));
+  const out = Uint8Array.from(seeds[pick(seeds.length)]!);
+  const edits = 1 + pick(4);
+  for (let i = 0; i < edits; i++) {
+    const at = pick(out.length);
+    const r = rand();
+    if (r < 0.4) out[at]! ^= 1 << pick(8);
+    else if (r < 0.7) out[at] = [0x00, 0x7f, 0x80, 0x83, 0xff, 0xb9, 0xba, 0xbb, 0xbd, 0xbe][pick(10)]!;
+    else if (r < 0.85) return out.subarray(0, at);
+    else out.set(randomBytes(Math.min(8, out.length - at)), at);
+  }
+  return out;
+}
+
+const decoders = [
+  protocol.decodePacket,
+  protocol.decodeBrochure,
+  protocol.decodeBrochureAnswer,
+  protocol.decodeDescriptor,
+  protocol.decodeDescriptorReply,
+];
+
+describe("fuzzing", () => {
+  it(`the decoders take ${RUNS} mutated frames: a value or ERR_TP_PROTOCOL, nothing else`, () => {
+    const rand = prng(1234);
+    const started = performance.now();
+    let accepted = 0;
+    for (let i = 0; i < RUNS; i++) {
+      const frame = mutate(rand);
+      for (const decode of decoders) {
+        try {
+          decode(frame);
+          accepted++;
+        } catch (e) {
+          expect((e as TensorPipeError).code).toBe(ErrorCode.PROTOCOL);
+        }
+      }
+    }
+    // Some mutations stay valid (a flipped metadata byte): the fuzzer is not only producing junk.
+    expect(accepted).toBeGreaterThan(0);
+    expect(performance.now() - started).toBeLessThan(RUNS * 2);
+  });
+
+  describe("a live listener", () => {
+    const server = createContext({ handshakeTimeout: 2000, transports: ["uv"], channels: ["basic"] });
+    const client = createContext({ transports: ["uv"], channels: ["basic"] });
+    let url: string;
+    let port: number;
+    let dropped = 0;
+
+    beforeAll(async () => {
+      const listener = await server.listen("uv://127.0.0.1:0");
+      listener.on("connectionError", () => dropped++);
+      url = listener.addresses()[0]!;
+      port = Number(url.split(":").at(-1));
+      (async () => {
+        for await (const pipe of listener) {
+          void (async () => {
+            for await (const m of pipe) await pipe.write({ metadata: m.metadata });
+          })().catch(() => undefined);
+        }
+      })();
+    });
+
+    afterAll(async () => {
+      await client.close();
+      await server.close();
+    });
+
+    it(`takes ${RUNS} connections of mutated handshakes and keeps serving`, async () => {
+      const rand = prng(99);
+      const rssBefore = process.memoryUsage().rss;
+      const BATCH = 100;
+      for (let done = 0; done < RUNS; done += BATCH) {
+        await Promise.all(
+          Array.from({ length: Math.min(BATCH, RUNS - done) }, async () => {
+            const s = await RawSocket.connect(port);
+            // A valid or mutated first packet, then a mutated brochure.
+            const first = rand() < 0.5 ? capture[0]!.frames[0]! : mutate(rand);
+            const bytes = rand() < 0.8 ? onTheWire([first, mutate(rand)]) : mutate(rand);
+            s.write(bytes);
+            s.socket.end();
+            await s.closed;
+          }),
+        );
+      }
+      // Every connection was dropped with an error, or (rarely) became a pipe the peer then left.
+      await expect.poll(() => dropped, { timeout: 10_000 }).toBeGreaterThan(RUNS * 0.9);
+      expect(process.memoryUsage().rss - rssBefore).toBeLessThan(256 * 1024 * 1024);
+      const pipe = await client.connect(url);
+      await pipe.write({ metadata: "still serving" });
+      expect((await pipe.readMessage()).metadata).toBe("still serving");
+      pipe.close();
+    });
+  });
+});

@@ -1,0 +1,51 @@
+/** context.close() with pipes mid-transfer: every pending operation ends with ERR_TP_CLOSED; join() resolves. */
+import { CPU_DEVICE, ErrorCode } from "@tensorpipe/core";
+import { patterned } from "@tensorpipe/core/testing";
+import { describe, expect, it } from "vitest";
+import { createContext } from "../../src/backends.js";
+
+describe.each([
+  ["uv", "basic"],
+  ["shm", "cma"],
+])("graceful shutdown over %s + %s", (transport, channel) => {
+  it("rejects every pending operation with ERR_TP_CLOSED and joins", async () => {
+    const choice = { transports: [transport], channels: [channel] };
+    const server = createContext(choice);
+    const client = createContext(choice);
+    const listener = await server.listen(transport === "uv" ? "uv://127.0.0.1:0" : "shm://*");
+    const pairs = await Promise.all(
+      Array.from({ length: 4 }, () => Promise.all([client.connect(listener.addresses()[0]!), listener.accept()])),
+    );
+    const pending: Promise<unknown>[] = [];
+    for (const [a, b] of pairs) {
+      // Mid-transfer: large writes nobody reads yet, reads waiting on either side.
+      pending.push(a.write({ tensors: [{ buffer: patterned(32 * 1024 * 1024, 1), targetDevice: CPU_DEVICE }] }));
+      pending.push(a.write({ tensors: [{ buffer: patterned(100, 2) }] }));
+      pending.push(a.readDescriptor(), a.readMessage());
+    }
+    const accepting = listener.accept();
+    await new Promise((r) => setTimeout(r, 10));
+    const closing = client.close();
+    const results = await Promise.allSettled(pending);
+    for (const r of results) {
+      expect(r.status).toBe("rejected");
+      expect((r as PromiseRejectedResult).reason.code).toBe(ErrorCode.CLOSED);
+    }
+    await closing;
+    await client.join();
+    // The other side sees its peer gone, not a hang: what had arrived is
+    // still handed out, the message cut short fails, and the pipe ends.
+    for (const [, b] of pairs) {
+      const outcome = await b.readMessage().then(
+        () => "complete",
+        (e) => e.code,
+      );
+      expect(outcome).toMatch(/^ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)$/);
+      expect((await b.closed).code).toMatch(/^ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)$/);
+    }
+    await server.close();
+    await expect(accepting).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    await server.join();
+    await expect(client.connect(listener.addresses()[0]!)).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+  });
+});
