@@ -287,9 +287,21 @@ export class Context implements PipeAcceptor {
           channelForDevicePair: choice.pairs,
         }),
       ]);
-      const mainClosed = main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
-      mainClosed.catch(() => undefined);
-      const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), mainClosed]);
+      // The peer gives up the first connection once it has opened its
+      // replacement, maybe before the others arrive: only a deadline counts then.
+      let timer: NodeJS.Timeout | undefined;
+      const givenUp = mainReg
+        ? new Promise<never>((_, reject) => {
+            timer = setTimeout(
+              () => reject(new TensorPipeError(ErrorCode.TIMEOUT, "peer did not open the connections it was given ids for")),
+              this.handshakeTimeout,
+            );
+          })
+        : main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
+      givenUp.catch(() => undefined);
+      const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() =>
+        clearTimeout(timer),
+      );
       let i = 0;
       const pipeMain = mainReg ? conns[i++]! : main;
       const reply = conns[i++]!;

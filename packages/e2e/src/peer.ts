@@ -26,7 +26,8 @@ async function serve(pipe: Pipe): Promise<void> {
     let d;
     try {
       d = await pipe.readDescriptor();
-    } catch {
+    } catch (e) {
+      debug("readDescriptor", e);
       return;
     }
     if (d.metadata === "sink") {
@@ -56,14 +57,21 @@ async function serve(pipe: Pipe): Promise<void> {
           ...(t.targetDevice ? { targetDevice: CPU_DEVICE } : {}),
         })),
       });
-    } catch {
+    } catch (e) {
+      debug("echo", e);
       return;
     }
   }
 }
 
+// TP_PEER_DEBUG=1: say on stderr why a pipe ended.
+function debug(what: string, e: unknown): void {
+  if (process.env.TP_PEER_DEBUG) console.error(`peer ${process.pid}: ${what}:`, e);
+}
+
 const context = createContext(backendsFromArgs(process.argv));
 const listener = await context.listen(listenUrls(context, host));
+listener.on("connectionError", (e) => debug("connection dropped", e));
 (async () => {
   for await (const pipe of listener) void serve(pipe);
 })();
