@@ -187,7 +187,9 @@ export class Context implements PipeAcceptor {
         if (err.code === ErrorCode.PEER_CLOSED) {
           throw new TensorPipeError(
             ErrorCode.NEGOTIATION,
-            "peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common",
+            `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
+              this.auth ? ", or the shared secrets differ" : ""
+            }`,
             { where: url, cause: err },
           );
         }
