@@ -65,6 +65,17 @@ function decodeSource(bytes: Uint8Array): { pid: number; address: bigint; length
   return { pid, address, length };
 }
 
+/** EFAULT: the announced memory is not there (any more): the sender gave up its tensor. */
+function readError(err: Error, pid: number): TensorPipeError {
+  const e = fromNativeError(err, `cma read from pid ${pid}`);
+  if (e.errno !== "EFAULT") return e;
+  return new TensorPipeError(
+    ErrorCode.CONNECTION_RESET,
+    "the sender's tensor is not readable: it closed the pipe or freed the memory, or announced memory it does not have",
+    { where: e.where, errno: "EFAULT", syscall: "process_vm_readv", cause: err },
+  );
+}
+
 const OK = new Uint8Array(0);
 const utf8 = new TextEncoder();
 
@@ -115,7 +126,7 @@ export class CmaChannel implements Channel {
       }
       return new Promise<void>((resolve, reject) => {
         this.addon.readv(source.pid, source.address, length, target, this.tuning.parallelism, this.tuning.hugePages, (err) =>
-          err ? reject(fromNativeError(err, `cma read from pid ${source.pid}`)) : resolve(),
+          err ? reject(readError(err, source.pid)) : resolve(),
         );
       });
     });
