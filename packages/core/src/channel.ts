@@ -21,6 +21,12 @@ export interface ChannelContext {
   /** The devices this channel can serve here, each with its descriptor. */
   deviceDescriptors(): readonly DeviceDescriptor[];
   numConnectionsNeeded(): number;
+  /**
+   * Whether a channel can be built on `count` connections when the
+   * listening side registered another number than numConnectionsNeeded()
+   * here (default: only that number).
+   */
+  acceptsConnectionCount?(count: number): boolean;
   /** Default rule: the descriptors are equal. */
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean;
   /** Builds one end of a channel over connections opened for it, in order. */

@@ -142,7 +142,8 @@ export function checkAnswer(
   for (const [name, ids] of answer.channelRegistrationIds) {
     const channel = channels.get(name);
     if (!channel) throw negotiationError(`peer registered connections for unknown channel "${name}"`);
-    if (ids.length !== channel.numConnectionsNeeded()) {
+    const accepted = channel.acceptsConnectionCount?.(ids.length) ?? ids.length === channel.numConnectionsNeeded();
+    if (!accepted) {
       throw negotiationError(
         `channel "${name}" needs ${channel.numConnectionsNeeded()} connection(s), peer registered ${ids.length}`,
       );

@@ -1,16 +1,19 @@
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
 import { CmaChannelContext } from "@tensorpipe/channel-cma";
+import { MptChannelContext } from "@tensorpipe/channel-mpt";
 import { Context, type ContextOptions } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 
 export const ALL_TRANSPORTS = ["uv", "shm"] as const;
-export const ALL_CHANNELS = ["basic", "cma"] as const;
+export const ALL_CHANNELS = ["basic", "mpt", "cma"] as const;
 
 export interface BackendChoice extends ContextOptions {
   /** Transports to register (default: all); non-viable ones are skipped by negotiation. */
   transports?: readonly string[];
   channels?: readonly string[];
+  /** mpt lanes (default: its own). */
+  lanes?: number;
 }
 
 /** A context with the backends asked for, at upstream's priorities. */
@@ -21,6 +24,7 @@ export function createContext(choice: BackendChoice = {}): Context {
   if (transports.includes("uv")) context.registerTransport(1, "uv", new UvTransport());
   if (transports.includes("shm")) context.registerTransport(10, "shm", new ShmTransport());
   if (channels.includes("basic")) context.registerChannel(0, "basic", new BasicChannelContext());
+  if (channels.includes("mpt")) context.registerChannel(10, "mpt", new MptChannelContext({ lanes: choice.lanes }));
   if (channels.includes("cma")) context.registerChannel(20, "cma", new CmaChannelContext());
   return context;
 }
@@ -42,5 +46,6 @@ export function backendsFromArgs(argv: readonly string[]): BackendChoice {
     const i = argv.indexOf(flag);
     return i >= 0 ? argv[i + 1]!.split(",").filter(Boolean) : undefined;
   };
-  return { transports: list("--transports"), channels: list("--channels") };
+  const lanes = argv.includes("--lanes") ? Number(argv[argv.indexOf("--lanes") + 1]) : undefined;
+  return { transports: list("--transports"), channels: list("--channels"), lanes };
 }
