@@ -1,5 +1,5 @@
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
-import { parseUrl } from "./address.js";
+import { parseUrl, splitHostPort } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
 import { AUTH_ENTRY, type AuthOptions, SharedSecretAuth } from "./auth.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
@@ -199,8 +199,12 @@ export class Context implements PipeAcceptor {
       answer.channelDeviceDescriptors.delete(AUTH_ENTRY);
       const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
       const chosen = this.transports.get(answer.transport)!.context;
+      // The listener names itself as it sees itself; where that is the
+      // address dialled already (a link-local one, say, whose scope only
+      // means something here), keep dialling it as this side wrote it.
+      const followUp = answer.transport === transport.name && sameEndpoint(answer.address, address) ? address : answer.address;
       const openRequested = async (id: number): Promise<Connection> => {
-        const c = await chosen.connect(answer.address, { signal });
+        const c = await chosen.connect(followUp, { signal });
         opened.push(c);
         await c.write([encodePacket({ kind: "requested", registrationId: id })]);
         return c;
@@ -367,5 +371,16 @@ export class Context implements PipeAcceptor {
   /** Resolves once close() has finished: every pipe ended, every backend closed. */
   join(): Promise<void> {
     return this.closed ?? this.close();
+  }
+}
+
+/** Same host (scope aside) and port, for addresses of the form host:port. */
+function sameEndpoint(a: string, b: string): boolean {
+  try {
+    const x = splitHostPort(a);
+    const y = splitHostPort(b);
+    return x.port === y.port && x.host.split("%")[0]!.toLowerCase() === y.host.split("%")[0]!.toLowerCase();
+  } catch {
+    return a === b;
   }
 }

@@ -11,8 +11,11 @@ import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
 
-// peer.js HOST [--transports a,b] [--channels c,d]
+// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--timeout ms]
 const host = process.argv[2] ?? "127.0.0.1";
+// With --timeout, every read and write of the peer has that deadline.
+const timeout = process.argv.includes("--timeout") ? Number(process.argv[process.argv.indexOf("--timeout") + 1]) : undefined;
+const ops = timeout === undefined ? undefined : { timeout };
 
 async function serve(pipe: Pipe): Promise<void> {
   let sinkBuffer = new Uint8Array(0);
@@ -25,9 +28,9 @@ async function serve(pipe: Pipe): Promise<void> {
   for (;;) {
     let d;
     try {
-      d = await pipe.readDescriptor();
+      d = await pipe.readDescriptor(ops);
     } catch (e) {
-      debug("readDescriptor", e);
+      ended(e);
       return;
     }
     if (d.metadata === "sink") {
@@ -37,8 +40,13 @@ async function serve(pipe: Pipe): Promise<void> {
         payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
         tensors: d.tensors.map((t) => ({ buffer: sinkBuffer.subarray(0, t.length) })),
       };
-      await pipe.read(allocation);
-      void pipe.write({ metadata: "ack" }).catch(() => undefined);
+      try {
+        await pipe.read(allocation, ops);
+      } catch (e) {
+        ended(e);
+        return;
+      }
+      void pipe.write({ metadata: "ack" }, ops).catch(() => undefined);
       continue;
     }
     // Each echo is written back before the next read: its memory can be reused.
@@ -47,7 +55,7 @@ async function serve(pipe: Pipe): Promise<void> {
       tensors: d.tensors.map((t, i) => ({ buffer: reusable(`t${i}`, t.length) })),
     };
     try {
-      await pipe.read(allocation);
+      await pipe.read(allocation, ops);
       await pipe.write({
         metadata: d.metadata,
         payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
@@ -56,22 +64,25 @@ async function serve(pipe: Pipe): Promise<void> {
           metadata: t.metadata,
           ...(t.targetDevice ? { targetDevice: CPU_DEVICE } : {}),
         })),
-      });
+      }, ops);
     } catch (e) {
-      debug("echo", e);
+      ended(e);
       return;
     }
   }
 }
 
-// TP_PEER_DEBUG=1: say on stderr why a pipe ended.
-function debug(what: string, e: unknown): void {
-  if (process.env.TP_PEER_DEBUG) console.error(`peer ${process.pid}: ${what}:`, e);
+/** Tells the parent, one JSON line on stdout, how a pipe ended. */
+function ended(e: unknown): void {
+  const err = e as { code?: string; message?: string };
+  process.stdout.write(`${JSON.stringify({ event: "pipe-ended", code: err.code, message: err.message })}\n`);
 }
 
 const context = createContext(backendsFromArgs(process.argv));
 const listener = await context.listen(listenUrls(context, host));
-listener.on("connectionError", (e) => debug("connection dropped", e));
+listener.on("connectionError", (e) =>
+  process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
+);
 (async () => {
   for await (const pipe of listener) void serve(pipe);
 })();

@@ -2,6 +2,12 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
+export interface PeerEvent {
+  event: string;
+  code?: string;
+  message?: string;
+}
+
 export interface PeerProcess {
   /** The uv URL; the listener offers its other transports in negotiation. */
   url: string;
@@ -10,26 +16,43 @@ export interface PeerProcess {
   sinkPort: number;
   pid: number;
   child: ChildProcess;
+  /** Lines the peer printed after its addresses (pipes that ended, and why). */
+  events: PeerEvent[];
   stop(): Promise<void>;
 }
 
+export interface SpawnOptions {
+  /** Run it inside this network namespace (see TestNetwork). */
+  netns?: string;
+}
+
 /** Starts dist/peer.js in a child process and waits for its addresses. */
-export async function spawnPeer(host = "127.0.0.1", extraArgs: readonly string[] = []): Promise<PeerProcess> {
+export async function spawnPeer(
+  host = "127.0.0.1",
+  extraArgs: readonly string[] = [],
+  options: SpawnOptions = {},
+): Promise<PeerProcess> {
   // From src/ (under vitest) and from dist/ alike: the built peer.
   const script = fileURLToPath(new URL("../dist/peer.js", import.meta.url));
   // TP_PEER_NODE_ARGS="--cpu-prof": extra node flags for the peer, to profile it.
   const nodeArgs = (process.env.TP_PEER_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, script, host, ...extraArgs], { stdio: ["pipe", "pipe", "inherit"] });
+  const argv = [...nodeArgs, script, host, ...extraArgs];
+  const child = options.netns
+    ? spawn("ip", ["netns", "exec", options.netns, process.execPath, ...argv], { stdio: ["pipe", "pipe", "inherit"] })
+    : spawn(process.execPath, argv, { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! });
   const first = await new Promise<string>((resolve, reject) => {
     lines.once("line", resolve);
     child.once("exit", (code) => reject(new Error(`peer exited with ${code} before listening`)));
   });
-  const info = JSON.parse(first) as Omit<PeerProcess, "child" | "stop">;
+  const info = JSON.parse(first) as Omit<PeerProcess, "child" | "stop" | "events">;
+  const events: PeerEvent[] = [];
+  lines.on("line", (line) => events.push(JSON.parse(line) as PeerEvent));
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   return {
     ...info,
     child,
+    events,
     async stop() {
       child.stdin!.end();
       const timer = setTimeout(() => child.kill("SIGKILL"), 5000);

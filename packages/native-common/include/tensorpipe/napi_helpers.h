@@ -4,6 +4,7 @@
 #pragma once
 
 #include <napi.h>
+#include <net/if.h>
 #include <uv.h>
 
 #include <cstddef>
@@ -104,7 +105,11 @@ inline std::string SockaddrToString(const struct sockaddr_storage& addr) {
     auto* a = reinterpret_cast<const struct sockaddr_in6*>(&addr);
     uv_ip6_name(a, host, sizeof(host));
     port = ntohs(a->sin6_port);
-    return std::string("[") + host + "]:" + std::to_string(port);
+    std::string scope;
+    char ifname[IF_NAMESIZE];
+    // Link-local addresses mean nothing without their interface.
+    if (a->sin6_scope_id != 0 && if_indextoname(a->sin6_scope_id, ifname) != nullptr) scope = std::string("%") + ifname;
+    return std::string("[") + host + scope + "]:" + std::to_string(port);
   }
   auto* a = reinterpret_cast<const struct sockaddr_in*>(&addr);
   uv_ip4_name(a, host, sizeof(host));
