@@ -558,6 +558,7 @@ void ShmConnection::CloseAll() {
   reads_.clear();
   writes_.clear();
   onReady_.Reset();
+  onFailure_.Reset();
   StopSpinning();
   int open = openHandles_;
   uv_poll_t* polls[3] = {socketPoll_, readablePoll_, writablePoll_};

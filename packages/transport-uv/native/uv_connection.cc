@@ -62,8 +62,10 @@ void UvConnection::CloseHandle() {
   if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
   reading_ = false;
   // Freed now, not when the JS object is collected: closed connections
-  // must not hold native memory the garbage collector cannot see.
+  // must not hold native memory the garbage collector cannot see, nor a
+  // strong reference back to the JS objects that hold this one.
   std::vector<char>().swap(staging_);
+  onFailure_.Reset();
   stagingBegin_ = stagingEnd_ = 0;
   uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
 }
