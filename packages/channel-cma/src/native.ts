@@ -1,4 +1,4 @@
-import { createRequire } from "node:module";
+import { nativeAddonLoader } from "@tensorpipe/core";
 
 /** The addon's surface, as native/addon.cc defines it. */
 export interface NativeAddon {
@@ -17,16 +17,4 @@ export interface NativeAddon {
   probe(): string | null;
 }
 
-let loaded: { addon?: NativeAddon; error?: Error } | undefined;
-
-export function loadAddon(): { addon?: NativeAddon; error?: Error } {
-  if (!loaded) {
-    try {
-      const require = createRequire(import.meta.url);
-      loaded = { addon: require("../build/Release/tensorpipe_cma.node") as NativeAddon };
-    } catch (e) {
-      loaded = { error: e as Error };
-    }
-  }
-  return loaded;
-}
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_cma.node");

@@ -24,7 +24,12 @@ export {
   asBytes,
 } from "./device.js";
 export type { TransportContext, TransportListener, Connection } from "./transport.js";
-export { NativeConnection, type NativeFrameConnection } from "./native-connection.js";
+export {
+  NativeConnection,
+  type NativeFrameConnection,
+  connectNative,
+  nativeAddonLoader,
+} from "./native-connection.js";
 export type { ChannelContext, Channel, DeviceDescriptor, Endpoint } from "./channel.js";
 export { type Viability, VIABLE, notViable } from "./viability.js";
 export {

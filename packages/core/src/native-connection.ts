@@ -1,3 +1,5 @@
+import { createRequire } from "node:module";
+import { raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
 import { type TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import type { Connection } from "./transport.js";
@@ -118,4 +120,49 @@ export class NativeConnection implements Connection {
     for (const d of this.pendingReads.splice(0)) d.reject(this.failure);
     this.closedDeferred.resolve(error ? this.failure : undefined);
   }
+}
+
+/**
+ * Connects with a native addon whose connect() returns the connection at
+ * once (so that an abort can close it) and calls back when it is ready.
+ * `url` names the peer in errors.
+ */
+export async function connectNative(
+  start: (callback: (err: Error | null, connection?: NativeFrameConnection) => void) => NativeFrameConnection,
+  transport: string,
+  url: string,
+  signal?: AbortSignal,
+): Promise<NativeConnection> {
+  let native: NativeFrameConnection | undefined;
+  const connected = new Promise<NativeFrameConnection>((resolve, reject) => {
+    try {
+      native = start((err, conn) => (err ? reject(err) : resolve(conn!)));
+    } catch (e) {
+      reject(e);
+    }
+  });
+  try {
+    const conn = await raceSignal(connected, signal, `connect to ${url}`, () => native?.close());
+    return new NativeConnection(conn, transport);
+  } catch (e) {
+    throw fromNativeError(e, url);
+  }
+}
+
+/**
+ * Loads a native addon once, on first use; a missing or broken build is
+ * reported (for isViable()) rather than thrown at import.
+ */
+export function nativeAddonLoader<T>(base: string | URL, path: string): () => { addon?: T; error?: Error } {
+  let loaded: { addon?: T; error?: Error } | undefined;
+  return () => {
+    if (!loaded) {
+      try {
+        loaded = { addon: createRequire(base)(path) as T };
+      } catch (e) {
+        loaded = { error: e as Error };
+      }
+    }
+    return loaded;
+  };
 }

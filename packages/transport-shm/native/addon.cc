@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <string>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "shm_connection.h"
 #include "shm_listener.h"
 #include "tensorpipe/napi_helpers.h"

@@ -12,7 +12,7 @@
 #include <new>
 #include <string>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {

@@ -1,5 +1,4 @@
-import { createRequire } from "node:module";
-import type { NativeFrameConnection } from "@tensorpipe/core";
+import { type NativeFrameConnection, nativeAddonLoader } from "@tensorpipe/core";
 
 export interface NativeShmOptions {
   ringSize?: number;
@@ -21,16 +20,4 @@ export interface NativeAddon {
   probe(): string | null;
 }
 
-let loaded: { addon?: NativeAddon; error?: Error } | undefined;
-
-export function loadAddon(): { addon?: NativeAddon; error?: Error } {
-  if (!loaded) {
-    try {
-      const require = createRequire(import.meta.url);
-      loaded = { addon: require("../build/Release/tensorpipe_shm.node") as NativeAddon };
-    } catch (e) {
-      loaded = { error: e as Error };
-    }
-  }
-  return loaded;
-}
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_shm.node");

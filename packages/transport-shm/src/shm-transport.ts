@@ -3,15 +3,14 @@ import {
   type Connection,
   ErrorCode,
   NativeConnection,
-  type NativeFrameConnection,
   TensorPipeError,
+  connectNative,
   type TransportContext,
   type TransportListener,
   VIABLE,
   type Viability,
   fromNativeError,
   notViable,
-  raceSignal,
 } from "@tensorpipe/core";
 import { hostIdentity } from "./host-identity.js";
 import { type NativeShmOptions, loadAddon } from "./native.js";
@@ -90,20 +89,7 @@ export class ShmTransport implements TransportContext {
 
   async connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection> {
     const addon = this.addon();
-    let native: NativeFrameConnection | undefined;
-    const connected = new Promise<NativeFrameConnection>((resolve, reject) => {
-      try {
-        native = addon.connect(address, this.native, (err, conn) => (err ? reject(err) : resolve(conn!)));
-      } catch (e) {
-        reject(e);
-      }
-    });
-    try {
-      const conn = await raceSignal(connected, options?.signal, `connect to shm://${address}`, () => native?.close());
-      return new NativeConnection(conn, "shm");
-    } catch (e) {
-      throw fromNativeError(e, `shm://${address}`);
-    }
+    return connectNative((cb) => addon.connect(address, this.native, cb), "shm", `shm://${address}`, options?.signal);
   }
 
   async close(): Promise<void> {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 #include "uv_connection.h"
 #include "uv_listener.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "addon_data.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 #include "uv_connection.h"
 

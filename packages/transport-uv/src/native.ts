@@ -1,7 +1,4 @@
-import { createRequire } from "node:module";
-import type { NativeFrameConnection as NativeConnection } from "@tensorpipe/core";
-
-export type { NativeConnection };
+import { type NativeFrameConnection, nativeAddonLoader } from "@tensorpipe/core";
 
 export interface NativeListener {
   address(): string;
@@ -13,27 +10,14 @@ export interface NativeAddon {
   UvListener: new (
     host: string,
     port: number,
-    onConnection: (err: Error | null, connection?: NativeConnection) => void,
+    onConnection: (err: Error | null, connection?: NativeFrameConnection) => void,
   ) => NativeListener;
   connect(
     host: string,
     port: number,
     bindHost: string | null,
-    callback: (err: Error | null, connection?: NativeConnection) => void,
-  ): NativeConnection;
+    callback: (err: Error | null, connection?: NativeFrameConnection) => void,
+  ): NativeFrameConnection;
 }
 
-let loaded: { addon?: NativeAddon; error?: Error } | undefined;
-
-/** Loads the addon once; a missing or broken build is reported, not thrown. */
-export function loadAddon(): { addon?: NativeAddon; error?: Error } {
-  if (!loaded) {
-    try {
-      const require = createRequire(import.meta.url);
-      loaded = { addon: require("../build/Release/tensorpipe_uv.node") as NativeAddon };
-    } catch (e) {
-      loaded = { error: e as Error };
-    }
-  }
-  return loaded;
-}
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_uv.node");

@@ -6,16 +6,16 @@ import {
   ErrorCode,
   NativeConnection,
   TensorPipeError,
+  connectNative,
   type TransportContext,
   type TransportListener,
   type Viability,
   VIABLE,
   fromNativeError,
   notViable,
-  raceSignal,
   splitHostPort,
 } from "@tensorpipe/core";
-import { type NativeConnection as NativeHandle, loadAddon } from "./native.js";
+import { loadAddon } from "./native.js";
 
 export interface UvTransportOptions {
   /**
@@ -123,20 +123,7 @@ export class UvTransport implements TransportContext {
     const { host, port } = splitHostPort(address);
     const ip = await resolveHost(host);
     const bindHost = this.options.interface ? interfaceAddress(this.options.interface, this.options.family) : null;
-    let native: NativeHandle | undefined;
-    const connected = new Promise<NativeHandle>((resolve, reject) => {
-      try {
-        native = addon.connect(ip, port, bindHost, (err, conn) => (err ? reject(err) : resolve(conn!)));
-      } catch (e) {
-        reject(e);
-      }
-    });
-    try {
-      const conn = await raceSignal(connected, options?.signal, `connect to uv://${address}`, () => native?.close());
-      return new NativeConnection(conn, "uv");
-    } catch (e) {
-      throw fromNativeError(e, `uv://${address}`);
-    }
+    return connectNative((cb) => addon.connect(ip, port, bindHost, cb), "uv", `uv://${address}`, options?.signal);
   }
 
   async close(): Promise<void> {

@@ -1,16 +1,18 @@
+// Per-environment state of a transport addon: the loop, the connection
+// class that native code instantiates itself, and the slab pool for small
+// frames shared by every connection.
 #pragma once
 
 #include <napi.h>
+#include <uv.h>
 
 #include "tensorpipe/frame_io.h"
 
 namespace tensorpipe_js {
 
-// Per-environment state: the constructors native code instantiates itself.
 struct AddonData {
   Napi::FunctionReference connectionConstructor;
   uv_loop_t* loop = nullptr;
-  // One slab pool for the small frames of every connection.
   FrameResults results;
 };
 
