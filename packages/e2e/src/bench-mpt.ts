@@ -7,8 +7,9 @@
  */
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
+import type { Pipe } from "@tensorpipe/core";
 import { createContext } from "./backends.js";
+import { sinkThroughput } from "./sink-throughput.js";
 import { spawnPeer } from "./spawn-peer.js";
 import { fmt, median } from "./stats.js";
 import { TestNetwork } from "./test-network.js";
@@ -17,19 +18,6 @@ const args = process.argv.slice(2);
 const lanes = args.includes("--lanes") ? Number(args[args.indexOf("--lanes") + 1]) : 4;
 const rounds = args.includes("--rounds") ? Number(args[args.indexOf("--rounds") + 1]) : 3;
 const SIZES = [16 << 20, 64 << 20];
-
-async function throughput(pipe: Pipe, tensor: Uint8Array, count: number): Promise<number> {
-  const t0 = performance.now();
-  const writes = Array.from({ length: count }, () =>
-    pipe.write({ metadata: "sink", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] }),
-  );
-  for (let i = 0; i < count; i++) {
-    await pipe.readDescriptor();
-    await pipe.read({ payloads: [], tensors: [] });
-  }
-  await Promise.all(writes);
-  return (tensor.length * count) / ((performance.now() - t0) / 1000) / 1e9;
-}
 
 function report(where: string, results: Record<string, Record<number, number[]>>): void {
   for (const size of SIZES) {
@@ -50,9 +38,9 @@ console.log(`mpt with ${lanes} lanes against basic, medians of ${rounds} rounds`
   }
   for (const size of SIZES) {
     const tensor = new Uint8Array(size).fill(1);
-    for (const [, pipe] of pipes) await throughput(pipe, tensor, 2);
+    for (const [, pipe] of pipes) await sinkThroughput(pipe, tensor, 2);
     for (let r = 0; r < rounds; r++) {
-      for (const [channel, pipe] of pipes) (results[channel]![size] ??= []).push(await throughput(pipe, tensor, (256 << 20) / size));
+      for (const [channel, pipe] of pipes) (results[channel]![size] ??= []).push(await sinkThroughput(pipe, tensor, (256 << 20) / size));
     }
   }
   report("loopback", results);

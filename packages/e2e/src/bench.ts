@@ -10,6 +10,7 @@ import { writeFileSync } from "node:fs";
 import { type Socket, connect } from "node:net";
 import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
 import { createContext } from "./backends.js";
+import { sinkThroughput } from "./sink-throughput.js";
 import { spawnPeer } from "./spawn-peer.js";
 import { type LatencySummary, fmt, median, summarize } from "./stats.js";
 
@@ -73,21 +74,8 @@ async function netRoundTrips(socket: Socket, size: number, n: number): Promise<n
   return samples;
 }
 
-/** GB/s of `count` messages of `size` bytes into the peer's reused buffer, acknowledged. */
 async function pipeThroughput(pipe: Pipe, size: number, count: number): Promise<number> {
-  const tensor = buffer("bulk", size, 3);
-  const ack: Allocation = { payloads: [], tensors: [] };
-  const t0 = now();
-  const writes: Promise<void>[] = [];
-  for (let i = 0; i < count; i++) {
-    writes.push(pipe.write({ metadata: "sink", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] }));
-  }
-  for (let i = 0; i < count; i++) {
-    await pipe.readDescriptor();
-    await pipe.read(ack);
-  }
-  await Promise.all(writes);
-  return (size * count) / ((now() - t0) / 1000) / 1e9;
+  return sinkThroughput(pipe, buffer("bulk", size, 3), count);
 }
 
 /** node:net to the peer's sink; `land`: the receiver copies each message into a reused buffer. */

@@ -9,6 +9,7 @@
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { type BackendChoice, createContext } from "./backends.js";
+import { sinkThroughput } from "./sink-throughput.js";
 
 interface Job extends BackendChoice {
   url: string;
@@ -41,20 +42,8 @@ async function throughput(pipe: Pipe): Promise<void> {
   for (const size of job.sizes ?? [16 << 20]) {
     const tensor = new Uint8Array(size).fill(1);
     const count = job.count ?? 4;
-    const run = async () => {
-      const t0 = performance.now();
-      const writes = Array.from({ length: count }, () =>
-        pipe.write({ metadata: "sink", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] }),
-      );
-      for (let i = 0; i < count; i++) {
-        await pipe.readDescriptor();
-        await pipe.read({ payloads: [], tensors: [] });
-      }
-      await Promise.all(writes);
-      return (size * count) / ((performance.now() - t0) / 1000) / 1e9;
-    };
-    await run();
-    say({ size, gbps: await run() });
+    await sinkThroughput(pipe, tensor, count);
+    say({ size, gbps: await sinkThroughput(pipe, tensor, count) });
   }
 }
 

@@ -10,6 +10,7 @@ import { onTheWire } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "../src/backends.js";
 import { RawSocket } from "./raw-socket.js";
+import { echoMetadata } from "./echo.js";
 
 const lengthPrefix = (n: bigint) => {
   const b = Buffer.alloc(8);
@@ -30,13 +31,7 @@ describe("bad input on a listener", () => {
     listener = await server.listen("uv://127.0.0.1:0");
     listener.on("connectionError", (e) => errors.push(e));
     port = Number(listener.addresses()[0]!.split(":").at(-1));
-    (async () => {
-      for await (const pipe of listener) {
-        void (async () => {
-          for await (const m of pipe) await pipe.write({ metadata: m.metadata });
-        })().catch(() => undefined);
-      }
-    })();
+    echoMetadata(listener);
   });
 
   afterAll(async () => {

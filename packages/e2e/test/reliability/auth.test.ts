@@ -4,6 +4,7 @@ import { onTheWire } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "../../src/backends.js";
 import { RawSocket } from "../raw-socket.js";
+import { echoMetadata } from "../echo.js";
 
 const secret = "correct horse battery staple";
 const uvBasic = { transports: ["uv"], channels: ["basic"] };
@@ -20,13 +21,7 @@ describe("shared-secret authentication", () => {
     const listener = await ctx.listen("uv://127.0.0.1:0");
     const errors: TensorPipeError[] = [];
     listener.on("connectionError", (e) => errors.push(e));
-    (async () => {
-      for await (const pipe of listener) {
-        void (async () => {
-          for await (const m of pipe) await pipe.write({ metadata: m.metadata });
-        })().catch(() => undefined);
-      }
-    })();
+    echoMetadata(listener);
     return { listener, errors, url: listener.addresses()[0]! };
   }
 

@@ -9,6 +9,7 @@ import { loadCapture, onTheWire, prng } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "../../src/backends.js";
 import { RawSocket } from "../raw-socket.js";
+import { echoMetadata } from "../echo.js";
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 10_000);
 const capture = loadCapture(new URL("../../../../../shared/protocol/upstream-uv-basic-capture.txt", import.meta.url));
@@ -72,13 +73,7 @@ describe("fuzzing", () => {
       listener.on("connectionError", () => dropped++);
       url = listener.addresses()[0]!;
       port = Number(url.split(":").at(-1));
-      (async () => {
-        for await (const pipe of listener) {
-          void (async () => {
-            for await (const m of pipe) await pipe.write({ metadata: m.metadata });
-          })().catch(() => undefined);
-        }
-      })();
+      echoMetadata(listener);
     });
 
     afterAll(async () => {
