@@ -5,21 +5,11 @@ import {
   type Context,
   CPU_DEVICE,
   type DeviceDescriptor,
-  ErrorCode,
   type TensorBuffer,
-  TensorPipeError,
   VIABLE,
   type Viability,
-  asBytes,
-  isCpuBuffer,
+  cpuBytes,
 } from "@tensorpipe/core";
-
-function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
-  if (!isCpuBuffer(buffer)) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `basic channel moves CPU memory only, got ${buffer.device.type}`);
-  }
-  return asBytes(buffer).subarray(0, length);
-}
 
 /**
  * One end of a basic channel: each tensor is one frame on its own transport
@@ -30,7 +20,7 @@ export class BasicChannel implements Channel {
 
   send(buffer: TensorBuffer, length: number): Promise<void> {
     try {
-      return this.connection.write([cpuBytes(buffer, length)]);
+      return this.connection.write([cpuBytes(buffer, length, "basic")]);
     } catch (e) {
       return Promise.reject(e);
     }
@@ -38,7 +28,7 @@ export class BasicChannel implements Channel {
 
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     try {
-      return this.connection.readInto(cpuBytes(buffer, length));
+      return this.connection.readInto(cpuBytes(buffer, length, "basic"));
     } catch (e) {
       return Promise.reject(e);
     }

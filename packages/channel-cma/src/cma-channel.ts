@@ -1,4 +1,3 @@
-import { readFileSync, readlinkSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import {
   type Channel,
@@ -13,9 +12,9 @@ import {
   TensorPipeError,
   VIABLE,
   type Viability,
-  asBytes,
+  cpuBytes,
   fromNativeError,
-  isCpuBuffer,
+  hostIdentity,
   notViable,
   protocolError,
 } from "@tensorpipe/core";
@@ -41,13 +40,6 @@ interface Tuning {
   parallelism: number;
   inlineMax: number;
   hugePages: boolean;
-}
-
-function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
-  if (!isCpuBuffer(buffer)) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cma channel moves CPU memory only, got ${buffer.device.type}`);
-  }
-  return asBytes(buffer).subarray(0, length);
 }
 
 /** Where the receiver reads from: the sender's pid and address. */
@@ -98,7 +90,7 @@ export class CmaChannel implements Channel {
   ) {}
 
   async send(buffer: TensorBuffer, length: number): Promise<void> {
-    const bytes = cpuBytes(buffer, length);
+    const bytes = cpuBytes(buffer, length, "cma");
     if (length <= this.tuning.inlineMax) return this.descriptors.write([bytes]);
     const address = this.addon.addressOf(bytes, this.tuning.hugePages);
     const [, answer] = await Promise.all([
@@ -114,7 +106,7 @@ export class CmaChannel implements Channel {
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     let target: Uint8Array;
     try {
-      target = cpuBytes(buffer, length);
+      target = cpuBytes(buffer, length, "cma");
     } catch (e) {
       return Promise.reject(e);
     }
@@ -150,18 +142,8 @@ export class CmaChannel implements Channel {
 }
 
 function identity(): string {
-  const read = (how: () => string) => {
-    try {
-      return how().trim();
-    } catch {
-      return "?";
-    }
-  };
-  const bootId = read(() => readFileSync("/proc/sys/kernel/random/boot_id", "utf8"));
-  const pidNs = read(() => readlinkSync("/proc/self/ns/pid"));
-  const userNs = read(() => readlinkSync("/proc/self/ns/user"));
-  const uid = process.getuid?.() ?? -1;
-  return `cma:${bootId}:${pidNs}:${userNs}:${uid}`;
+  const id = hostIdentity();
+  return `cma:${id.bootId}:${id.pidNs}:${id.userNs}:${process.getuid?.() ?? -1}`;
 }
 
 /**

@@ -6,13 +6,10 @@ import {
   type Context,
   CPU_DEVICE,
   type DeviceDescriptor,
-  ErrorCode,
   type TensorBuffer,
-  TensorPipeError,
   VIABLE,
   type Viability,
-  asBytes,
-  isCpuBuffer,
+  cpuBytes,
 } from "@tensorpipe/core";
 
 export interface MptChannelOptions {
@@ -38,13 +35,6 @@ export function stripes(length: number, lanes: number, minSplit: number, turn: n
   return out;
 }
 
-function cpuBytes(buffer: TensorBuffer, length: number): Uint8Array {
-  if (!isCpuBuffer(buffer)) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `mpt channel moves CPU memory only, got ${buffer.device.type}`);
-  }
-  return asBytes(buffer).subarray(0, length);
-}
-
 /**
  * One end of an mpt channel: each tensor striped over several connections
  * of the pipe's transport (lanes), each slice written from and read into
@@ -61,7 +51,7 @@ export class MptChannel implements Channel {
 
   send(buffer: TensorBuffer, length: number): Promise<void> {
     try {
-      const bytes = cpuBytes(buffer, length);
+      const bytes = cpuBytes(buffer, length, "mpt");
       const parts = stripes(length, this.lanes.length, this.minSplit, this.sendTurn++);
       return Promise.all(parts.map((p) => this.lanes[p.lane]!.write([bytes.subarray(p.offset, p.offset + p.length)]))).then(
         () => undefined,
@@ -73,7 +63,7 @@ export class MptChannel implements Channel {
 
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     try {
-      const bytes = cpuBytes(buffer, length);
+      const bytes = cpuBytes(buffer, length, "mpt");
       const parts = stripes(length, this.lanes.length, this.minSplit, this.recvTurn++);
       return Promise.all(parts.map((p) => this.lanes[p.lane]!.readInto(bytes.subarray(p.offset, p.offset + p.length)))).then(
         () => undefined,

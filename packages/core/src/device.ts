@@ -1,3 +1,5 @@
+import { ErrorCode, TensorPipeError } from "./errors.js";
+
 /** Where a tensor lives: { type: "cpu", index: 0 }, { type: "cuda", index: 1 }. */
 export interface Device {
   readonly type: string;
@@ -32,6 +34,17 @@ export function isCpuBuffer(b: TensorBuffer): b is ArrayBufferView {
 
 export function bufferDevice(b: TensorBuffer): Device {
   return isCpuBuffer(b) ? CPU_DEVICE : b.device;
+}
+
+/**
+ * The first `length` bytes of a CPU tensor, for channels that move CPU
+ * memory only; any other device is an ERR_TP_INVALID_ARG naming the channel.
+ */
+export function cpuBytes(buffer: TensorBuffer, length: number, channel: string): Uint8Array {
+  if (!isCpuBuffer(buffer)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `${channel} channel moves CPU memory only, got ${buffer.device.type}`);
+  }
+  return asBytes(buffer).subarray(0, length);
 }
 
 /** A byte view over the CPU memory of a TypedArray or DataView. */

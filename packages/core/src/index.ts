@@ -22,7 +22,9 @@ export {
   isCpuBuffer,
   bufferDevice,
   asBytes,
+  cpuBytes,
 } from "./device.js";
+export { hostIdentity } from "./host-identity.js";
 export type { TransportContext, TransportListener, Connection } from "./transport.js";
 export {
   NativeConnection,

@@ -2,7 +2,6 @@ import type { Context } from "@tensorpipe/core";
 import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
 
 export { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
-export { hostIdentity } from "./host-identity.js";
 
 /** Above uv: preferred whenever both ends share this machine. */
 export const SHM_PRIORITY = 10;

@@ -10,9 +10,9 @@ import {
   VIABLE,
   type Viability,
   fromNativeError,
+  hostIdentity,
   notViable,
 } from "@tensorpipe/core";
-import { hostIdentity } from "./host-identity.js";
 import { type NativeShmOptions, loadAddon } from "./native.js";
 
 export interface ShmTransportOptions {

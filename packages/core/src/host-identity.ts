@@ -9,9 +9,9 @@ function read(path: string, how: (p: string) => string): string {
 }
 
 /**
- * What two processes must share to meet on this machine: the same kernel
- * boot, the same network namespace (abstract Unix sockets live there) and
- * the same user namespace.
+ * What says two processes are on one machine and can reach each other's
+ * memory: the kernel boot and the namespaces (network for abstract Unix
+ * sockets, pid for process_vm_readv, user for both).
  */
 export function hostIdentity(): { bootId: string; netNs: string; userNs: string; pidNs: string } {
   return {
