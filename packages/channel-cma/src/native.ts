@@ -17,4 +17,4 @@ export interface NativeAddon {
   probe(): string | null;
 }
 
-export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_cma.node");
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_cma");

@@ -30,8 +30,8 @@ export {
   NativeConnection,
   type NativeFrameConnection,
   connectNative,
-  nativeAddonLoader,
 } from "./native-connection.js";
+export { nativeAddonLoader, addonCandidates } from "./native-addon.js";
 export type { ChannelContext, Channel, DeviceDescriptor, Endpoint } from "./channel.js";
 export { type Viability, VIABLE, notViable } from "./viability.js";
 export {

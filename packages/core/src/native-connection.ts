@@ -1,4 +1,3 @@
-import { createRequire } from "node:module";
 import { raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
 import { type TensorPipeError, closedError, fromNativeError } from "./errors.js";
@@ -147,22 +146,4 @@ export async function connectNative(
   } catch (e) {
     throw fromNativeError(e, url);
   }
-}
-
-/**
- * Loads a native addon once, on first use; a missing or broken build is
- * reported (for isViable()) rather than thrown at import.
- */
-export function nativeAddonLoader<T>(base: string | URL, path: string): () => { addon?: T; error?: Error } {
-  let loaded: { addon?: T; error?: Error } | undefined;
-  return () => {
-    if (!loaded) {
-      try {
-        loaded = { addon: createRequire(base)(path) as T };
-      } catch (e) {
-        loaded = { error: e as Error };
-      }
-    }
-    return loaded;
-  };
 }

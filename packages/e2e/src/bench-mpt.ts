@@ -8,10 +8,7 @@
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import type { Pipe } from "@tensorpipe/core";
-import { createContext } from "./backends.js";
-import { sinkThroughput } from "./sink-throughput.js";
-import { spawnPeer } from "./spawn-peer.js";
-import { fmt, median } from "./stats.js";
+import { createContext, sinkThroughput, spawnPeer, fmt, median } from "@tensorpipe/cli";
 import { TestNetwork } from "./test-network.js";
 
 const args = process.argv.slice(2);
@@ -33,7 +30,7 @@ console.log(`mpt with ${lanes} lanes against basic, medians of ${rounds} rounds`
   const results: Record<string, Record<number, number[]>> = { basic: {}, mpt: {} };
   const pipes: [string, Pipe, () => Promise<void>][] = [];
   for (const channel of ["basic", "mpt"]) {
-    const ctx = createContext({ transports: ["uv"], channels: [channel], lanes });
+    const ctx = await createContext({ transports: ["uv"], channels: [channel], lanes });
     pipes.push([channel, await ctx.connect(peer.url), () => ctx.close()]);
   }
   for (const size of SIZES) {

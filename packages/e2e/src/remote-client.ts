@@ -8,8 +8,7 @@
  */
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
-import { type BackendChoice, createContext } from "./backends.js";
-import { sinkThroughput } from "./sink-throughput.js";
+import { type BackendChoice, createContext, sinkThroughput } from "@tensorpipe/cli";
 
 interface Job extends BackendChoice {
   url: string;
@@ -23,7 +22,7 @@ interface Job extends BackendChoice {
 
 const job = JSON.parse(process.argv[2]!) as Job;
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
-const context = createContext(job);
+const context = await createContext(job);
 
 async function roundtrip(pipe: Pipe): Promise<void> {
   const rand = prng(7);

@@ -8,7 +8,7 @@ import { type AddressInfo, type Server, createServer } from "node:net";
 import { type Context, ErrorCode, type Listener, type TensorPipeError, protocol } from "@tensorpipe/core";
 import { onTheWire } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "../src/backends.js";
+import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "./raw-socket.js";
 import { echoMetadata } from "./echo.js";
 
@@ -26,8 +26,8 @@ describe("bad input on a listener", () => {
   const errors: TensorPipeError[] = [];
 
   beforeAll(async () => {
-    server = createContext({ handshakeTimeout: 300 });
-    client = createContext();
+    server = await createContext({ handshakeTimeout: 300 });
+    client = await createContext();
     listener = await server.listen("uv://127.0.0.1:0");
     listener.on("connectionError", (e) => errors.push(e));
     port = Number(listener.addresses()[0]!.split(":").at(-1));
@@ -116,8 +116,8 @@ describe("bad input on a listener", () => {
   });
 });
 
-describe("a client reaching something that is not a TensorPipe listener", () => {
-  const context = createContext({ handshakeTimeout: 500 });
+describe("a client reaching something that is not a TensorPipe listener", async () => {
+  const context = await createContext({ handshakeTimeout: 500 });
   const servers: Server[] = [];
 
   async function serve(onSocket: (s: import("node:net").Socket) => void): Promise<string> {

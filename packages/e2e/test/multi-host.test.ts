@@ -8,7 +8,7 @@ import type { ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type PeerProcess, spawnPeer } from "../src/spawn-peer.js";
+import { type PeerProcess, spawnPeer } from "@tensorpipe/cli";
 import { TestNetwork } from "../src/test-network.js";
 
 const why = TestNetwork.unavailable();

@@ -1,17 +1,16 @@
 import { CPU_DEVICE, ErrorCode } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type BackendChoice, createContext } from "../src/backends.js";
-import { type PeerProcess, spawnPeer } from "../src/spawn-peer.js";
+import { type BackendChoice, createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
 
 const paths: { name: string; choice: BackendChoice; transport: string; channel: string }[] = [
   { name: "the best both have", choice: {}, transport: "shm", channel: "cma" },
   { name: "uv + basic", choice: { transports: ["uv"], channels: ["basic"] }, transport: "uv", channel: "basic" },
 ];
 
-describe.each(paths)("two processes over $name", ({ choice, transport, channel }) => {
+describe.each(paths)("two processes over $name", async ({ choice, transport, channel }) => {
   let peer: PeerProcess;
-  const context = createContext(choice);
+  const context = await createContext(choice);
 
   beforeAll(async () => {
     peer = await spawnPeer();
@@ -114,7 +113,7 @@ describe("negotiation between two processes with different backends", () => {
   ];
   it.each(cases)("$name: $transport + $channel", async ({ peer: peerArgs, client, transport, channel }) => {
     const peer = await spawnPeer("127.0.0.1", peerArgs);
-    const context = createContext(client);
+    const context = await createContext(client);
     try {
       const pipe = await context.connect(peer.url);
       expect(pipe.transport).toBe(transport);

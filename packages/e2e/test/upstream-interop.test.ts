@@ -8,7 +8,7 @@ import { type AddressInfo, createServer } from "node:net";
 import { CPU_DEVICE, type Pipe, protocol } from "@tensorpipe/core";
 import { loadCapture, onTheWire, stream } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "../src/backends.js";
+import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "./raw-socket.js";
 
 const capture = loadCapture(new URL("../../../../shared/protocol/upstream-uv-basic-capture.txt", import.meta.url));
@@ -44,7 +44,7 @@ describe("interoperability with upstream C++ TensorPipe (captured bytes)", () =>
       return accepted[i]!;
     };
 
-    const context = createContext({ transports: ["uv"], channels: ["basic"] });
+    const context = await createContext({ transports: ["uv"], channels: ["basic"] });
     cleanup.push(() => context.close());
     const connecting = context.connect(`uv://127.0.0.1:${port}`);
 
@@ -87,7 +87,7 @@ describe("interoperability with upstream C++ TensorPipe (captured bytes)", () =>
   });
 
   it("our listener answers the C++ client byte for byte like the C++ server", async () => {
-    const context = createContext({ transports: ["uv"], channels: ["basic"] });
+    const context = await createContext({ transports: ["uv"], channels: ["basic"] });
     cleanup.push(() => context.close());
     const listener = await context.listen("uv://127.0.0.1:0");
     const port = Number(listener.addresses()[0]!.split(":").at(-1));

@@ -20,4 +20,4 @@ export interface NativeAddon {
   probe(): string | null;
 }
 
-export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_shm.node");
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_shm");

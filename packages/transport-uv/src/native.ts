@@ -20,4 +20,4 @@ export interface NativeAddon {
   ): NativeFrameConnection;
 }
 
-export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "../build/Release/tensorpipe_uv.node");
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_uv");

@@ -2,7 +2,7 @@
 import { AUTH_ENTRY, ErrorCode, SharedSecretAuth, type TensorPipeError, protocol } from "@tensorpipe/core";
 import { onTheWire } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "../../src/backends.js";
+import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 
@@ -16,7 +16,7 @@ describe("shared-secret authentication", () => {
   });
 
   async function server(auth?: { secret: string }) {
-    const ctx = createContext({ ...uvBasic, auth });
+    const ctx = await createContext({ ...uvBasic, auth });
     closers.push(() => ctx.close());
     const listener = await ctx.listen("uv://127.0.0.1:0");
     const errors: TensorPipeError[] = [];
@@ -25,22 +25,22 @@ describe("shared-secret authentication", () => {
     return { listener, errors, url: listener.addresses()[0]! };
   }
 
-  function client(auth?: { secret: string }) {
-    const ctx = createContext({ ...uvBasic, auth });
+  async function client(auth?: { secret: string }) {
+    const ctx = await createContext({ ...uvBasic, auth });
     closers.push(() => ctx.close());
     return ctx;
   }
 
   it("lets peers with the same secret talk", async () => {
     const { url } = await server({ secret });
-    const pipe = await client({ secret }).connect(url);
+    const pipe = await (await client({ secret })).connect(url);
     await pipe.write({ metadata: "hello" });
     expect((await pipe.readMessage()).metadata).toBe("hello");
   });
 
   it("drops a peer with another secret", async () => {
     const { url, errors } = await server({ secret });
-    await expect(client({ secret: "another secret, also long" }).connect(url)).rejects.toMatchObject({
+    await expect((await client({ secret: "another secret, also long" })).connect(url)).rejects.toMatchObject({
       code: ErrorCode.NEGOTIATION,
     });
     await expect.poll(() => errors.length).toBe(1);
@@ -49,14 +49,14 @@ describe("shared-secret authentication", () => {
 
   it("drops a peer without a secret", async () => {
     const { url, errors } = await server({ secret });
-    await expect(client().connect(url)).rejects.toBeTruthy();
+    await expect((await client()).connect(url)).rejects.toBeTruthy();
     await expect.poll(() => errors.length).toBe(1);
     expect(errors[0]).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(/did not authenticate/) });
   });
 
   it("refuses a listener that cannot prove it knows the secret", async () => {
     const { url } = await server();
-    await expect(client({ secret }).connect(url)).rejects.toMatchObject({
+    await expect((await client({ secret })).connect(url)).rejects.toMatchObject({
       code: ErrorCode.PERMISSION_DENIED,
       message: expect.stringMatching(/listener did not authenticate/),
     });
@@ -87,8 +87,8 @@ describe("shared-secret authentication", () => {
     await expect.poll(() => errors.some((e) => /replayed/.test(e.message))).toBe(true);
   });
 
-  it("needs a secret of at least 16 bytes", () => {
-    expect(() => createContext({ auth: { secret: "short" } })).toThrow(
+  it("needs a secret of at least 16 bytes", async () => {
+    await expect(createContext({ auth: { secret: "short" } })).rejects.toThrow(
       expect.objectContaining({ code: ErrorCode.INVALID_ARG }),
     );
   });
@@ -96,7 +96,7 @@ describe("shared-secret authentication", () => {
 
 describe("listeners bind where told", () => {
   it("a listener on 127.0.0.1 is not reachable on another local address", async () => {
-    const ctx = createContext(uvBasic);
+    const ctx = await createContext(uvBasic);
     try {
       const listener = await ctx.listen("uv://127.0.0.1:0");
       const port = Number(listener.addresses()[0]!.split(":").at(-1));

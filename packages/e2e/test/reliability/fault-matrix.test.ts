@@ -7,8 +7,7 @@
 import { CPU_DEVICE, ErrorCode, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { afterAll, describe, expect, it } from "vitest";
-import { createContext } from "../../src/backends.js";
-import { type PeerProcess, spawnPeer } from "../../src/spawn-peer.js";
+import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
 
 const pairs = [
   ["uv", "basic"],
@@ -20,10 +19,10 @@ const pairs = [
 const FAILED = /^ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)$/;
 const big = patterned(64 * 1024 * 1024, 7);
 
-describe.each(pairs)("peer killed, over %s + %s", (transport, channel) => {
+describe.each(pairs)("peer killed, over %s + %s", async (transport, channel) => {
   const choice = { transports: [transport], channels: [channel] };
   const args = ["--transports", transport, "--channels", channel];
-  const context = createContext(choice);
+  const context = await createContext(choice);
   afterAll(() => context.close());
 
   async function pipeTo(): Promise<{ peer: PeerProcess; pipe: Pipe }> {

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { ErrorCode, type TensorPipeError, protocol } from "@tensorpipe/core";
 import { loadCapture, onTheWire, prng } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "../../src/backends.js";
+import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 
@@ -61,9 +61,9 @@ describe("fuzzing", () => {
     expect(performance.now() - started).toBeLessThan(RUNS * 2);
   });
 
-  describe("a live listener", () => {
-    const server = createContext({ handshakeTimeout: 2000, transports: ["uv"], channels: ["basic"] });
-    const client = createContext({ transports: ["uv"], channels: ["basic"] });
+  describe("a live listener", async () => {
+    const server = await createContext({ handshakeTimeout: 2000, transports: ["uv"], channels: ["basic"] });
+    const client = await createContext({ transports: ["uv"], channels: ["basic"] });
     let url: string;
     let port: number;
     let dropped = 0;

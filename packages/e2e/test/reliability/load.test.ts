@@ -2,15 +2,14 @@
 import { CPU_DEVICE } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { afterAll, describe, expect, it } from "vitest";
-import { createContext } from "../../src/backends.js";
-import { type PeerProcess, spawnPeer } from "../../src/spawn-peer.js";
+import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
 
 describe.each([
   ["uv", "basic"],
   ["shm", "cma"],
-])("load over %s + %s", (transport, channel) => {
+])("load over %s + %s", async (transport, channel) => {
   const choice = { transports: [transport], channels: [channel] };
-  const context = createContext(choice);
+  const context = await createContext(choice);
   let peer: PeerProcess | undefined;
   afterAll(async () => {
     await context.close();

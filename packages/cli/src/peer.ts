@@ -5,13 +5,15 @@
  * - a pipe message with metadata "sink" is read into a reused buffer and
  *   acknowledged with an empty "ack" message; any other message is echoed;
  * - the node:net echo server echoes bytes; the node:net sink server is
- *   described where it is made.
+ *   described where it is made;
+ * - with --zmq and zeromq installed, its echo and sink sockets (zmq-baseline.ts).
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
+import { loadZmq, startZmqServers } from "./zmq-baseline.js";
 
-// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--timeout ms]
+// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--interface if] [--timeout ms] [--zmq]
 const host = process.argv[2] ?? "127.0.0.1";
 // With --timeout, every read and write of the peer has that deadline.
 const timeout = process.argv.includes("--timeout") ? Number(process.argv[process.argv.indexOf("--timeout") + 1]) : undefined;
@@ -78,7 +80,7 @@ function ended(e: unknown): void {
   process.stdout.write(`${JSON.stringify({ event: "pipe-ended", code: err.code, message: err.message })}\n`);
 }
 
-const context = createContext(backendsFromArgs(process.argv));
+const context = await createContext(backendsFromArgs(process.argv));
 const listener = await context.listen(listenUrls(context, host));
 listener.on("connectionError", (e) =>
   process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
@@ -130,15 +132,24 @@ const sink = createServer((s) => {
 }).listen(0, host);
 
 await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
+const { zmq, reason: zmqMissing } = process.argv.includes("--zmq") ? await loadZmq() : { zmq: undefined, reason: "not asked for" };
+const zmqServers = zmq ? await startZmqServers(zmq, host) : undefined;
 const port = (s: typeof echo) => (s.address() as { port: number }).port;
-process.stdout.write(
-  `${JSON.stringify({ url: listener.addresses().find((u) => u.startsWith("uv://")) ?? listener.addresses()[0], urls: listener.addresses(), echoPort: port(echo), sinkPort: port(sink), pid: process.pid })}\n`,
-);
+const info = {
+  url: listener.addresses().find((u) => u.startsWith("uv://")) ?? listener.addresses()[0],
+  urls: listener.addresses(),
+  echoPort: port(echo),
+  sinkPort: port(sink),
+  zmq: zmqServers ? { echo: zmqServers.echo, sink: zmqServers.sink } : { missing: zmqMissing },
+  pid: process.pid,
+};
+process.stdout.write(`${JSON.stringify(info)}\n`);
 
 process.stdin.resume();
 process.stdin.on("end", async () => {
   echo.close();
   sink.close();
+  zmqServers?.close();
   await context.close();
   process.exit(0);
 });

@@ -14,6 +14,8 @@ export interface PeerProcess {
   urls: string[];
   echoPort: number;
   sinkPort: number;
+  /** zeromq's echo and sink endpoints, or why the peer has none. */
+  zmq: { echo: string; sink: string } | { missing: string };
   pid: number;
   child: ChildProcess;
   /** Lines the peer printed after its addresses (pipes that ended, and why). */

@@ -1,0 +1,346 @@
+/**
+ * `tensorpipe bench`: a peer process, every viable transport x channel pair
+ * to it, a matrix of tensor sizes, and the baselines measured in the same
+ * run (memcpy, node:net, zeromq.js) in alternating blocks so that a noisy
+ * machine's drift hits every series alike.
+ */
+import { writeFileSync } from "node:fs";
+import { type Socket, connect } from "node:net";
+import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
+import { type BackendOptions, createContext, findBackends } from "./backends.js";
+import { ProgressBar, type ProgressStream } from "./progress-bar.js";
+import { sinkThroughput } from "./sink-throughput.js";
+import { type PeerProcess, spawnPeer } from "./spawn-peer.js";
+import { fmt, median, summarize } from "./stats.js";
+import { svgLinePlot } from "./svg-plot.js";
+import { ZmqClient, loadZmq } from "./zmq-baseline.js";
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+export const DEFAULT_SIZES = [8, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB];
+
+export interface BenchOptions extends BackendOptions {
+  sizes?: readonly number[];
+  rounds?: number;
+  /** Fewer iterations: a smoke run. */
+  quick?: boolean;
+  transports?: readonly string[];
+  channels?: readonly string[];
+  /** Leave zeromq.js out even where it is installed. */
+  noZmq?: boolean;
+  svgPath?: string;
+  jsonPath?: string;
+  /** Where the report goes, a line at a time. */
+  print?: (line: string) => void;
+  progress?: ProgressStream;
+}
+
+export interface Cell {
+  p50?: number;
+  p99?: number;
+  gbps: number;
+}
+
+export interface SeriesResult {
+  name: string;
+  kind: "pipe" | "baseline";
+  cells: Record<number, Cell>;
+}
+
+export interface BenchResult {
+  sizes: number[];
+  rounds: number;
+  series: SeriesResult[];
+  /** Pairs and baselines left out, and why. */
+  skipped: { name: string; reason: string }[];
+  ratios: Record<string, number>;
+}
+
+export function sizeLabel(size: number): string {
+  if (size >= MiB && size % MiB === 0) return `${size / MiB} MiB`;
+  if (size >= KiB && size % KiB === 0) return `${size / KiB} KiB`;
+  return `${size} B`;
+}
+
+/** "8", "64K", "1M", "1G" (binary units). */
+export function parseSize(text: string): number {
+  const m = /^(\d+)\s*([KMG]?)i?B?$/i.exec(text.trim());
+  if (!m) throw new Error(`not a size: "${text}" (write 8, 64K, 1M)`);
+  const unit = { "": 1, K: KiB, M: MiB, G: 1024 * MiB }[m[2]!.toUpperCase() as "" | "K" | "M" | "G"];
+  const size = Number(m[1]) * unit;
+  if (size < 1) throw new Error(`a size must be at least 1 byte: "${text}"`);
+  return size;
+}
+
+/** One thing measured: a pipe or a baseline, with what it does per block. */
+interface Measured {
+  name: string;
+  kind: "pipe" | "baseline";
+  roundTrips?(data: Uint8Array, back: Uint8Array, n: number): Promise<number[]>;
+  throughput(data: Uint8Array, count: number): Promise<number>;
+  close(): Promise<void> | void;
+}
+
+async function pipeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
+  const message = { tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] };
+  const allocation: Allocation = { payloads: [], tensors: [{ buffer: back }] };
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const w = pipe.write(message);
+    await pipe.readDescriptor();
+    await pipe.read(allocation);
+    await w;
+    samples.push((performance.now() - t0) * 1000);
+  }
+  return samples;
+}
+
+function openSocket(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, "127.0.0.1", () => {
+      s.setNoDelay(true);
+      resolve(s);
+    });
+    s.once("error", reject);
+  });
+}
+
+/** node:net: round trips on the peer's echo server, one-way bulk into its landing buffer. */
+async function nodeNet(peer: PeerProcess): Promise<Measured> {
+  const socket = await openSocket(peer.echoPort);
+  return {
+    name: "node:net",
+    kind: "baseline",
+    async roundTrips(data, _back, n) {
+      const samples: number[] = [];
+      let got = 0;
+      let wake: () => void = () => undefined;
+      const onData = (d: Buffer) => {
+        got += d.length;
+        if (got >= data.length) wake();
+      };
+      socket.on("data", onData);
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        got = 0;
+        const arrived = new Promise<void>((r) => (wake = r));
+        socket.write(data);
+        await arrived;
+        samples.push((performance.now() - t0) * 1000);
+      }
+      socket.off("data", onData);
+      return samples;
+    },
+    async throughput(data, count) {
+      const s = await openSocket(peer.sinkPort);
+      const header = Buffer.alloc(16);
+      header.writeBigUInt64LE(BigInt(data.length * count));
+      header.writeBigUInt64LE(BigInt(data.length), 8);
+      const acked = new Promise<void>((r) => s.once("data", () => r()));
+      const t0 = performance.now();
+      s.write(header);
+      for (let i = 0; i < count; i++) s.write(data);
+      await acked;
+      const gbps = (data.length * count) / ((performance.now() - t0) / 1000) / 1e9;
+      s.destroy();
+      return gbps;
+    },
+    close: () => void socket.destroy(),
+  };
+}
+
+function memcpy(): Measured {
+  let dst = new Uint8Array(0);
+  return {
+    name: "memcpy",
+    kind: "baseline",
+    async throughput(data, count) {
+      if (dst.length < data.length) dst = new Uint8Array(data.length);
+      const target = dst.subarray(0, data.length);
+      target.set(data);
+      // Small copies are timed in bulk: a single one is below the clock's resolution.
+      const n = Math.max(count, Math.ceil((64 * MiB) / data.length));
+      const t0 = performance.now();
+      for (let i = 0; i < n; i++) target.set(data);
+      return (data.length * n) / ((performance.now() - t0) / 1000) / 1e9;
+    },
+    close: () => undefined,
+  };
+}
+
+export async function runBench(options: BenchOptions = {}): Promise<BenchResult> {
+  const print = options.print ?? ((line: string) => console.log(line));
+  const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);
+  const rounds = options.rounds ?? (options.quick ? 1 : 3);
+  const budget = options.quick ? 8 * MiB : 256 * MiB;
+  const rttCount = (size: number) => Math.max(3, Math.min(options.quick ? 100 : 1000, Math.floor(budget / 2 / size)));
+  const bulkCount = (size: number) => Math.max(2, Math.min(2000, Math.floor(budget / size)));
+
+  const skipped: BenchResult["skipped"] = [];
+  const found = await findBackends(options);
+  const viable = (kind: "transport" | "channel", wanted?: readonly string[]) =>
+    found.filter((b) => {
+      if (b.spec.kind !== kind || (wanted && !wanted.includes(b.spec.name))) return false;
+      if (!b.viability.viable && b.installed) skipped.push({ name: b.spec.name, reason: b.viability.reason });
+      return b.viability.viable;
+    });
+  const transports = viable("transport", options.transports);
+  const channels = viable("channel", options.channels);
+
+  const peerArgs = [...(options.noZmq ? [] : ["--zmq"]), ...(options.lanes ? ["--lanes", String(options.lanes)] : [])];
+  const peer = await spawnPeer("127.0.0.1", peerArgs);
+  const measured: Measured[] = [];
+  try {
+    print(`tensorpipe bench: two processes on this machine (peer pid ${peer.pid}), ${rounds} round(s), medians`);
+    for (const t of transports) {
+      for (const c of channels) {
+        const name = `${t.spec.name}+${c.spec.name}`;
+        const url = peer.urls.find((u) => u.startsWith(`${t.spec.name}://`));
+        if (!url) {
+          skipped.push({ name, reason: `the peer does not listen on ${t.spec.name}` });
+          continue;
+        }
+        const context: Context = await createContext({ ...options, transports: [t.spec.name], channels: [c.spec.name] });
+        try {
+          const pipe = await context.connect(url);
+          const got = pipe.channelFor(CPU_DEVICE, CPU_DEVICE);
+          if (got !== c.spec.name) throw new Error(`negotiated ${got ?? "no channel"}`);
+          measured.push({
+            name,
+            kind: "pipe",
+            roundTrips: (data, back, n) => pipeRoundTrips(pipe, data, back, n),
+            throughput: (data, count) => sinkThroughput(pipe, data, count),
+            close: () => context.close(),
+          });
+        } catch (e) {
+          skipped.push({ name, reason: (e as Error).message });
+          await context.close();
+        }
+      }
+    }
+    measured.push(memcpy(), await nodeNet(peer));
+    if (options.noZmq) skipped.push({ name: "zeromq", reason: "--no-zmq" });
+    else {
+      const { zmq } = await loadZmq();
+      if (zmq && "echo" in peer.zmq) {
+        const client = ZmqClient.connect(zmq, peer.zmq);
+        measured.push({
+          name: "zeromq",
+          kind: "baseline",
+          roundTrips: (data, _back, n) => client.roundTrips(data, n),
+          throughput: (data, count) => client.throughput(data, count),
+          close: () => client.close(),
+        });
+      } else {
+        skipped.push({ name: "zeromq", reason: "missing" in peer.zmq ? peer.zmq.missing : "not installed here" });
+      }
+    }
+    for (const s of skipped) print(`  skipped ${s.name}: ${s.reason}`);
+
+    const samples = new Map<string, { rtt: number[]; gbps: number[] }>();
+    const bar = new ProgressBar(sizes.length * rounds * measured.length, options.progress ?? process.stderr);
+    for (const size of sizes) {
+      const data = new Uint8Array(size).fill(1);
+      const back = new Uint8Array(size);
+      for (const m of measured) {
+        await m.roundTrips?.(data, back, Math.min(20, rttCount(size)));
+        await m.throughput(data, Math.min(2, bulkCount(size)));
+      }
+      for (let r = 0; r < rounds; r++) {
+        for (const m of measured) {
+          bar.show(`${m.name} ${sizeLabel(size)} (round ${r + 1}/${rounds})`);
+          const key = `${m.name}/${size}`;
+          const acc = samples.get(key) ?? { rtt: [], gbps: [] };
+          if (m.roundTrips) acc.rtt.push(...(await m.roundTrips(data, back, rttCount(size))));
+          acc.gbps.push(await m.throughput(data, bulkCount(size)));
+          samples.set(key, acc);
+          bar.tick(`${m.name} ${sizeLabel(size)}`);
+        }
+      }
+    }
+    bar.finish();
+
+    const series: SeriesResult[] = measured.map((m) => ({
+      name: m.name,
+      kind: m.kind,
+      cells: Object.fromEntries(
+        sizes.map((size) => {
+          const acc = samples.get(`${m.name}/${size}`)!;
+          const latency = acc.rtt.length ? summarize(acc.rtt) : {};
+          return [size, { ...latency, gbps: median(acc.gbps) }];
+        }),
+      ),
+    }));
+    const result: BenchResult = { sizes, rounds, series, skipped, ratios: ratiosOf(series, sizes) };
+    report(result, print);
+    if (options.svgPath) {
+      writeFileSync(options.svgPath, plot(result));
+      print(`\nplot of throughput against size: ${options.svgPath}`);
+    }
+    if (options.jsonPath) writeFileSync(options.jsonPath, `${JSON.stringify(result, null, 2)}\n`);
+    return result;
+  } finally {
+    for (const m of measured) await m.close();
+    await peer.stop();
+  }
+}
+
+/** Each pipe against each baseline at the largest size (GB/s) and the smallest (round trip p50). */
+function ratiosOf(series: readonly SeriesResult[], sizes: readonly number[]): Record<string, number> {
+  const ratios: Record<string, number> = {};
+  const big = sizes[sizes.length - 1]!;
+  const small = sizes[0]!;
+  for (const p of series.filter((s) => s.kind === "pipe")) {
+    for (const b of series.filter((s) => s.kind === "baseline")) {
+      ratios[`${p.name} ${sizeLabel(big)} GB/s / ${b.name}`] = p.cells[big]!.gbps / b.cells[big]!.gbps;
+      const bp50 = b.cells[small]!.p50;
+      if (bp50 !== undefined) ratios[`${p.name} ${sizeLabel(small)} RTT p50 / ${b.name}`] = p.cells[small]!.p50! / bp50;
+    }
+  }
+  return ratios;
+}
+
+// The project's stated goals, shown beside the ratios they judge.
+const TARGETS: Record<string, string> = {
+  "uv+basic 64 MiB GB/s / node:net": ">= 1.3",
+  "uv+basic 8 B RTT p50 / node:net": "<= 1.0",
+  "shm+cma 64 MiB GB/s / memcpy": ">= 0.9",
+};
+
+function report(result: BenchResult, print: (line: string) => void): void {
+  const width = Math.max(10, ...result.series.map((s) => s.name.length)) + 2;
+  print(`\n${"size".padEnd(9)}${"series".padEnd(width)}${"p50 us".padStart(10)}${"p99 us".padStart(10)}${"GB/s".padStart(9)}`);
+  for (const size of result.sizes) {
+    result.series.forEach((s, i) => {
+      const c = s.cells[size]!;
+      const lat = c.p50 === undefined ? ["", ""] : [fmt(c.p50), fmt(c.p99!)];
+      print(`${(i === 0 ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${lat[0]!.padStart(10)}${lat[1]!.padStart(10)}${fmt(c.gbps, 3).padStart(9)}`);
+    });
+  }
+  print(`\nratios measured in this run: GB/s at ${sizeLabel(result.sizes.at(-1)!)} (higher is better), round trip p50 at ${sizeLabel(result.sizes[0]!)} (lower is better)`);
+  const baselines = result.series.filter((s) => s.kind === "baseline");
+  for (const p of result.series.filter((s) => s.kind === "pipe")) {
+    const against = (what: string) =>
+      baselines
+        .filter((b) => result.ratios[`${p.name} ${what} / ${b.name}`] !== undefined)
+        .map((b) => `${fmt(result.ratios[`${p.name} ${what} / ${b.name}`]!, 2)}x ${b.name}`)
+        .join(", ");
+    print(`  ${p.name.padEnd(12)} GB/s ${against(`${sizeLabel(result.sizes.at(-1)!)} GB/s`)}; RTT ${against(`${sizeLabel(result.sizes[0]!)} RTT p50`)}`);
+  }
+  const judged = Object.entries(TARGETS).filter(([k]) => result.ratios[k] !== undefined);
+  if (judged.length) print("project targets");
+  for (const [k, target] of judged) print(`  ${k.padEnd(36)} ${fmt(result.ratios[k]!, 2).padStart(6)}x (target ${target})`);
+}
+
+function plot(result: BenchResult): string {
+  return svgLinePlot(
+    result.series.map((s) => ({ name: s.name, points: result.sizes.map((x) => ({ x, y: s.cells[x]!.gbps })) })),
+    {
+      title: "tensorpipe-js: one-way throughput between two processes",
+      xLabel: "tensor size",
+      yLabel: "GB/s (median)",
+      xTick: sizeLabel,
+    },
+  );
+}

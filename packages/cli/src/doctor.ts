@@ -1,0 +1,139 @@
+/**
+ * `tensorpipe doctor`: which backends are installed, which can work on this
+ * machine and exactly why not, and the addresses the TCP transport would use.
+ */
+import { lookup } from "node:dns/promises";
+import { readFileSync } from "node:fs";
+import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
+import type { ChannelContext, TransportContext } from "@tensorpipe/core";
+import { type BackendOptions, findBackends } from "./backends.js";
+
+export interface DoctorBackend {
+  kind: "transport" | "channel";
+  name: string;
+  packageName: string;
+  installed: boolean;
+  version?: string;
+  viable: boolean;
+  /** Why not, when not viable. */
+  reason?: string;
+  /** Transports: who can reach whom. Channels: per device, which peers can use it. */
+  domain?: string;
+  devices?: { device: string; descriptor: string }[];
+}
+
+export interface DoctorInterface {
+  name: string;
+  addresses: { address: string; family: "IPv4" | "IPv6"; scopeId?: number }[];
+  internal: boolean;
+}
+
+export interface DoctorReport {
+  node: string;
+  platform: string;
+  cpus: number;
+  backends: DoctorBackend[];
+  interfaces: DoctorInterface[];
+  /** What a peer on another machine would dial by default: this host's name, resolved. */
+  hostname: { name: string; address?: string; error?: string; interface?: string };
+  /** Yama's ptrace_scope, which decides whether cma may read a peer's memory. */
+  ptraceScope?: number;
+  /** Whether at least one transport and one channel can work. */
+  usable: boolean;
+}
+
+function readNumber(path: string): number | undefined {
+  try {
+    return Number(readFileSync(path, "utf8").trim());
+  } catch {
+    return undefined;
+  }
+}
+
+function interfaceOf(address: string, interfaces: readonly DoctorInterface[]): string | undefined {
+  return interfaces.find((i) => i.addresses.some((a) => a.address === address))?.name;
+}
+
+export async function runDoctor(options: BackendOptions = {}): Promise<DoctorReport> {
+  const backends: DoctorBackend[] = (await findBackends(options)).map((b) => {
+    const entry: DoctorBackend = {
+      kind: b.spec.kind,
+      name: b.spec.name,
+      packageName: b.spec.packageName,
+      installed: b.installed,
+      version: b.version,
+      viable: b.viability.viable,
+      reason: b.viability.viable ? undefined : b.viability.reason,
+    };
+    if (b.instance && b.viability.viable) {
+      if (b.spec.kind === "transport") entry.domain = (b.instance as TransportContext).domainDescriptor();
+      else {
+        entry.devices = (b.instance as ChannelContext).deviceDescriptors().map((d) => ({
+          device: `${d.device.type}:${d.device.index}`,
+          descriptor: d.descriptor,
+        }));
+      }
+    }
+    return entry;
+  });
+  const interfaces: DoctorInterface[] = Object.entries(networkInterfaces()).map(([name, entries]) => ({
+    name,
+    internal: (entries ?? []).every((e) => e.internal),
+    addresses: (entries ?? []).map((e) => ({
+      address: e.address,
+      family: e.family as "IPv4" | "IPv6",
+      ...(e.family === "IPv6" && e.scopeid ? { scopeId: e.scopeid } : {}),
+    })),
+  }));
+  const name = hostname();
+  let host: DoctorReport["hostname"];
+  try {
+    const { address } = await lookup(name);
+    host = { name, address, interface: interfaceOf(address, interfaces) };
+  } catch (e) {
+    host = { name, error: (e as { code?: string }).code ?? (e as Error).message };
+  }
+  const viable = (kind: string) => backends.some((b) => b.kind === kind && b.viable);
+  return {
+    node: process.version,
+    platform: `${platform()}-${arch()}`,
+    cpus: availableParallelism(),
+    backends,
+    interfaces,
+    hostname: host,
+    ptraceScope: readNumber("/proc/sys/kernel/yama/ptrace_scope"),
+    usable: viable("transport") && viable("channel"),
+  };
+}
+
+/** The report as a person reads it. */
+export function formatDoctor(r: DoctorReport): string[] {
+  const lines = [`tensorpipe doctor: Node ${r.node}, ${r.platform}, ${r.cpus} CPUs`];
+  for (const kind of ["transport", "channel"] as const) {
+    lines.push("", `${kind}s`);
+    for (const b of r.backends.filter((x) => x.kind === kind)) {
+      const what = !b.installed ? "not installed" : b.viable ? "viable" : "NOT VIABLE";
+      lines.push(`  ${b.name.padEnd(8)}${what.padEnd(15)}${b.packageName}${b.version ? `@${b.version}` : ""}`);
+      if (b.reason && b.installed) lines.push(`          why: ${b.reason}`);
+      if (!b.installed) lines.push(`          install: npm install ${b.packageName}`);
+      if (b.domain) lines.push(`          domain: ${b.domain}`);
+      for (const d of b.devices ?? []) lines.push(`          ${d.device}: ${d.descriptor}`);
+    }
+  }
+  lines.push("", "network interfaces (uv listens on the address you give, or on an interface's with { interface })");
+  for (const i of r.interfaces) {
+    const addresses = i.addresses.map((a) => (a.scopeId ? `${a.address}%${i.name}` : a.address)).join(", ");
+    lines.push(`  ${i.name.padEnd(12)}${addresses}${i.internal ? "  (loopback)" : ""}`);
+  }
+  const external = r.interfaces.find((i) => !i.internal && i.addresses.some((a) => a.family === "IPv4"));
+  const suggestion = external
+    ? `give them ${external.name}'s address (${external.addresses.find((a) => a.family === "IPv4")!.address})`
+    : "this machine has no external interface";
+  const loopback = r.interfaces.find((i) => i.name === r.hostname.interface)?.internal;
+  if (!r.hostname.address) lines.push(`  hostname ${r.hostname.name} does not resolve (${r.hostname.error}): ${suggestion}`);
+  else if (loopback) lines.push(`  hostname ${r.hostname.name} resolves to loopback ${r.hostname.address}, which peers on other machines cannot reach: ${suggestion}`);
+  else lines.push(`  hostname ${r.hostname.name} resolves to ${r.hostname.address}${r.hostname.interface ? ` (${r.hostname.interface})` : ""}: the address to give peers on other machines`);
+  if (r.ptraceScope !== undefined) lines.push(`  kernel.yama.ptrace_scope = ${r.ptraceScope} (decides whether cma may read a peer's memory)`);
+  lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
+  return lines;
+}

@@ -1,0 +1,20 @@
+export {
+  BACKENDS,
+  ALL_TRANSPORTS,
+  ALL_CHANNELS,
+  type BackendSpec,
+  type BackendOptions,
+  type BackendChoice,
+  type FoundBackend,
+  findBackends,
+  createContext,
+  listenUrls,
+  backendsFromArgs,
+} from "./backends.js";
+export { type DoctorReport, type DoctorBackend, type DoctorInterface, runDoctor, formatDoctor } from "./doctor.js";
+export { type BenchOptions, type BenchResult, type SeriesResult, type Cell, DEFAULT_SIZES, runBench, parseSize, sizeLabel } from "./bench.js";
+export { type PlotSeries, type PlotOptions, svgLinePlot } from "./svg-plot.js";
+export { ProgressBar, type ProgressStream } from "./progress-bar.js";
+export { type PeerProcess, type PeerEvent, type SpawnOptions, spawnPeer } from "./spawn-peer.js";
+export { sinkThroughput } from "./sink-throughput.js";
+export { type LatencySummary, percentile, median, summarize, fmt } from "./stats.js";

@@ -1,0 +1,57 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { findBackends, runBench } from "../src/index.js";
+
+const run = promisify(execFile);
+const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
+
+describe("tensorpipe bench", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tp-bench-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("measures every viable pair and the three baselines at each size, and plots them", async () => {
+    const lines: string[] = [];
+    const progress: string[] = [];
+    const svgPath = join(dir, "plot.svg");
+    const result = await runBench({
+      quick: true,
+      sizes: [64 * 1024, 8],
+      svgPath,
+      print: (l) => lines.push(l),
+      progress: { write: (s) => progress.push(s) },
+    });
+    const found = await findBackends();
+    const viable = (kind: string) => found.filter((b) => b.spec.kind === kind && b.viability.viable).map((b) => b.spec.name);
+    const pairs = viable("transport").flatMap((t) => viable("channel").map((c) => `${t}+${c}`));
+    expect(result.sizes).toEqual([8, 64 * 1024]);
+    expect(result.series.filter((s) => s.kind === "pipe").map((s) => s.name).sort()).toEqual(pairs.sort());
+    expect(result.series.filter((s) => s.kind === "baseline").map((s) => s.name)).toEqual(["memcpy", "node:net", "zeromq"]);
+    for (const s of result.series) {
+      for (const size of result.sizes) {
+        const cell = s.cells[size]!;
+        expect(cell.gbps, `${s.name} ${size}`).toBeGreaterThan(0);
+        if (s.name !== "memcpy") expect(cell.p99!, `${s.name} ${size}`).toBeGreaterThanOrEqual(cell.p50!);
+      }
+    }
+    expect(result.ratios["uv+basic 64 KiB GB/s / zeromq"]).toBeGreaterThan(0);
+    expect(result.ratios["uv+basic 8 B RTT p50 / node:net"]).toBeGreaterThan(0);
+    expect(lines.join("\n")).toMatch(/^64 KiB +shm\+cma +\d+\.\d +\d+\.\d +\d+\.\d{3}$/m);
+    const svg = readFileSync(svgPath, "utf8");
+    for (const s of result.series) expect(svg).toContain(`data-series="${s.name}"`);
+    expect(svg.match(/<polyline /g)).toHaveLength(result.series.length);
+    expect(progress.at(-1)).toMatch(/^\[#{30}\] 100% /);
+  });
+
+  it("runs from the command line, for the pairs asked for", async () => {
+    const json = join(dir, "out.json");
+    const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "4K", "--transports", "uv", "--channels", "basic", "--no-zmq", "--svg", join(dir, "cli.svg"), "--json", json]);
+    expect(stdout).toContain("skipped zeromq: --no-zmq");
+    const result = JSON.parse(readFileSync(json, "utf8")) as { series: { name: string }[] };
+    expect(result.series.map((s) => s.name)).toEqual(["uv+basic", "memcpy", "node:net"]);
+  });
+});

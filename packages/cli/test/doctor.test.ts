@@ -1,0 +1,64 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { BACKENDS, type BackendSpec, type DoctorReport, findBackends, formatDoctor, runDoctor } from "../src/index.js";
+
+const run = promisify(execFile);
+const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
+
+describe("tensorpipe doctor", () => {
+  it("reports each backend as the backend itself judges it, with its package and version", async () => {
+    const report = await runDoctor();
+    expect(report.backends.map((b) => b.name).sort()).toEqual(BACKENDS.map((b) => b.name).sort());
+    for (const b of report.backends) {
+      const spec = BACKENDS.find((s) => s.name === b.name)!;
+      const own = spec.create(await import(spec.packageName), {}).isViable();
+      expect(b).toMatchObject({ installed: true, version: "0.1.0", viable: own.viable });
+      if (!own.viable) expect(b.reason).toBe(own.reason);
+    }
+    expect(report.backends.find((b) => b.name === "shm")?.domain).toMatch(/^shm:/);
+    expect(report.backends.find((b) => b.name === "basic")?.devices).toEqual([{ device: "cpu:0", descriptor: "any" }]);
+    const lo = report.interfaces.find((i) => i.addresses.some((a) => a.address === "127.0.0.1"));
+    expect(lo?.internal).toBe(true);
+  });
+
+  it("says a package is not installed and how to install it, and why a backend that throws is not viable", async () => {
+    const specs: BackendSpec[] = [
+      { kind: "channel", name: "ghost", packageName: "@tensorpipe/channel-ghost", priority: 1, create: () => ({}) as never },
+      {
+        kind: "transport",
+        name: "broken",
+        packageName: "@tensorpipe/core",
+        priority: 1,
+        create: () => {
+          throw new Error("no such device here");
+        },
+      },
+    ];
+    const [ghost, broken] = await findBackends({}, specs);
+    expect(ghost).toMatchObject({ installed: false, viability: { viable: false, reason: "not installed (npm install @tensorpipe/channel-ghost)" } });
+    expect(broken).toMatchObject({ installed: true, viability: { viable: false, reason: "no such device here" } });
+  });
+
+  it("prints the report as text and as JSON from the command line", async () => {
+    const { stdout } = await run(process.execPath, [main, "doctor"]);
+    const report = await runDoctor();
+    expect(stdout.trim().split("\n")).toEqual(formatDoctor(report));
+    expect(stdout).toMatch(/^ {2}uv {6}viable {9}@tensorpipe\/transport-uv@0\.1\.0$/m);
+    const json = JSON.parse((await run(process.execPath, [main, "doctor", "--json"])).stdout) as DoctorReport;
+    expect(json.backends).toEqual(report.backends);
+    expect(json.usable).toBe(true);
+  });
+
+  it("exits 2 with the usage on a bad command or option", async () => {
+    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "0"]]) {
+      const failed = await run(process.execPath, [main, ...args]).then(
+        () => undefined,
+        (e: { code: number; stderr: string }) => e,
+      );
+      expect(failed?.code).toBe(2);
+      expect(failed?.stderr).toMatch(/^tensorpipe: .+\n\nusage: tensorpipe/);
+    }
+  });
+});

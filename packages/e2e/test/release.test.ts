@@ -1,0 +1,130 @@
+/**
+ * What a user installs: every publishable package packed as it would be
+ * published, installed with npm into an empty project on a PATH with no
+ * compiler, cmake or make, then used for real. The native packages must run
+ * from the binaries inside their tarballs, and say how to build one where
+ * none fits.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const packagesDir = fileURLToPath(new URL("../../", import.meta.url));
+const PUBLISHED = ["core", "transport-uv", "transport-shm", "channel-basic", "channel-cma", "channel-mpt", "rendezvous", "cli"];
+const NATIVE: Record<string, string> = { "transport-uv": "tensorpipe_uv", "transport-shm": "tensorpipe_shm", "channel-cma": "tensorpipe_cma" };
+
+function npmCli(): string {
+  const npm = execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim();
+  return realpathSync(npm);
+}
+
+describe("the published packages", () => {
+  const root = mkdtempSync(join(tmpdir(), "tp-release-"));
+  const packs = join(root, "packs");
+  const app = join(root, "app");
+  const bin = join(root, "bin");
+  const tarballs: Record<string, string> = {};
+  // Only node itself: no cc, c++, cmake, make or python to fall back on.
+  const bareEnv = () => ({ PATH: bin, HOME: root, npm_config_cache: join(root, "npm-cache"), npm_config_update_notifier: "false" });
+
+  beforeAll(() => {
+    mkdirSync(packs);
+    mkdirSync(app);
+    mkdirSync(bin);
+    symlinkSync(process.execPath, join(bin, "node"));
+    for (const name of PUBLISHED) {
+      const before = new Set(readdirSync(packs));
+      execFileSync("pnpm", ["pack", "--pack-destination", packs], { cwd: join(packagesDir, name), stdio: "pipe" });
+      tarballs[name] = join(packs, readdirSync(packs).find((f) => !before.has(f))!);
+    }
+  }, 120_000);
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  const listing = (name: string) => execFileSync("tar", ["tzf", tarballs[name]!], { encoding: "utf8" }).trim().split("\n");
+  const manifest = (name: string) =>
+    JSON.parse(execFileSync("tar", ["xzOf", tarballs[name]!, "package/package.json"], { encoding: "utf8" })) as Record<string, unknown>;
+
+  it("ship typed ESM, a README, and real version ranges", () => {
+    for (const name of PUBLISHED) {
+      const files = listing(name);
+      const m = manifest(name);
+      expect(m.type).toBe("module");
+      expect(files).toContain("package/README.md");
+      expect(files).toContain("package/dist/index.js");
+      expect(files).toContain("package/dist/index.d.ts");
+      expect(JSON.stringify(m.dependencies ?? {})).not.toContain("workspace:");
+      expect(JSON.stringify(m.peerDependencies ?? {})).not.toContain("workspace:");
+      expect(files.some((f) => f.includes("/test/") || f.startsWith("package/build/"))).toBe(false);
+    }
+  });
+
+  it("ship each native addon prebuilt for linux-x64, with its sources for a rebuild", () => {
+    for (const [name, addon] of Object.entries(NATIVE)) {
+      const files = listing(name);
+      expect(files).toContain(`package/prebuilds/linux-x64/${addon}.node`);
+      expect(files).toContain("package/CMakeLists.txt");
+    }
+  });
+
+  it("install with npm on a machine without a compiler and move tensors", () => {
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+    execFileSync(process.execPath, [npmCli(), "install", "--offline", "--no-audit", "--no-fund", ...Object.values(tarballs)], {
+      cwd: app,
+      env: bareEnv(),
+      stdio: "pipe",
+    });
+    writeFileSync(
+      join(app, "transfer.js"),
+      `import { CPU_DEVICE, Context } from "@tensorpipe/core";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerCmaChannel } from "@tensorpipe/channel-cma";
+const results = [];
+for (const [url, register] of [
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
+  ["shm://*", (c) => { registerShmTransport(c); registerCmaChannel(c); }],
+]) {
+  const a = new Context(), b = new Context();
+  register(a); register(b);
+  const listener = await a.listen(url);
+  const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
+  const data = new Uint8Array(1 << 20).map((_, i) => i * 7);
+  const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
+  await server.readDescriptor();
+  const into = new Uint8Array(1 << 20);
+  await server.read({ payloads: [], tensors: [{ buffer: into }] });
+  await written;
+  results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
+  await a.close(); await b.close();
+}
+console.log(JSON.stringify(results));
+`,
+    );
+    const out = execFileSync(process.execPath, ["transfer.js"], { cwd: app, env: bareEnv(), encoding: "utf8" });
+    expect(JSON.parse(out)).toEqual([
+      { transport: "uv", channel: "basic", equal: true },
+      { transport: "shm", channel: "cma", equal: true },
+    ]);
+    const doctor = JSON.parse(
+      execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
+    ) as { backends: { name: string; installed: boolean; viable: boolean }[] };
+    for (const b of doctor.backends) expect(b, b.name).toMatchObject({ installed: true, viable: true });
+  }, 120_000);
+
+  it("say how to build the addon where no prebuilt binary fits", () => {
+    const prebuilds = join(app, "node_modules/@tensorpipe/transport-uv/prebuilds");
+    renameSync(join(prebuilds, "linux-x64"), join(prebuilds, "linux-arm64"));
+    const doctor = JSON.parse(
+      execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
+    ) as { backends: { name: string; viable: boolean; reason?: string }[] };
+    const uv = doctor.backends.find((b) => b.name === "uv")!;
+    expect(uv.viable).toBe(false);
+    expect(uv.reason).toMatch(/tensorpipe_uv\.node: there is no prebuilt binary for linux-x64 \(this package has linux-arm64\)/);
+    expect(uv.reason).toContain(`cd ${dirname(prebuilds)} && npm install --no-save cmake-js node-addon-api @tensorpipe/native-common && npx cmake-js compile`);
+    expect(readFileSync(join(dirname(prebuilds), "CMakeLists.txt"), "utf8")).toContain("tensorpipe_addon(");
+  });
+});

@@ -1,0 +1,2 @@
+export { Rendezvous, type RecvOptions } from "./rendezvous.js";
+export type { RendezvousValue } from "./value-codec.js";

@@ -1,0 +1,226 @@
+import {
+  CPU_DEVICE,
+  ErrorCode,
+  type OperationOptions,
+  type Pipe,
+  TensorPipeError,
+  closedError,
+  isTensorPipeError,
+  operationSignal,
+  raceSignal,
+} from "@tensorpipe/core";
+import { type RendezvousValue, bytesOf, decodeHeader, typeOf, viewOf } from "./value-codec.js";
+
+export interface RecvOptions extends OperationOptions {
+  /**
+   * Memory to receive into: when the value has not arrived yet, its bytes
+   * land here straight from the channel; when it has, they are copied here.
+   * Must be exactly the value's size. recv() then resolves with `into`.
+   */
+  into?: RendezvousValue;
+}
+
+interface Waiter {
+  resolve(value: RendezvousValue): void;
+  reject(err: TensorPipeError): void;
+  into?: RendezvousValue;
+  /** Set while the pipe is reading this waiter's value into `into`. */
+  claimed?: boolean;
+  done?: boolean;
+}
+
+function copyInto(into: RendezvousValue, value: RendezvousValue, key: string): RendezvousValue {
+  if (into.byteLength !== value.byteLength) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `recv("${key}"): into has ${into.byteLength} bytes, the value ${value.byteLength}`);
+  }
+  bytesOf(into).set(bytesOf(value));
+  return into;
+}
+
+/**
+ * TensorFlow's rendezvous pattern: `send(key, value)` never waits, and
+ * `recv(key)` resolves with the value whether it was called before or after
+ * the send. Within a process (`Rendezvous.local()`) the receiver gets the
+ * very object sent; over a pipe (`Rendezvous.over(pipe)`) each side sends
+ * to the other and values land in memory allocated for them (or in the
+ * `into` the receiver gave). A key sent twice is received twice, in order.
+ */
+export class Rendezvous {
+  /** Settles (never rejects) with the error that ended the rendezvous. */
+  readonly closed: Promise<TensorPipeError>;
+
+  private readonly arrived = new Map<string, RendezvousValue[]>();
+  private readonly waiting = new Map<string, Waiter[]>();
+  private readonly writes = new Set<Promise<void>>();
+  private failure?: TensorPipeError;
+  /** The first send that was never written. */
+  private writeFailure?: unknown;
+  private settleClosed!: (err: TensorPipeError) => void;
+
+  private constructor(private readonly pipe?: Pipe) {
+    this.closed = new Promise((r) => (this.settleClosed = r));
+    if (pipe) void this.pump(pipe);
+  }
+
+  /** Senders and receivers in this process. */
+  static local(): Rendezvous {
+    return new Rendezvous();
+  }
+
+  /** This side of a rendezvous with the process at the other end of `pipe`, which it now owns. */
+  static over(pipe: Pipe): Rendezvous {
+    return new Rendezvous(pipe);
+  }
+
+  /**
+   * Hands `value` to whoever receives `key`, without waiting. Over a pipe
+   * the value's memory is read until flush() resolves: do not change it
+   * before. Throws if the rendezvous has already ended.
+   */
+  send(key: string, value: RendezvousValue): void {
+    if (typeof key !== "string") throw new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous key must be a string");
+    const type = typeOf(value);
+    if (this.failure) throw this.keyError(key, "send", this.failure);
+    if (!this.pipe) {
+      this.deliver(key, value);
+      return;
+    }
+    const write = this.pipe
+      .write({
+        metadata: JSON.stringify({ v: 1, key, type }),
+        tensors: [{ buffer: bytesOf(value), targetDevice: CPU_DEVICE }],
+      })
+      .catch((e: unknown) => {
+        this.writeFailure ??= this.keyError(key, "send", this.asError(e));
+        this.fail(e);
+      })
+      .finally(() => this.writes.delete(write));
+    this.writes.add(write);
+  }
+
+  /** The next value sent under `key`, as soon as it is here. */
+  recv(key: string, options: RecvOptions = {}): Promise<RendezvousValue> {
+    if (typeof key !== "string") return Promise.reject(new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous key must be a string"));
+    const queue = this.arrived.get(key);
+    if (queue) {
+      const value = queue.shift()!;
+      if (queue.length === 0) this.arrived.delete(key);
+      try {
+        return Promise.resolve(options.into ? copyInto(options.into, value, key) : value);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    if (this.failure) return Promise.reject(this.keyError(key, "recv", this.failure));
+    let signal: AbortSignal | undefined;
+    try {
+      signal = operationSignal(options);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const waiter: Waiter = { resolve: () => undefined, reject: () => undefined, into: options.into };
+    const promise = new Promise<RendezvousValue>((resolve, reject) => {
+      waiter.resolve = resolve;
+      waiter.reject = reject;
+    });
+    const list = this.waiting.get(key) ?? [];
+    list.push(waiter);
+    this.waiting.set(key, list);
+    return raceSignal(promise, signal, `recv("${key}")`, () => {
+      waiter.done = true;
+      this.removeWaiter(key, waiter);
+    });
+  }
+
+  /** Resolves when every value sent so far has been written; rejects if one never was. */
+  async flush(): Promise<void> {
+    await Promise.all(this.writes);
+    if (this.writeFailure) throw this.writeFailure;
+  }
+
+  /** Keys received and not yet taken, and keys waited for. */
+  pendingKeys(): { arrived: string[]; waiting: string[] } {
+    return { arrived: [...this.arrived.keys()], waiting: [...this.waiting.keys()] };
+  }
+
+  /** Ends the rendezvous (and its pipe); waiting recvs reject with ERR_TP_CLOSED. */
+  close(): void {
+    this.fail(closedError("rendezvous"));
+    this.pipe?.close();
+  }
+
+  private removeWaiter(key: string, waiter: Waiter): void {
+    const list = this.waiting.get(key);
+    if (!list) return;
+    const i = list.indexOf(waiter);
+    if (i >= 0) list.splice(i, 1);
+    if (list.length === 0) this.waiting.delete(key);
+  }
+
+  /** Gives `value` to the first waiter for `key`, or keeps it for the next recv. */
+  private deliver(key: string, value: RendezvousValue): void {
+    const waiter = this.waiting.get(key)?.[0];
+    if (!waiter) {
+      const queue = this.arrived.get(key) ?? [];
+      queue.push(value);
+      this.arrived.set(key, queue);
+      return;
+    }
+    this.removeWaiter(key, waiter);
+    waiter.done = true;
+    try {
+      waiter.resolve(waiter.into && waiter.into !== value ? copyInto(waiter.into, value, key) : value);
+    } catch (e) {
+      waiter.reject(e as TensorPipeError);
+    }
+  }
+
+  /** Reads every message of the pipe into the table until the pipe ends. */
+  private async pump(pipe: Pipe): Promise<void> {
+    try {
+      for (;;) {
+        const descriptor = await pipe.readDescriptor();
+        const { header, length } = decodeHeader(descriptor);
+        // The first waiter's own memory, when it gave some of the right size.
+        const waiter = this.waiting.get(header.key)?.[0];
+        const direct = waiter?.into && waiter.into.byteLength === length && !waiter.claimed ? waiter : undefined;
+        if (direct) direct.claimed = true;
+        const bytes = direct ? bytesOf(direct.into!) : new Uint8Array(length);
+        try {
+          await pipe.read({ payloads: [], tensors: [{ buffer: bytes }] });
+        } finally {
+          if (direct) direct.claimed = false;
+        }
+        // A waiter that timed out meanwhile leaves the value to the next recv, in memory of its own.
+        if (direct && !direct.done) this.deliver(header.key, direct.into!);
+        else this.deliver(header.key, viewOf(header.type, direct ? bytes.slice() : bytes));
+      }
+    } catch (e) {
+      if (isTensorPipeError(e) && e.code === ErrorCode.PROTOCOL) pipe.close();
+      this.fail(e);
+    }
+  }
+
+  private keyError(key: string, op: "send" | "recv", cause: TensorPipeError): TensorPipeError {
+    const what = op === "recv" ? `no value for key "${key}"` : `cannot send key "${key}"`;
+    return new TensorPipeError(cause.code, `rendezvous ${what}: ${cause.message}`, { cause, errno: cause.errno });
+  }
+
+  private asError(e: unknown): TensorPipeError {
+    return isTensorPipeError(e) ? e : new TensorPipeError(ErrorCode.SYSTEM, String((e as Error)?.message ?? e), { cause: e });
+  }
+
+  private fail(e: unknown): void {
+    if (this.failure) return;
+    const err = this.asError(e);
+    this.failure = err;
+    for (const [key, list] of this.waiting) {
+      for (const w of list) {
+        w.done = true;
+        w.reject(this.keyError(key, "recv", err));
+      }
+    }
+    this.waiting.clear();
+    this.settleClosed(err);
+  }
+}
