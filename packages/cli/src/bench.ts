@@ -339,8 +339,9 @@ function plot(result: BenchResult): string {
     {
       title: "tensorpipe-js: one-way throughput between two processes",
       xLabel: "tensor size",
-      yLabel: "GB/s (median)",
+      yLabel: "GB/s (median, log scale)",
       xTick: sizeLabel,
+      yLog: true,
     },
   );
 }

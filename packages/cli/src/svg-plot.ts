@@ -10,6 +10,8 @@ export interface PlotOptions {
   yLabel: string;
   /** Tick text for an x value (the x axis is log2). */
   xTick(x: number): string;
+  /** A log10 y axis, one tick a decade: for values that span several. */
+  yLog?: boolean;
   width?: number;
   height?: number;
 }
@@ -28,7 +30,7 @@ function niceCeiling(v: number): number {
   return 10 * step;
 }
 
-/** A self-contained SVG line chart with a log2 x axis and a linear y axis from 0. */
+/** A self-contained SVG line chart with a log2 x axis and a y axis linear from 0 or log10. */
 export function svgLinePlot(series: readonly PlotSeries[], options: PlotOptions): string {
   const width = options.width ?? 860;
   const height = options.height ?? 480;
@@ -36,21 +38,29 @@ export function svgLinePlot(series: readonly PlotSeries[], options: PlotOptions)
   const plotW = width - margin.left - margin.right;
   const plotH = height - margin.top - margin.bottom;
   const xs = [...new Set(series.flatMap((s) => s.points.map((p) => p.x)))].sort((a, b) => a - b);
-  const ys = series.flatMap((s) => s.points.map((p) => p.y)).filter(Number.isFinite);
+  const ys = series.flatMap((s) => s.points.map((p) => p.y)).filter((y) => Number.isFinite(y) && (!options.yLog || y > 0));
   const lx = (x: number) => Math.log2(x);
   const x0 = xs.length ? lx(xs[0]!) : 0;
   const x1 = xs.length > 1 ? lx(xs[xs.length - 1]!) : x0 + 1;
   const yTop = niceCeiling(Math.max(0, ...ys));
+  const decades = options.yLog
+    ? [Math.floor(Math.log10(Math.min(...ys, 1))), Math.ceil(Math.log10(Math.max(...ys, 1)))]
+    : [0, 0];
+  if (decades[1] === decades[0]) decades[1]! += 1;
+  const yFraction = (y: number) =>
+    options.yLog ? (Math.log10(y) - decades[0]!) / (decades[1]! - decades[0]!) : y / yTop;
+  const yTicks = options.yLog
+    ? Array.from({ length: decades[1]! - decades[0]! + 1 }, (_, i) => 10 ** (decades[0]! + i))
+    : Array.from({ length: 6 }, (_, i) => (yTop * i) / 5);
   const px = (x: number) => margin.left + ((lx(x) - x0) / (x1 - x0)) * plotW;
-  const py = (y: number) => margin.top + plotH - (y / yTop) * plotH;
+  const py = (y: number) => margin.top + plotH - yFraction(y) * plotH;
   const f = (n: number) => n.toFixed(1);
 
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
   out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
   out.push(`<text x="${width / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(options.title)}</text>`);
-  for (let i = 0; i <= 5; i++) {
-    const y = (yTop * i) / 5;
+  for (const y of yTicks) {
     out.push(`<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${f(py(y))}" y2="${f(py(y))}" stroke="#ddd"/>`);
     out.push(`<text x="${margin.left - 8}" y="${f(py(y) + 4)}" text-anchor="end">${Number(y.toPrecision(3))}</text>`);
   }
@@ -63,7 +73,7 @@ export function svgLinePlot(series: readonly PlotSeries[], options: PlotOptions)
   out.push(`<text transform="translate(18 ${margin.top + plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(options.yLabel)}</text>`);
   series.forEach((s, i) => {
     const colour = COLOURS[i % COLOURS.length]!;
-    const points = s.points.filter((p) => Number.isFinite(p.y));
+    const points = s.points.filter((p) => Number.isFinite(p.y) && (!options.yLog || p.y > 0));
     const coords = points.map((p) => `${f(px(p.x))},${f(py(p.y))}`);
     out.push(`<g data-series="${escapeXml(s.name)}">`);
     out.push(`<polyline fill="none" stroke="${colour}" stroke-width="2" points="${coords.join(" ")}"/>`);

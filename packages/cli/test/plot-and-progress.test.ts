@@ -30,6 +30,21 @@ describe("svgLinePlot", () => {
     }
   });
 
+  it("puts a log y axis a decade a tick", () => {
+    const log = svgLinePlot([{ name: "s", points: [{ x: 8, y: 0.001 }, { x: 64, y: 0.1 }, { x: 512, y: 10 }, { x: 4096, y: 0 }] }], {
+      title: "t",
+      xLabel: "x",
+      yLabel: "y",
+      xTick: sizeLabel,
+      yLog: true,
+      width: 800,
+      height: 400,
+    });
+    const points = log.match(/<polyline [^>]*points="([^"]*)"/)![1]!.split(" ").map((p) => p.split(",").map(Number));
+    expect(points.map(([, y]) => y)).toEqual([340, 190, 40]);
+    for (const tick of ["0.001", "0.01", "0.1", "1", "10"]) expect(log).toContain(`>${tick}</text>`);
+  });
+
   it("labels the axes and the legend, escaped", () => {
     expect(svg.startsWith("<svg xmlns=\"http://www.w3.org/2000/svg\"")).toBe(true);
     expect(svg).toContain(">a&lt;b</text>");
