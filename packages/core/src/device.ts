@@ -25,6 +25,46 @@ export interface DeviceBuffer {
   readonly byteLength: number;
 }
 
+/**
+ * Memory on an NVIDIA GPU, as the CUDA channels take it: the device's
+ * index, the device pointer and, optionally, the stream whose work must
+ * finish before the memory is read or after which it may be used (0n or
+ * none: the legacy default stream). The memory is the caller's: nothing
+ * here allocates or frees it.
+ */
+export interface CudaBuffer extends DeviceBuffer {
+  readonly device: Device & { readonly type: "cuda" };
+  readonly ptr: bigint;
+  readonly stream?: bigint;
+}
+
+/** A CudaBuffer over `byteLength` bytes at `ptr` on GPU `device` (default 0). */
+export function cudaBuffer(ptr: bigint, byteLength: number, options: { device?: number; stream?: bigint } = {}): CudaBuffer {
+  const index = options.device ?? 0;
+  if (typeof ptr !== "bigint" || ptr < 0n || ptr >= 2n ** 64n) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a CUDA device pointer is a bigint in [0, 2^64), got ${String(ptr)}`);
+  }
+  if (!Number.isSafeInteger(byteLength) || byteLength < 0) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `byteLength must be a non-negative integer, got ${byteLength}`);
+  }
+  if (!Number.isInteger(index) || index < 0) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a CUDA device index is a non-negative integer, got ${index}`);
+  }
+  if (options.stream !== undefined && (typeof options.stream !== "bigint" || options.stream < 0n)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a CUDA stream is a non-negative bigint handle, got ${String(options.stream)}`);
+  }
+  return Object.freeze({
+    device: Object.freeze({ type: "cuda" as const, index }),
+    ptr,
+    byteLength,
+    ...(options.stream !== undefined ? { stream: options.stream } : {}),
+  });
+}
+
+export function isCudaBuffer(b: TensorBuffer): b is CudaBuffer {
+  return !isCpuBuffer(b) && b.device.type === "cuda" && typeof (b as CudaBuffer).ptr === "bigint";
+}
+
 /** A tensor's memory: a TypedArray/DataView on the CPU or a device buffer. */
 export type TensorBuffer = ArrayBufferView | DeviceBuffer;
 
