@@ -115,9 +115,13 @@ export interface BackendChoice extends ContextOptions, BackendOptions {
 /** A context with the installed backends asked for, at upstream's priorities. */
 export async function createContext(choice: BackendChoice = {}): Promise<Context> {
   const context = new Context(choice);
-  for (const b of await findBackends(choice)) {
-    const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
-    if (!b.instance || (wanted && !wanted.includes(b.spec.name))) continue;
+  // Only the backends asked for are loaded and probed.
+  const specs = BACKENDS.filter((spec) => {
+    const wanted = spec.kind === "transport" ? choice.transports : choice.channels;
+    return !wanted || wanted.includes(spec.name);
+  });
+  for (const b of await findBackends(choice, specs)) {
+    if (!b.instance) continue;
     if (b.spec.kind === "transport") context.registerTransport(b.spec.priority, b.spec.name, b.instance as TransportContext);
     else context.registerChannel(b.spec.priority, b.spec.name, b.instance as ChannelContext);
   }

@@ -4,12 +4,13 @@ import {
   type OperationOptions,
   type Pipe,
   TensorPipeError,
+  asBytes,
   closedError,
   isTensorPipeError,
   operationSignal,
   raceSignal,
 } from "@tensorpipe/core";
-import { type RendezvousValue, bytesOf, decodeHeader, typeOf, viewOf } from "./value-codec.js";
+import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 export interface RecvOptions extends OperationOptions {
   /**
@@ -33,7 +34,7 @@ function copyInto(into: RendezvousValue, value: RendezvousValue, key: string): R
   if (into.byteLength !== value.byteLength) {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, `recv("${key}"): into has ${into.byteLength} bytes, the value ${value.byteLength}`);
   }
-  bytesOf(into).set(bytesOf(value));
+  asBytes(into).set(asBytes(value));
   return into;
 }
 
@@ -88,7 +89,7 @@ export class Rendezvous {
     const write = this.pipe
       .write({
         metadata: JSON.stringify({ v: 1, key, type }),
-        tensors: [{ buffer: bytesOf(value), targetDevice: CPU_DEVICE }],
+        tensors: [{ buffer: asBytes(value), targetDevice: CPU_DEVICE }],
       })
       .catch((e: unknown) => {
         this.writeFailure ??= this.keyError(key, "send", this.asError(e));
@@ -185,7 +186,7 @@ export class Rendezvous {
         const waiter = this.waiting.get(header.key)?.[0];
         const direct = waiter?.into && waiter.into.byteLength === length && !waiter.claimed ? waiter : undefined;
         if (direct) direct.claimed = true;
-        const bytes = direct ? bytesOf(direct.into!) : new Uint8Array(length);
+        const bytes = direct ? asBytes(direct.into!) : new Uint8Array(length);
         try {
           await pipe.read({ payloads: [], tensors: [{ buffer: bytes }] });
         } finally {
@@ -193,7 +194,7 @@ export class Rendezvous {
         }
         // A waiter that timed out meanwhile leaves the value to the next recv, in memory of its own.
         if (direct && !direct.done) this.deliver(header.key, direct.into!);
-        else this.deliver(header.key, viewOf(header.type, direct ? bytes.slice() : bytes));
+        else this.deliver(header.key, viewOf(header.type, direct ? new Uint8Array(bytes) : bytes));
       }
     } catch (e) {
       if (isTensorPipeError(e) && e.code === ErrorCode.PROTOCOL) pipe.close();

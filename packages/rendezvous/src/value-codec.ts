@@ -42,11 +42,6 @@ export function typeOf(value: unknown): string {
   return name;
 }
 
-/** The bytes of a view, without copying. */
-export function bytesOf(value: ArrayBufferView): Uint8Array {
-  return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-}
-
 /** A view of `type` over `bytes` (which the caller allocated aligned for it). */
 export function viewOf(type: string, bytes: Uint8Array): RendezvousValue {
   return VIEW_TYPES[type]!.make(bytes.buffer, bytes.byteOffset, bytes.byteLength);
