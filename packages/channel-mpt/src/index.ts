@@ -6,107 +6,76 @@ import {
   type Context,
   CPU_DEVICE,
   type DeviceDescriptor,
-  type TensorBuffer,
   VIABLE,
   type Viability,
-  cpuBytes,
 } from "@tensorpipe/core";
+import { MptChannel } from "./mpt-channel.js";
+import { loadAddon } from "./native.js";
+
+export { MptChannel } from "./mpt-channel.js";
+export type { BulkLanes } from "./bulk-lanes.js";
+export { CHUNK_HEADER_BYTES, chunkSize, decodeChunkHeader, encodeChunkHeader, type ChunkHeader } from "./chunks.js";
 
 export interface MptChannelOptions {
-  /** TCP lanes per pipe (default: the cores, from 2 to 8). The listener's count wins. */
+  /**
+   * Bulk lanes per pipe, each its own TCP connection (default: the cores,
+   * from 4 to 8). The listening side's count wins.
+   */
   lanes?: number;
-  /** Tensors smaller than this go whole on one lane, lanes taken in turn (default 1 MiB). */
+  /** Tensors smaller than this go whole over one connection (default 1 MiB); both ends must agree. */
   minSplit?: number;
+  /** The largest chunk a lane takes at once (default 4 MiB). */
+  maxChunk?: number;
+  /**
+   * Run the bulk lanes on their own threads where the transport hands its
+   * sockets over (uv) and the addon loads (default true); else they run
+   * through the transport in the event loop.
+   */
+  threads?: boolean;
 }
 
 /**
- * Where each lane's share of a tensor of `length` bytes lies. Both ends
- * compute it from the length alone, in the same order, so no chunk headers
- * cross the wire: a small tensor goes whole on the next lane in turn, a
- * large one is cut into one 4 KiB-aligned slice per lane.
- */
-export function stripes(length: number, lanes: number, minSplit: number, turn: number): { lane: number; offset: number; length: number }[] {
-  if (length < minSplit) return [{ lane: turn % lanes, offset: 0, length }];
-  const slice = Math.ceil(length / lanes / 4096) * 4096;
-  const out: { lane: number; offset: number; length: number }[] = [];
-  for (let lane = 0, offset = 0; lane < lanes && offset < length; lane++, offset += slice) {
-    out.push({ lane, offset, length: Math.min(slice, length - offset) });
-  }
-  return out;
-}
-
-/**
- * One end of an mpt channel: each tensor striped over several connections
- * of the pipe's transport (lanes), each slice written from and read into
- * the user's memory by the transport, the lanes in flight side by side.
- */
-export class MptChannel implements Channel {
-  private sendTurn = 0;
-  private recvTurn = 0;
-
-  constructor(
-    private readonly lanes: readonly Connection[],
-    private readonly minSplit: number,
-  ) {}
-
-  send(buffer: TensorBuffer, length: number): Promise<void> {
-    try {
-      const bytes = cpuBytes(buffer, length, "mpt");
-      const parts = stripes(length, this.lanes.length, this.minSplit, this.sendTurn++);
-      return Promise.all(parts.map((p) => this.lanes[p.lane]!.write([bytes.subarray(p.offset, p.offset + p.length)]))).then(
-        () => undefined,
-      );
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  recv(buffer: TensorBuffer, length: number): Promise<void> {
-    try {
-      const bytes = cpuBytes(buffer, length, "mpt");
-      const parts = stripes(length, this.lanes.length, this.minSplit, this.recvTurn++);
-      return Promise.all(parts.map((p) => this.lanes[p.lane]!.readInto(bytes.subarray(p.offset, p.offset + p.length)))).then(
-        () => undefined,
-      );
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  close(error?: Error): void {
-    for (const lane of this.lanes) lane.close(error);
-  }
-}
-
-/**
- * Multi-path TCP: tensors striped over several lanes, for links where one
- * TCP stream cannot fill the pipe (latency, loss) and for spreading the
- * work over more than one socket.
+ * Multi-path TCP: large tensors cut into chunks spread over several lanes,
+ * each lane on its own threads so that more than one core copies, for
+ * links where one TCP stream cannot fill the pipe (latency, loss) and for
+ * spreading the work over the machine's cores.
  */
 export class MptChannelContext implements ChannelContext {
   private readonly lanes: number;
   private readonly minSplit: number;
+  private readonly maxChunk: number;
+  private readonly threads: boolean;
 
   constructor(options: MptChannelOptions = {}) {
-    this.lanes = Math.max(1, Math.floor(options.lanes ?? Math.min(8, Math.max(2, availableParallelism()))));
-    this.minSplit = options.minSplit ?? 1024 * 1024;
+    this.lanes = Math.max(1, Math.floor(options.lanes ?? Math.min(8, Math.max(4, availableParallelism()))));
+    this.minSplit = Math.max(0, Math.floor(options.minSplit ?? 1024 * 1024));
+    this.maxChunk = options.maxChunk ?? 4 * 1024 * 1024;
+    this.threads = options.threads ?? true;
   }
 
   isViable(): Viability {
     return VIABLE;
   }
 
-  deviceDescriptors(): readonly DeviceDescriptor[] {
-    return [{ device: CPU_DEVICE, descriptor: "any" }];
+  /** Why the lanes would run in the event loop rather than on threads, or null. */
+  threadsUnavailable(): string | null {
+    if (!this.threads) return "threads: false was asked for";
+    return loadAddon().error?.message ?? null;
   }
 
+  /** The split size is in the descriptor: two ends that route tensors differently must not pair. */
+  deviceDescriptors(): readonly DeviceDescriptor[] {
+    return [{ device: CPU_DEVICE, descriptor: `split=${this.minSplit}` }];
+  }
+
+  /** One connection for small tensors, then the bulk lanes. */
   numConnectionsNeeded(): number {
-    return this.lanes;
+    return 1 + this.lanes;
   }
 
   /** Whatever number of lanes the listening side registered. */
   acceptsConnectionCount(count: number): boolean {
-    return count >= 1 && count <= 64;
+    return count >= 1 && count <= 65;
   }
 
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
@@ -114,7 +83,7 @@ export class MptChannelContext implements ChannelContext {
   }
 
   createChannel(connections: readonly Connection[]): Channel {
-    return new MptChannel(connections, this.minSplit);
+    return new MptChannel(connections, this.minSplit, this.maxChunk, this.threads);
   }
 
   async close(): Promise<void> {}

@@ -1,7 +1,9 @@
 import { describeChannelConformance } from "@tensorpipe/core/testing";
+import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
-import { describe, expect, it } from "vitest";
-import { MptChannelContext, stripes } from "../src/index.js";
+import { MptChannelContext } from "../src/index.js";
+
+const MiB = 1024 * 1024;
 
 describeChannelConformance({
   name: "mpt",
@@ -18,20 +20,25 @@ describeChannelConformance({
   createTransport: () => new UvTransport(),
   transportName: "uv",
   listenUrl: () => "uv://127.0.0.1:0",
-  largeTensorBytes: 64 * 1024 * 1024,
+  largeTensorBytes: 64 * MiB,
 });
 
-describe("mpt striping", () => {
-  it("cuts large tensors into one aligned slice per lane, covering every byte once", () => {
-    const parts = stripes(10 * 1024 * 1024 + 5, 4, 1 << 20, 0);
-    expect(parts.map((p) => p.lane)).toEqual([0, 1, 2, 3]);
-    expect(parts.every((p) => p.offset % 4096 === 0)).toBe(true);
-    expect(parts.reduce((n, p) => n + p.length, 0)).toBe(10 * 1024 * 1024 + 5);
-    parts.slice(1).forEach((p, i) => expect(p.offset).toBe(parts[i]!.offset + parts[i]!.length));
-  });
+describeChannelConformance({
+  name: "mpt",
+  variant: "lanes in the event loop, every tensor split",
+  create: () => new MptChannelContext({ lanes: 2, minSplit: 0, threads: false }),
+  createTransport: () => new UvTransport(),
+  transportName: "uv",
+  listenUrl: () => "uv://127.0.0.1:0",
+  largeTensorBytes: 64 * MiB,
+});
 
-  it("sends small tensors whole, lanes in turn", () => {
-    expect([0, 1, 2, 3, 4].map((t) => stripes(100, 4, 1 << 20, t)[0]!.lane)).toEqual([0, 1, 2, 3, 0]);
-    expect(stripes(0, 4, 0, 2)).toEqual([]);
-  });
+describeChannelConformance({
+  name: "mpt",
+  variant: "no socket to hand over",
+  create: () => new MptChannelContext({ lanes: 2, minSplit: 64 * 1024 }),
+  createTransport: () => new ShmTransport(),
+  transportName: "shm",
+  listenUrl: () => "shm://",
+  largeTensorBytes: 64 * MiB,
 });

@@ -20,6 +20,8 @@ export interface DoctorBackend {
   /** Transports: who can reach whom. Channels: per device, which peers can use it. */
   domain?: string;
   devices?: { device: string; descriptor: string }[];
+  /** How it will run here, where the backend says (mpt: whether its lanes get threads). */
+  note?: string;
 }
 
 export interface DoctorInterface {
@@ -72,6 +74,8 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
           device: `${d.device.type}:${d.device.index}`,
           descriptor: d.descriptor,
         }));
+        const threads = (b.instance as { threadsUnavailable?: () => string | null }).threadsUnavailable?.();
+        if (threads !== undefined) entry.note = threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}`;
       }
     }
     return entry;
@@ -118,6 +122,7 @@ export function formatDoctor(r: DoctorReport): string[] {
       if (!b.installed) lines.push(`          install: npm install ${b.packageName}`);
       if (b.domain) lines.push(`          domain: ${b.domain}`);
       for (const d of b.devices ?? []) lines.push(`          ${d.device}: ${d.descriptor}`);
+      if (b.note) lines.push(`          ${b.note}`);
     }
   }
   lines.push("", "network interfaces (uv listens on the address you give, or on an interface's with { interface })");

@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl, splitHostPort } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
@@ -166,6 +167,9 @@ export class Context implements PipeAcceptor {
     const { scheme, address } = parseUrl(url);
     const transport = this.transportForScheme(scheme);
     const signal = operationSignal({ timeout: this.handshakeTimeout, ...options });
+    // Every connection of the pipe (a channel may want many) is opened
+    // under this one signal, each with its own listener until it is open.
+    if (signal) setMaxListeners(0, signal);
     const opened: Connection[] = [];
     const abandon = (err: TensorPipeError) => {
       for (const c of opened) c.close(err);

@@ -1,7 +1,7 @@
 import { raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
-import { type TensorPipeError, closedError, fromNativeError } from "./errors.js";
-import type { Connection } from "./transport.js";
+import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
+import type { Connection, DetachedSocket } from "./transport.js";
 
 /**
  * What a native addon's connection object offers (see native-common's
@@ -27,6 +27,8 @@ export interface NativeFrameConnection {
    * it and nothing is left to read (an idle peer died).
    */
   onFailure?(callback: (err: Error) => void): void;
+  /** Gives the socket up (see Connection.detach); throws with operations in flight. */
+  detach?(): DetachedSocket;
 }
 
 /**
@@ -107,6 +109,24 @@ export class NativeConnection implements Connection {
       return Promise.reject(this.failure);
     }
     return Promise.resolve(r === true ? undefined : r);
+  }
+
+  async detach(): Promise<DetachedSocket | null> {
+    if (!this.native.detach) return null;
+    await Promise.allSettled(this.pendingWrites.map((d) => d.promise));
+    if (this.failure) throw this.failure;
+    if (this.pendingReads.length > 0) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `${this.transport} connection has reads pending: cannot hand it over`);
+    }
+    let socket: DetachedSocket;
+    try {
+      socket = this.native.detach();
+    } catch (e) {
+      throw fromNativeError(e, `${this.transport} connection to ${this.remoteAddress || "peer"}`);
+    }
+    this.failure = closedError(`${this.transport} connection (handed over to a channel)`);
+    this.closedDeferred.resolve(undefined);
+    return socket;
   }
 
   close(error?: Error): void {

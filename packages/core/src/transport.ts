@@ -55,4 +55,22 @@ export interface Connection {
   readonly closed: Promise<Error | undefined>;
   readonly localAddress: string;
   readonly remoteAddress: string;
+  /**
+   * Hands the underlying stream socket over to a channel that does its own
+   * I/O on it (mpt's lanes on their own threads), once the writes in flight
+   * are done; no read may be pending. The connection is closed for its own
+   * use, the socket stays open: the caller owns `fd` and must close it.
+   * Resolves null, leaving the connection as it is, where there is no
+   * socket to hand over (shared memory). Optional: a transport without it
+   * is treated as returning null.
+   */
+  detach?(): Promise<DetachedSocket | null>;
+}
+
+/** A stream socket taken over from a Connection (see Connection.detach). */
+export interface DetachedSocket {
+  /** A file descriptor of a connected stream socket, owned by the caller. */
+  fd: number;
+  /** Bytes the connection had read from the socket but not yet delivered: they come first. */
+  readAhead: Uint8Array;
 }

@@ -1,72 +1,81 @@
 /**
- * mpt against basic, 16 MiB and 64 MiB tensors one way, on loopback and
- * (as root) across a veth link between network namespaces, with 1% loss
- * where nftables is there. Ratios measured in this run.
+ * mpt against basic, 16 MiB and 64 MiB tensors one way into a peer
+ * process, on loopback and (as root) across a veth link between network
+ * namespaces, clean and with 1% loss each way where nftables is there.
+ * Rounds alternate between the two channels; ratios are of the medians
+ * measured in this run.
  *
- *   node packages/e2e/dist/bench-mpt.js [--lanes N] [--rounds N]
+ *   node packages/e2e/dist/bench-mpt.js [--lanes N] [--rounds N] [--json]
  */
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import type { Pipe } from "@tensorpipe/core";
-import { createContext, sinkThroughput, spawnPeer, fmt, median } from "@tensorpipe/cli";
+import { fmt, median, spawnPeer } from "@tensorpipe/cli";
+import { type ChannelComparison, compareChannels } from "./compare-channels.js";
 import { TestNetwork } from "./test-network.js";
 
 const args = process.argv.slice(2);
-const lanes = args.includes("--lanes") ? Number(args[args.indexOf("--lanes") + 1]) : 4;
-const rounds = args.includes("--rounds") ? Number(args[args.indexOf("--rounds") + 1]) : 3;
+const option = (name: string, fallback: number) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : fallback);
+const lanes = option("--lanes", 4);
+const rounds = option("--rounds", 5);
+const json = args.includes("--json");
 const SIZES = [16 << 20, 64 << 20];
+const CHANNELS = ["basic", "mpt"];
+const results: { link: string; size: number; basic: number; mpt: number; ratio: number; mptRounds: number[]; basicRounds: number[] }[] = [];
 
-function report(where: string, results: Record<string, Record<number, number[]>>): void {
+function report(link: string, { gbps }: ChannelComparison): void {
   for (const size of SIZES) {
-    const b = median(results.basic![size]!);
-    const m = median(results.mpt![size]!);
-    console.log(`  ${where.padEnd(22)} ${String(size >> 20).padStart(3)} MiB  basic ${fmt(b, 2)} GB/s  mpt ${fmt(m, 2)} GB/s  mpt/basic ${fmt(m / b, 2)}x (target >= 1.2)`);
+    const basic = median(gbps.basic![size]!);
+    const mpt = median(gbps.mpt![size]!);
+    results.push({ link, size, basic, mpt, ratio: mpt / basic, basicRounds: gbps.basic![size]!, mptRounds: gbps.mpt![size]! });
+    if (json) continue;
+    const spread = (v: number[]) => `${fmt(Math.min(...v), 2)}-${fmt(Math.max(...v), 2)}`;
+    console.log(
+      `  ${link.padEnd(26)} ${String(size >> 20).padStart(3)} MiB  basic ${fmt(basic, 2)} GB/s (${spread(gbps.basic![size]!)})` +
+        `  mpt ${fmt(mpt, 2)} GB/s (${spread(gbps.mpt![size]!)})  mpt/basic ${fmt(mpt / basic, 2)}x (target >= 1.2)`,
+    );
   }
 }
 
-console.log(`mpt with ${lanes} lanes against basic, medians of ${rounds} rounds`);
+/** Runs the comparison from another test host, where the client must run. */
+async function compareFrom(net: TestNetwork, host: string, url: string): Promise<ChannelComparison> {
+  const client = fileURLToPath(new URL("./remote-client.js", import.meta.url));
+  const job = { url, scenario: "compare", channels: CHANNELS, lanes, sizes: SIZES, rounds };
+  const child = net.spawn(host, process.execPath, [client, JSON.stringify(job)]);
+  for await (const line of createInterface({ input: child.stdout! })) {
+    const o = JSON.parse(line) as { gbps?: ChannelComparison["gbps"]; error?: string; message?: string };
+    if (o.gbps) return { gbps: o.gbps };
+    if (o.error) throw new Error(`remote client: ${o.error} ${o.message}`);
+  }
+  throw new Error("remote client printed no result");
+}
+
+if (!json) console.log(`mpt with ${lanes} lanes against basic over uv, medians of ${rounds} rounds (min-max), 256 MiB a round`);
 {
   const peer = await spawnPeer("127.0.0.1", ["--transports", "uv", "--lanes", String(lanes)]);
-  const results: Record<string, Record<number, number[]>> = { basic: {}, mpt: {} };
-  const pipes: [string, Pipe, () => Promise<void>][] = [];
-  for (const channel of ["basic", "mpt"]) {
-    const ctx = await createContext({ transports: ["uv"], channels: [channel], lanes });
-    pipes.push([channel, await ctx.connect(peer.url), () => ctx.close()]);
+  try {
+    report("loopback", await compareChannels(peer.url, CHANNELS, { lanes, sizes: SIZES, rounds }));
+  } finally {
+    await peer.stop();
   }
-  for (const size of SIZES) {
-    const tensor = new Uint8Array(size).fill(1);
-    for (const [, pipe] of pipes) await sinkThroughput(pipe, tensor, 2);
-    for (let r = 0; r < rounds; r++) {
-      for (const [channel, pipe] of pipes) (results[channel]![size] ??= []).push(await sinkThroughput(pipe, tensor, (256 << 20) / size));
-    }
-  }
-  report("loopback", results);
-  for (const [, , close] of pipes) await close();
-  await peer.stop();
 }
 
 const why = TestNetwork.unavailable();
 if (why) {
-  console.log(`  veth: skipped (${why})`);
+  if (!json) console.log(`  veth: skipped (${why})`);
 } else {
-  const net = TestNetwork.create(2, { lossPercent: 1, delayMs: 1 });
-  try {
-    const peer = await spawnPeer(net.host("a").address, ["--transports", "uv", "--lanes", String(lanes)], { netns: net.host("a").namespace });
-    const client = fileURLToPath(new URL("./remote-client.js", import.meta.url));
-    const results: Record<string, Record<number, number[]>> = { basic: {}, mpt: {} };
-    for (let r = 0; r < rounds; r++) {
-      for (const channel of ["basic", "mpt"]) {
-        const job = { url: peer.url, transports: ["uv"], channels: [channel], lanes, scenario: "throughput", sizes: SIZES, count: 4 };
-        const child = net.spawn("b", process.execPath, [client, JSON.stringify(job)]);
-        for await (const line of createInterface({ input: child.stdout! })) {
-          const o = JSON.parse(line) as { size?: number; gbps?: number };
-          if (o.size) (results[channel]![o.size] ??= []).push(o.gbps!);
-        }
+  for (const shape of [{}, { lossPercent: 1 }]) {
+    const net = TestNetwork.create(2, shape);
+    try {
+      const a = net.host("a");
+      const peer = await spawnPeer(a.address, ["--transports", "uv", "--lanes", String(lanes)], { netns: a.namespace });
+      try {
+        report(`veth (${net.applied.join(", ") || "clean"})`, await compareFrom(net, "b", peer.url));
+      } finally {
+        await peer.stop();
       }
+    } finally {
+      net.destroy();
     }
-    report(`veth (${net.applied.join(", ") || "clean"})`, results);
-    await peer.stop();
-  } finally {
-    net.destroy();
   }
 }
+if (json) console.log(JSON.stringify({ lanes, rounds, results }));

@@ -4,20 +4,24 @@
  * - roundtrip: `messages` echoes of random sizes up to `maxBytes`, checked;
  * - throughput: one-way GB/s of `sizes` into the peer's reused buffer;
  * - stream: large writes until one fails, each with `timeout` ms; prints
- *   "transferring" after the first, then how it ended.
+ *   "transferring" after the first, then how it ended;
+ * - compare: `channels` against each other (compare-channels.ts), over
+ *   pipes of their own.
  */
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { type BackendChoice, createContext, sinkThroughput } from "@tensorpipe/cli";
+import { compareChannels } from "./compare-channels.js";
 
 interface Job extends BackendChoice {
   url: string;
-  scenario: "roundtrip" | "throughput" | "stream";
+  scenario: "roundtrip" | "throughput" | "stream" | "compare";
   messages?: number;
   maxBytes?: number;
   sizes?: number[];
   count?: number;
   timeout?: number;
+  rounds?: number;
 }
 
 const job = JSON.parse(process.argv[2]!) as Job;
@@ -65,10 +69,19 @@ async function stream(pipe: Pipe): Promise<void> {
 }
 
 try {
-  const pipe = await context.connect(job.url, { timeout: 5000 });
-  say({ transport: pipe.transport, channel: pipe.channelFor(CPU_DEVICE, CPU_DEVICE) });
-  await { roundtrip, throughput, stream }[job.scenario](pipe);
-  pipe.close();
+  if (job.scenario === "compare") {
+    const { gbps } = await compareChannels(job.url, job.channels ?? ["basic"], {
+      lanes: job.lanes ?? 4,
+      sizes: job.sizes ?? [16 << 20],
+      rounds: job.rounds ?? 3,
+    });
+    say({ gbps });
+  } else {
+    const pipe = await context.connect(job.url, { timeout: 5000 });
+    say({ transport: pipe.transport, channel: pipe.channelFor(CPU_DEVICE, CPU_DEVICE) });
+    await { roundtrip, throughput, stream }[job.scenario](pipe);
+    pipe.close();
+  }
 } catch (e) {
   const err = e as { code?: string; message?: string };
   say({ error: err.code, message: err.message });

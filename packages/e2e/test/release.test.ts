@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const packagesDir = fileURLToPath(new URL("../../", import.meta.url));
 const PUBLISHED = ["core", "transport-uv", "transport-shm", "channel-basic", "channel-cma", "channel-mpt", "rendezvous", "cli"];
-const NATIVE: Record<string, string> = { "transport-uv": "tensorpipe_uv", "transport-shm": "tensorpipe_shm", "channel-cma": "tensorpipe_cma" };
+const NATIVE: Record<string, string> = { "transport-uv": "tensorpipe_uv", "transport-shm": "tensorpipe_shm", "channel-cma": "tensorpipe_cma", "channel-mpt": "tensorpipe_mpt" };
 
 function npmCli(): string {
   const npm = execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim();
@@ -83,32 +83,40 @@ import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { registerCmaChannel } from "@tensorpipe/channel-cma";
+import { registerMptChannel } from "@tensorpipe/channel-mpt";
 const results = [];
+let threadsUnavailable;
 for (const [url, register] of [
   ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
   ["shm://*", (c) => { registerShmTransport(c); registerCmaChannel(c); }],
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); threadsUnavailable = registerMptChannel(c).threadsUnavailable(); }],
 ]) {
   const a = new Context(), b = new Context();
   register(a); register(b);
   const listener = await a.listen(url);
   const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
-  const data = new Uint8Array(1 << 20).map((_, i) => i * 7);
+  const data = new Uint8Array(4 << 20).map((_, i) => i * 7);
   const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
   await server.readDescriptor();
-  const into = new Uint8Array(1 << 20);
+  const into = new Uint8Array(4 << 20);
   await server.read({ payloads: [], tensors: [{ buffer: into }] });
   await written;
   results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
   await a.close(); await b.close();
 }
-console.log(JSON.stringify(results));
+console.log(JSON.stringify({ results, threadsUnavailable }));
 `,
     );
     const out = execFileSync(process.execPath, ["transfer.js"], { cwd: app, env: bareEnv(), encoding: "utf8" });
-    expect(JSON.parse(out)).toEqual([
-      { transport: "uv", channel: "basic", equal: true },
-      { transport: "shm", channel: "cma", equal: true },
-    ]);
+    // mpt's lanes run on the prebuilt addon's threads (threadsUnavailable: null).
+    expect(JSON.parse(out)).toEqual({
+      results: [
+        { transport: "uv", channel: "basic", equal: true },
+        { transport: "shm", channel: "cma", equal: true },
+        { transport: "uv", channel: "mpt", equal: true },
+      ],
+      threadsUnavailable: null,
+    });
     const doctor = JSON.parse(
       execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
     ) as { backends: { name: string; installed: boolean; viable: boolean }[] };

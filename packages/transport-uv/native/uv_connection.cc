@@ -1,5 +1,8 @@
 #include "uv_connection.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -26,6 +29,7 @@ Napi::Function UvConnection::Define(Napi::Env env) {
                          InstanceMethod<&UvConnection::LocalAddress>("localAddress"),
                          InstanceMethod<&UvConnection::RemoteAddress>("remoteAddress"),
                          InstanceMethod<&UvConnection::OnFailure>("onFailure"),
+                         InstanceMethod<&UvConnection::Detach>("detach"),
                      });
 }
 
@@ -105,12 +109,14 @@ Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
                    OnWrite);
   if (r < 0) throw UvError(env, r, "write");
   op.release();
+  writesInFlight_++;
   return Napi::Boolean::New(env, false);
 }
 
 void UvConnection::OnWrite(uv_write_t* req, int status) {
   std::unique_ptr<WriteOp> op(static_cast<WriteOp*>(req->data));
   UvConnection* c = op->connection;
+  c->writesInFlight_--;
   if (c->state_ == State::kClosed) return;
   Napi::Env env = op->callback.Env();
   Napi::HandleScope scope(env);
@@ -267,6 +273,31 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
 Napi::Value UvConnection::OnFailure(const Napi::CallbackInfo& info) {
   onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
   return info.Env().Undefined();
+}
+
+// detach() -> { fd, readAhead }: hands the socket over to a caller that
+// does its own I/O on it (mpt's lanes on their own threads). The caller
+// owns a duplicate of the descriptor; the bytes already read ahead come
+// with it, and this connection is closed without touching the socket.
+Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (state_ != State::kOpen) throw CodedError(env, "ERR_TP_CLOSED", "connection is closed or failed");
+  if (!reads_.empty() || writesInFlight_ > 0) {
+    throw CodedError(env, "ERR_TP_INVALID_ARG", "cannot hand over a connection with reads or writes in flight");
+  }
+  uv_os_fd_t fd;
+  int r = uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd);
+  if (r < 0) throw UvError(env, r, "detach");
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
+  size_t ahead = stagingEnd_ - stagingBegin_;
+  Napi::Uint8Array readAhead = Napi::Uint8Array::New(env, ahead);
+  if (ahead > 0) std::memcpy(readAhead.Data(), staging_.data() + stagingBegin_, ahead);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("fd", Napi::Number::New(env, copy));
+  out.Set("readAhead", readAhead);
+  CloseHandle();
+  return out;
 }
 
 namespace {

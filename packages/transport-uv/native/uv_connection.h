@@ -46,6 +46,7 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
   Napi::Value OnFailure(const Napi::CallbackInfo& info);
+  Napi::Value Detach(const Napi::CallbackInfo& info);
 
   Progress Consume(FrameRead& op);
   void Pump();
@@ -64,6 +65,8 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   bool reading_ = false;
   bool pumping_ = false;
   bool direct_ = false;
+  // Writes handed to libuv whose callback has not run yet.
+  size_t writesInFlight_ = 0;
   std::deque<std::unique_ptr<FrameRead>> reads_;
   // Read-ahead and small frames go through here; large bodies go straight
   // into their destination.

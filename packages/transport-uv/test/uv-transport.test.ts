@@ -1,4 +1,5 @@
-import { CPU_DEVICE, Context, ErrorCode } from "@tensorpipe/core";
+import { Socket } from "node:net";
+import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { UvTransport, interfaceAddress, registerUvTransport } from "../src/index.js";
 
@@ -81,5 +82,64 @@ describe("uv transport addressing", () => {
     expect(pipe.transport).toBe("uv");
     await pipe.write({ metadata: "over v6" });
     expect((await accepted.readMessage()).metadata).toBe("over v6");
+  });
+});
+
+describe("uv connection hand-over (detach)", () => {
+  const transport = new UvTransport();
+
+  async function pair(): Promise<[Connection, Connection]> {
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
+    const here = await transport.connect(listener.address());
+    await expect.poll(() => accepted.length).toBe(1);
+    listener.close();
+    return [here, accepted[0]!];
+  }
+
+  function frame(bytes: Uint8Array): Buffer {
+    const header = Buffer.alloc(8);
+    header.writeBigUInt64LE(BigInt(bytes.byteLength));
+    return Buffer.concat([header, bytes]);
+  }
+
+  it("hands the socket over with the bytes it had read ahead, and closes itself", async () => {
+    const [a, b] = await pair();
+    const first = new Uint8Array([1, 2, 3]);
+    await a.write([first, new Uint8Array([4, 5])]);
+    // The connection reads ahead as soon as it is open.
+    await new Promise((r) => setTimeout(r, 50));
+    const socket = await b.detach!();
+    expect(socket).not.toBeNull();
+    expect(Buffer.from(socket!.readAhead)).toEqual(Buffer.concat([frame(first), frame(new Uint8Array([4, 5]))]));
+    expect(await b.closed).toBeUndefined();
+    await expect(b.read(10)).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+
+    // The socket itself is still connected, both ways.
+    const raw = new Socket({ fd: socket!.fd, readable: true, writable: true });
+    const got = new Promise<Buffer>((resolve) => raw.once("data", resolve));
+    await a.write([new Uint8Array([9])]);
+    expect(await got).toEqual(frame(new Uint8Array([9])));
+    raw.write(frame(new Uint8Array([7, 7])));
+    expect(await a.read(10)).toEqual(new Uint8Array([7, 7]));
+    raw.destroy();
+    await expect(a.read(10)).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
+
+  it("refuses while a read is pending, and leaves the connection working", async () => {
+    const [a, b] = await pair();
+    const pending = b.read(10);
+    await expect(b.detach!()).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    await a.write([new Uint8Array([5])]);
+    expect(await pending).toEqual(new Uint8Array([5]));
+    a.close();
+    b.close();
+  });
+
+  it("refuses on a closed connection", async () => {
+    const [a, b] = await pair();
+    b.close();
+    await expect(b.detach!()).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    a.close();
   });
 });

@@ -1,0 +1,349 @@
+#include "lane_set.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+
+namespace {
+// On the wire each chunk is two frames as the transport frames them (an
+// 8-byte little-endian length, then the bytes): the 24-byte header, then
+// the chunk, so that lanes without threads (src/frame-lanes.ts) speak the
+// same format.
+constexpr size_t kHeaderSize = 24;
+constexpr size_t kWireHeaderSize = 8 + kHeaderSize + 8;
+// Chunks are never smaller (a header and a wake-up per chunk) nor larger
+// than this (a slow lane must not hold much of a tensor back).
+constexpr uint64_t kMinChunk = 256 * 1024;
+// Sequence numbers more than this far ahead of what the receiver has
+// posted are a peer's error, not tensors to wait for.
+constexpr uint64_t kMaxSeqAhead = 1ull << 20;
+
+void PutU64(char* at, uint64_t v) {
+  for (int i = 0; i < 8; i++) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t GetU64(const char* at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= static_cast<uint64_t>(static_cast<uint8_t>(at[i])) << (8 * i);
+  return v;
+}
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+}  // namespace
+
+Napi::Function LaneSet::Define(Napi::Env env) {
+  return DefineClass(env, "LaneSet",
+                     {
+                         InstanceMethod<&LaneSet::Send>("send"),
+                         InstanceMethod<&LaneSet::Recv>("recv"),
+                         InstanceMethod<&LaneSet::Close>("close"),
+                     });
+}
+
+// new LaneSet(fds: number[], readAhead: Uint8Array[], maxChunk: number,
+//             onEvent(id: number, err: Error | null))
+// onEvent(id, null) says operation `id` is done; onEvent(-1, err) that the
+// lanes failed (every pending and later operation is then lost).
+LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 4 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsNumber() || !info[3].IsFunction()) {
+    throw Napi::TypeError::New(env, "LaneSet(fds, readAhead, maxChunk, onEvent)");
+  }
+  Napi::Array fds = info[0].As<Napi::Array>();
+  Napi::Array ahead = info[1].As<Napi::Array>();
+  if (fds.Length() == 0 || fds.Length() != ahead.Length()) throw Napi::RangeError::New(env, "one read-ahead per lane, one lane at least");
+  maxChunk_ = std::max<uint64_t>(kMinChunk, static_cast<uint64_t>(info[2].As<Napi::Number>().DoubleValue()));
+  for (uint32_t i = 0; i < fds.Length(); i++) {
+    auto lane = std::make_unique<Lane>();
+    lane->fd = fds.Get(i).As<Napi::Number>().Int32Value();
+    ByteSpan bytes;
+    if (!GetBytes(ahead.Get(i), &bytes)) throw Napi::TypeError::New(env, "readAhead must hold Uint8Arrays");
+    lane->readAhead.assign(bytes.data, bytes.data + bytes.length);
+    // The threads block on their socket: nothing else polls it any more.
+    int flags = fcntl(lane->fd, F_GETFL);
+    if (flags < 0 || fcntl(lane->fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+      throw UvError(env, uv_translate_sys_error(errno), "fcntl");
+    }
+    lanes_.push_back(std::move(lane));
+  }
+  // Kept alive until the thread-safe function is done with it (after close).
+  Ref();
+  tsfn_ = Napi::ThreadSafeFunction::New(env, info[3].As<Napi::Function>(), "tensorpipe.mpt.LaneSet", 0, 1, this,
+                                        [](Napi::Env, LaneSet* self) { self->Unref(); });
+  tsfn_.Unref(env);
+  for (auto& lane : lanes_) {
+    Lane* l = lane.get();
+    l->sender = std::thread([this, l] { SendLoop(l); });
+    l->receiver = std::thread([this, l] { RecvLoop(l); });
+  }
+}
+
+LaneSet::~LaneSet() { Stop(); }
+
+LaneSet::Op* LaneSet::Submit(const Napi::CallbackInfo& info, uint64_t seq) {
+  Napi::Env env = info.Env();
+  if (stopped_) throw CodedError(env, "ERR_TP_CLOSED", "mpt lanes are closed");
+  ByteSpan bytes;
+  if (info.Length() != 3 || !GetBytes(info[0], &bytes) || !info[1].IsNumber() || !info[2].IsNumber()) {
+    throw Napi::TypeError::New(env, "(view, length, id)");
+  }
+  double length = info[1].As<Napi::Number>().DoubleValue();
+  if (length < 0 || length > static_cast<double>(bytes.length)) throw Napi::RangeError::New(env, "length exceeds the view");
+  auto op = std::make_unique<Op>();
+  op->id = info[2].As<Napi::Number>().DoubleValue();
+  op->seq = seq;
+  op->data = bytes.data;
+  op->length = static_cast<uint64_t>(length);
+  // About two chunks per lane: a lane that finishes early takes more.
+  op->chunk = std::min(maxChunk_, std::max(kMinChunk, RoundUp(op->length / (2 * lanes_.size()) + 1, 64 * 1024)));
+  op->keep = Napi::Persistent(info[0]);
+  Op* raw = op.get();
+  ops_[op->id] = std::move(op);
+  if (pending_++ == 0) tsfn_.Ref(env);
+  return raw;
+}
+
+// send(view, length, id)
+Napi::Value LaneSet::Send(const Napi::CallbackInfo& info) {
+  Op* op = Submit(info, nextSendSeq_++);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (op->length == 0) {
+    CompleteLocked(op);
+  } else {
+    sends_.push_back(op);
+    sendable_.notify_all();
+  }
+  return info.Env().Undefined();
+}
+
+// recv(view, length, id)
+Napi::Value LaneSet::Recv(const Napi::CallbackInfo& info) {
+  Op* op = Submit(info, nextRecvSeq_++);
+  std::lock_guard<std::mutex> lock(mu_);
+  recvsPosted_ = op->seq + 1;
+  if (op->length == 0) {
+    CompleteLocked(op);
+  } else {
+    recvs_[op->seq] = op;
+    posted_.notify_all();
+  }
+  return info.Env().Undefined();
+}
+
+void LaneSet::SendLoop(Lane* lane) {
+  char header[kWireHeaderSize];
+  for (;;) {
+    Op* op;
+    uint64_t offset;
+    uint64_t length;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      sendable_.wait(lock, [&] { return stopping_ || failed_ || !sends_.empty(); });
+      if (stopping_ || failed_) return;
+      op = sends_.front();
+      offset = op->handedOut;
+      length = std::min(op->chunk, op->length - offset);
+      op->handedOut += length;
+      if (op->handedOut == op->length) sends_.pop_front();
+    }
+    PutU64(header, kHeaderSize);
+    PutU64(header + 8, op->seq);
+    PutU64(header + 16, offset);
+    PutU64(header + 24, length);
+    PutU64(header + 32, length);
+    struct iovec iov[2] = {{header, kWireHeaderSize}, {op->data + offset, length}};
+    int first = 0;
+    while (first < 2) {
+      struct msghdr msg = {};
+      msg.msg_iov = iov + first;
+      msg.msg_iovlen = 2 - first;
+      ssize_t n = sendmsg(lane->fd, &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::lock_guard<std::mutex> lock(mu_);
+        FailLocked({uv_translate_sys_error(errno), "send", ""});
+        return;
+      }
+      size_t left = static_cast<size_t>(n);
+      while (first < 2 && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (first < 2) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    op->moved += length;
+    if (op->moved == op->length) CompleteLocked(op);
+  }
+}
+
+bool LaneSet::ReadFull(Lane* lane, char* to, uint64_t length, int* status) {
+  size_t ahead = std::min<uint64_t>(length, lane->readAhead.size() - lane->readAheadUsed);
+  if (ahead > 0) {
+    std::memcpy(to, lane->readAhead.data() + lane->readAheadUsed, ahead);
+    lane->readAheadUsed += ahead;
+    if (lane->readAheadUsed == lane->readAhead.size()) {
+      std::vector<char>().swap(lane->readAhead);
+      lane->readAheadUsed = 0;
+    }
+    to += ahead;
+    length -= ahead;
+  }
+  while (length > 0) {
+    ssize_t n = recv(lane->fd, to, length, 0);
+    if (n > 0) {
+      to += n;
+      length -= static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    *status = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
+    return false;
+  }
+  return true;
+}
+
+void LaneSet::RecvLoop(Lane* lane) {
+  char header[kWireHeaderSize];
+  for (;;) {
+    int status = 0;
+    // The header frame's length first: a peer that sent anything else may
+    // send nothing more, and waiting for 40 bytes would hang.
+    bool framed = ReadFull(lane, header, 8, &status) &&
+                  (GetU64(header) != kHeaderSize || ReadFull(lane, header + 8, kWireHeaderSize - 8, &status));
+    if (!framed) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked({status, "recv", ""});
+      return;
+    }
+    uint64_t seq = GetU64(header + 8);
+    uint64_t offset = GetU64(header + 16);
+    uint64_t length = GetU64(header + 24);
+    Op* op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (GetU64(header) != kHeaderSize || GetU64(header + 32) != length) {
+        FailLocked({0, "", "mpt lane: expected a 24-byte chunk header and then a frame of the chunk's length"});
+        return;
+      }
+      if (seq >= recvsPosted_ + kMaxSeqAhead) {
+        FailLocked({0, "", "mpt chunk for tensor #" + std::to_string(seq) + ", far beyond any receive posted"});
+        return;
+      }
+      // A chunk may come before its tensor's receive is posted: the lane
+      // waits (and TCP holds the sender back) until it is.
+      posted_.wait(lock, [&] { return stopping_ || failed_ || seq < recvsPosted_; });
+      if (stopping_ || failed_) return;
+      auto it = recvs_.find(seq);
+      if (it == recvs_.end() || length == 0 || offset > it->second->length || length > it->second->length - offset ||
+          it->second->moved + length > it->second->length) {
+        FailLocked({0, "", "mpt chunk [" + std::to_string(offset) + ", +" + std::to_string(length) + ") for tensor #" +
+                               std::to_string(seq) + " does not fit any pending receive"});
+        return;
+      }
+      op = it->second;
+    }
+    if (!ReadFull(lane, op->data + offset, length, &status)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked({status, "recv", ""});
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    op->moved += length;
+    if (op->moved == op->length) {
+      recvs_.erase(op->seq);
+      CompleteLocked(op);
+    }
+  }
+}
+
+void LaneSet::CompleteLocked(Op* op) {
+  done_.push_back(op->id);
+  SignalLocked();
+}
+
+void LaneSet::FailLocked(Failure failure) {
+  // Errors that closing caused on purpose are nobody's news.
+  if (failed_ || stopping_) return;
+  failed_ = true;
+  failure_ = std::move(failure);
+  sendable_.notify_all();
+  posted_.notify_all();
+  // Wakes the other lanes' threads from their blocking calls.
+  for (auto& lane : lanes_) shutdown(lane->fd, SHUT_RDWR);
+  SignalLocked();
+}
+
+void LaneSet::SignalLocked() {
+  if (signalled_ || stopping_) return;
+  signalled_ = true;
+  tsfn_.NonBlockingCall([this](Napi::Env env, Napi::Function callback) { Deliver(env, callback); });
+}
+
+void LaneSet::Deliver(Napi::Env env, Napi::Function callback) {
+  std::vector<double> done;
+  bool fail = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    signalled_ = false;
+    done.swap(done_);
+    if (failed_ && !failureDelivered_) fail = failureDelivered_ = true;
+  }
+  if (stopped_) return;
+  Napi::HandleScope scope(env);
+  for (double id : done) {
+    ops_.erase(id);
+    if (--pending_ == 0) tsfn_.Unref(env);
+  }
+  try {
+    for (double id : done) callback.Call({Napi::Number::New(env, id), env.Null()});
+    if (fail) {
+      Napi::Value err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall).Value()
+                                                  : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol).Value();
+      callback.Call({Napi::Number::New(env, -1), err});
+    }
+  } catch (const Napi::Error& e) {
+    napi_fatal_exception(env, e.Value());
+  }
+}
+
+void LaneSet::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    sendable_.notify_all();
+    posted_.notify_all();
+  }
+  for (auto& lane : lanes_) shutdown(lane->fd, SHUT_RDWR);
+  for (auto& lane : lanes_) {
+    if (lane->sender.joinable()) lane->sender.join();
+    if (lane->receiver.joinable()) lane->receiver.join();
+    close(lane->fd);
+  }
+}
+
+// close(): stops the threads and closes the sockets. Operations still
+// pending are never reported: the caller fails them itself.
+Napi::Value LaneSet::Close(const Napi::CallbackInfo& info) {
+  if (stopped_) return info.Env().Undefined();
+  Stop();
+  ops_.clear();
+  if (pending_ > 0) tsfn_.Unref(info.Env());
+  pending_ = 0;
+  tsfn_.Release();
+  return info.Env().Undefined();
+}
+
+}  // namespace tensorpipe_js

@@ -1,0 +1,103 @@
+// The bulk lanes of one mpt channel: TCP sockets taken over from the
+// transport, each with a sending and a receiving thread, so that more than
+// one core copies and no lane waits for another. Tensors are cut into
+// chunks that whichever lane is free takes next; each chunk carries a
+// header (tensor sequence number, offset, length), so the receiver lands
+// it in place in the user's memory whatever lane it came on.
+#pragma once
+
+#include <napi.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tensorpipe_js {
+
+class LaneSet : public Napi::ObjectWrap<LaneSet> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  explicit LaneSet(const Napi::CallbackInfo& info);
+  ~LaneSet() override;
+
+ private:
+  struct Op {
+    double id = 0;
+    uint64_t seq = 0;
+    char* data = nullptr;
+    uint64_t length = 0;
+    uint64_t chunk = 0;
+    // Sending: the next byte to hand to a lane. Both: bytes moved.
+    uint64_t handedOut = 0;
+    uint64_t moved = 0;
+    Napi::Reference<Napi::Value> keep;
+  };
+
+  struct Lane {
+    int fd = -1;
+    std::vector<char> readAhead;
+    size_t readAheadUsed = 0;
+    std::thread sender;
+    std::thread receiver;
+  };
+
+  // Why the lanes stopped working: an errno (EOF as UV_EOF), or a protocol
+  // violation by the peer.
+  struct Failure {
+    int status = 0;
+    const char* syscall = "";
+    std::string protocol;
+  };
+
+  Napi::Value Send(const Napi::CallbackInfo& info);
+  Napi::Value Recv(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+  Op* Submit(const Napi::CallbackInfo& info, uint64_t seq);
+  void SendLoop(Lane* lane);
+  void RecvLoop(Lane* lane);
+  // Reads exactly `length` bytes (read-ahead first); false on EOF or error,
+  // with *status set (UV_EOF for EOF).
+  bool ReadFull(Lane* lane, char* to, uint64_t length, int* status);
+  // Under mu_.
+  void CompleteLocked(Op* op);
+  void FailLocked(Failure failure);
+  void SignalLocked();
+  // On the JS thread, from the thread-safe function.
+  void Deliver(Napi::Env env, Napi::Function callback);
+  void Stop();
+
+  uint64_t maxChunk_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  // Owned here, touched by the JS thread only; threads see raw pointers
+  // to ops still in flight, which are only freed once done or once every
+  // thread has been joined.
+  std::map<double, std::unique_ptr<Op>> ops_;
+  uint64_t nextSendSeq_ = 0;
+  uint64_t nextRecvSeq_ = 0;
+  size_t pending_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable sendable_;
+  std::condition_variable posted_;
+  std::deque<Op*> sends_;
+  std::map<uint64_t, Op*> recvs_;
+  uint64_t recvsPosted_ = 0;
+  std::vector<double> done_;
+  bool failed_ = false;
+  bool failureDelivered_ = false;
+  Failure failure_;
+  bool stopping_ = false;
+  bool signalled_ = false;
+
+  bool stopped_ = false;
+  Napi::ThreadSafeFunction tsfn_;
+};
+
+}  // namespace tensorpipe_js

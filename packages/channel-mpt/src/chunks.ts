@@ -1,0 +1,47 @@
+/**
+ * The mpt wire format on a bulk lane: each chunk of a tensor is two frames
+ * of the transport, a 24-byte header (the tensor's sequence number among
+ * the bulk tensors sent this way, the chunk's offset and length, each a
+ * little-endian u64) and then the chunk's bytes. Senders cut tensors as
+ * they like and lanes take chunks as they come free; the receiver places
+ * each chunk by its header. native/lane_set.cc writes the same bytes.
+ */
+import { protocolError } from "@tensorpipe/core";
+
+export const CHUNK_HEADER_BYTES = 24;
+/** Chunks are never smaller: a header and a wake-up per chunk. */
+export const MIN_CHUNK = 256 * 1024;
+/** A chunk for a tensor this far beyond the receives posted is the peer's error. */
+export const MAX_SEQ_AHEAD = 1 << 20;
+
+export interface ChunkHeader {
+  seq: number;
+  offset: number;
+  length: number;
+}
+
+export function encodeChunkHeader(h: ChunkHeader): Uint8Array {
+  const out = new Uint8Array(CHUNK_HEADER_BYTES);
+  const view = new DataView(out.buffer);
+  view.setBigUint64(0, BigInt(h.seq), true);
+  view.setBigUint64(8, BigInt(h.offset), true);
+  view.setBigUint64(16, BigInt(h.length), true);
+  return out;
+}
+
+export function decodeChunkHeader(bytes: Uint8Array): ChunkHeader {
+  if (bytes.byteLength !== CHUNK_HEADER_BYTES) throw protocolError(`mpt chunk header of ${bytes.byteLength} bytes, not ${CHUNK_HEADER_BYTES}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const get = (at: number) => {
+    const v = view.getBigUint64(at, true);
+    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw protocolError(`mpt chunk header field of ${v}`);
+    return Number(v);
+  };
+  return { seq: get(0), offset: get(8), length: get(16) };
+}
+
+/** About two chunks per lane, so that a lane that finishes early takes more. */
+export function chunkSize(length: number, lanes: number, maxChunk: number): number {
+  const even = Math.ceil((Math.floor(length / (2 * lanes)) + 1) / 65536) * 65536;
+  return Math.min(Math.max(maxChunk, MIN_CHUNK), Math.max(MIN_CHUNK, even));
+}

@@ -1,0 +1,60 @@
+import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes } from "@tensorpipe/core";
+import { type BulkLanes, openBulkLanes } from "./bulk-lanes.js";
+
+/**
+ * One end of an mpt channel. The first connection carries tensors smaller
+ * than `minSplit` whole, one frame each, in the event loop like basic;
+ * larger ones are cut into chunks over the other connections, the bulk
+ * lanes. Both ends route a tensor by its length alone, so they agree.
+ */
+export class MptChannel implements Channel {
+  private readonly small: Connection;
+  private readonly bulk?: Promise<BulkLanes>;
+  private closed = false;
+
+  constructor(connections: readonly Connection[], private readonly minSplit: number, maxChunk: number, threads: boolean) {
+    this.small = connections[0]!;
+    if (connections.length > 1) {
+      this.bulk = openBulkLanes(connections.slice(1), maxChunk, threads);
+      this.bulk.then(
+        (lanes) => this.closed && lanes.close(),
+        (e: Error) => this.close(e),
+      );
+    }
+  }
+
+  /** How the bulk lanes run ("threads", "event loop"), or "none" with a single connection. */
+  async lanesKind(): Promise<string> {
+    return this.bulk ? (await this.bulk).kind : "none";
+  }
+
+  send(buffer: TensorBuffer, length: number): Promise<void> {
+    try {
+      const bytes = cpuBytes(buffer, length, "mpt");
+      if (!this.bulk || length < this.minSplit) return this.small.write([bytes]);
+      return this.bulk.then((lanes) => lanes.send(bytes));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  recv(buffer: TensorBuffer, length: number): Promise<void> {
+    try {
+      const bytes = cpuBytes(buffer, length, "mpt");
+      if (!this.bulk || length < this.minSplit) return this.small.readInto(bytes);
+      return this.bulk.then((lanes) => lanes.recv(bytes));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  close(error?: Error): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.small.close(error ?? closedError("mpt channel"));
+    this.bulk?.then(
+      (lanes) => lanes.close(error),
+      () => undefined,
+    );
+  }
+}

@@ -1,0 +1,203 @@
+import { type Connection, CPU_DEVICE, Context, ErrorCode, type Pipe } from "@tensorpipe/core";
+import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
+import { ShmTransport } from "@tensorpipe/transport-shm";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { afterEach, describe, expect, it } from "vitest";
+import { type BulkLanes, openBulkLanes } from "../src/bulk-lanes.js";
+import { CHUNK_HEADER_BYTES, encodeChunkHeader } from "../src/chunks.js";
+import { type MptChannel, MptChannelContext, type MptChannelOptions } from "../src/index.js";
+
+const MiB = 1024 * 1024;
+const transport = new UvTransport();
+const cleanup: (() => void)[] = [];
+afterEach(() => {
+  for (const f of cleanup.splice(0)) f();
+});
+
+/** `n` connected uv connection pairs. */
+async function connections(n: number): Promise<{ here: Connection[]; there: Connection[] }> {
+  const accepted: Connection[] = [];
+  const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
+  const here: Connection[] = [];
+  for (let i = 0; i < n; i++) {
+    here.push(await transport.connect(listener.address()));
+    await expect.poll(() => accepted.length).toBe(i + 1);
+  }
+  listener.close();
+  cleanup.push(() => [...here, ...accepted].forEach((c) => c.close()));
+  return { here, there: accepted };
+}
+
+async function lanes(conns: Connection[], threads: boolean): Promise<BulkLanes> {
+  const l = await openBulkLanes(conns, 1 * MiB, threads);
+  cleanup.push(() => l.close());
+  return l;
+}
+
+describe.each([
+  { kind: "threads", threads: true },
+  { kind: "event loop", threads: false },
+])("mpt bulk lanes ($kind)", ({ kind, threads }) => {
+  it(`run as asked (${kind})`, async () => {
+    const { here } = await connections(2);
+    expect((await lanes(here, threads)).kind).toBe(kind);
+  });
+
+  it("land every chunk in place when several tensors are in flight both ways", async () => {
+    const { here, there } = await connections(3);
+    const [a, b] = [await lanes(here, threads), await lanes(there, !threads)];
+    const rand = prng(3);
+    const sizes = Array.from({ length: 12 }, () => Math.floor(rand() * 9 * MiB) + 1);
+    const targets = sizes.map((n) => new Uint8Array(n));
+    const back = sizes.map((n) => new Uint8Array(n));
+    await Promise.all([
+      ...sizes.map((n, i) => a.send(patterned(n, i))),
+      ...sizes.map((n, i) => b.send(patterned(n, 100 + i))),
+      ...targets.map((t) => b.recv(t)),
+      ...back.map((t) => a.recv(t)),
+    ]);
+    targets.forEach((t, i) => expect(hasPattern(t, i)).toBe(true));
+    back.forEach((t, i) => expect(hasPattern(t, 100 + i)).toBe(true));
+  });
+
+  it("hold chunks that come before their receive is posted", async () => {
+    const { here, there } = await connections(2);
+    const [a, b] = [await lanes(here, !threads), await lanes(there, threads)];
+    const sent = [3, 5, 7].map((seed) => a.send(patterned(6 * MiB, seed)));
+    await new Promise((r) => setTimeout(r, 100));
+    for (const seed of [3, 5, 7]) {
+      const t = new Uint8Array(6 * MiB);
+      await b.recv(t);
+      expect(hasPattern(t, seed)).toBe(true);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await Promise.all(sent);
+  });
+
+  it("carry zero-length tensors without sending anything", async () => {
+    const { here, there } = await connections(2);
+    const [a, b] = [await lanes(here, threads), await lanes(there, threads)];
+    await Promise.all([a.send(new Uint8Array(0)), b.recv(new Uint8Array(0))]);
+    const t = new Uint8Array(MiB);
+    await Promise.all([a.send(patterned(MiB, 1)), b.recv(t)]);
+    expect(hasPattern(t, 1)).toBe(true);
+  });
+
+  it("deliver what the transport had read before the lanes took over", async () => {
+    const { here, there } = await connections(1);
+    const data = patterned(1000, 4);
+    await here[0]!.write([encodeChunkHeader({ seq: 0, offset: 0, length: 1000 }), data]);
+    await new Promise((r) => setTimeout(r, 50));
+    const b = await lanes(there, threads);
+    const t = new Uint8Array(1000);
+    await b.recv(t);
+    expect(hasPattern(t, 4)).toBe(true);
+  });
+
+  it.each([
+    ["a tensor far beyond any receive posted", { seq: 1 << 21, offset: 0, length: 10 }],
+    ["a chunk past the tensor's end", { seq: 0, offset: 60, length: 10 }],
+    ["an empty chunk", { seq: 0, offset: 0, length: 0 }],
+  ])("fail with ERR_TP_PROTOCOL on %s", async (_, header) => {
+    const { here, there } = await connections(1);
+    const b = await lanes(there, threads);
+    const pending = b.recv(new Uint8Array(64));
+    await here[0]!.write([encodeChunkHeader(header), new Uint8Array(header.length)]);
+    await expect(pending).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+    await expect(b.recv(new Uint8Array(1))).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+  });
+
+  it("fail with ERR_TP_PROTOCOL on a header that is not a chunk header", async () => {
+    const { here, there } = await connections(1);
+    const b = await lanes(there, threads);
+    const pending = b.recv(new Uint8Array(64));
+    await here[0]!.write([new Uint8Array(CHUNK_HEADER_BYTES + 1)]);
+    await expect(pending).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
+  });
+
+  it("reject what is pending when the peer goes away mid-tensor, and everything after", async () => {
+    const { here, there } = await connections(2);
+    const b = await lanes(there, threads);
+    const pending = [b.recv(new Uint8Array(8 * MiB)), b.recv(new Uint8Array(8))];
+    await here[0]!.write([encodeChunkHeader({ seq: 0, offset: 0, length: 4 * MiB }), new Uint8Array(4 * MiB)]);
+    for (const c of here) c.close();
+    for (const p of pending) await expect(p).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
+    await expect(b.send(new Uint8Array(8))).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_TP_/) });
+  });
+
+  it("reject what is pending with ERR_TP_CLOSED when closed here", async () => {
+    const { here, there } = await connections(2);
+    const [a, b] = [await lanes(here, threads), await lanes(there, threads)];
+    const pending = [b.recv(new Uint8Array(MiB)), b.send(patterned(64 * MiB, 1))];
+    b.close();
+    for (const p of pending) await expect(p).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    await expect(b.recv(new Uint8Array(1))).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    await expect(a.recv(new Uint8Array(64 * MiB))).rejects.toMatchObject({
+      code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)/),
+    });
+  });
+});
+
+describe("mpt channel in pipes", () => {
+  const contexts: Context[] = [];
+  afterEach(async () => {
+    await Promise.all(contexts.splice(0).map((c) => c.close()));
+  });
+
+  /** A pipe pair whose mpt channels are kept for inspection. */
+  async function pipes(
+    transportName: "uv" | "shm",
+    server: MptChannelOptions,
+    client: MptChannelOptions,
+  ): Promise<{ a: Pipe; b: Pipe; channels: MptChannel[] }> {
+    const channels: MptChannel[] = [];
+    const make = (options: MptChannelOptions) => {
+      const ctx = new Context();
+      ctx.registerTransport(0, transportName, transportName === "uv" ? new UvTransport() : new ShmTransport());
+      const mpt = new MptChannelContext(options);
+      const create = mpt.createChannel.bind(mpt);
+      mpt.createChannel = (conns) => {
+        const c = create(conns) as MptChannel;
+        channels.push(c);
+        return c;
+      };
+      ctx.registerChannel(0, "mpt", mpt);
+      contexts.push(ctx);
+      return ctx;
+    };
+    const listener = await make(server).listen(transportName === "uv" ? "uv://127.0.0.1:0" : "shm://");
+    const [b, a] = await Promise.all([make(client).connect(listener.addresses()[0]!), listener.accept()]);
+    return { a, b, channels };
+  }
+
+  it("runs the bulk lanes on threads over uv, in the event loop over shm or when told", async () => {
+    const uv = await pipes("uv", { lanes: 3 }, { lanes: 3, threads: false });
+    expect(await Promise.all(uv.channels.map((c) => c.lanesKind()))).toEqual(["event loop", "threads"]);
+    const shm = await pipes("shm", { lanes: 2 }, { lanes: 2 });
+    expect(await Promise.all(shm.channels.map((c) => c.lanesKind()))).toEqual(["event loop", "event loop"]);
+    for (const { a, b } of [uv, shm]) {
+      const w = b.write({ tensors: [{ buffer: patterned(5 * MiB, 2), targetDevice: CPU_DEVICE }, { buffer: patterned(10, 3) }] });
+      const m = await a.readMessage();
+      expect(hasPattern(m.tensors[0]!.buffer as Uint8Array, 2) && hasPattern(m.tensors[1]!.buffer as Uint8Array, 3)).toBe(true);
+      await w;
+    }
+  });
+
+  it("takes the listener's lane count", async () => {
+    const { a, b, channels } = await pipes("uv", { lanes: 2 }, { lanes: 6 });
+    expect(channels).toHaveLength(2);
+    const w = b.write({ tensors: [{ buffer: patterned(16 * MiB, 5), targetDevice: CPU_DEVICE }] });
+    const m = await a.readMessage();
+    expect(hasPattern(m.tensors[0]!.buffer as Uint8Array, 5)).toBe(true);
+    await w;
+  });
+
+  it("is not negotiated between ends that split tensors at different sizes", async () => {
+    const { a, b } = await pipes("uv", { minSplit: 1 * MiB }, { minSplit: 2 * MiB });
+    expect(a.channelFor(CPU_DEVICE, CPU_DEVICE)).toBeUndefined();
+    expect(b.channelFor(CPU_DEVICE, CPU_DEVICE)).toBeUndefined();
+    await expect(b.write({ tensors: [{ buffer: new Uint8Array(8), targetDevice: CPU_DEVICE }] })).rejects.toMatchObject({
+      code: ErrorCode.NEGOTIATION,
+    });
+  });
+});
