@@ -1,0 +1,84 @@
+import { type Channel, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, bufferDevice, isCudaBuffer } from "@tensorpipe/core";
+import { copyToDevice, copyToHost, cudaSlice } from "@tensorpipe/cuda";
+import type { PinnedPool } from "./pinned-pool.js";
+
+function cudaTensor(buffer: TensorBuffer, length: number): CudaBuffer {
+  if (!isCudaBuffer(buffer)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cuda-basic channel moves GPU memory only, got ${bufferDevice(buffer).type}`);
+  }
+  if (length > buffer.byteLength) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cuda-basic: ${length} bytes do not fit a GPU buffer of ${buffer.byteLength}`);
+  }
+  return buffer;
+}
+
+/**
+ * One end of a cuda-basic channel: a GPU tensor goes device -> pinned host
+ * chunk -> CPU channel -> pinned host chunk -> device, chunk by chunk, so
+ * that the copies off and onto the GPU overlap the transfer. Copies run on
+ * the buffer's stream (else the legacy default stream, which waits for the
+ * work already queued on the GPU). Tensors go one after another, in the
+ * order issued, as the CPU channel needs.
+ */
+export class CudaBasicChannel implements Channel {
+  private sendQueue: Promise<void> = Promise.resolve();
+  private recvQueue: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly cpu: Channel,
+    private readonly sendPool: PinnedPool,
+    private readonly recvPool: PinnedPool,
+  ) {}
+
+  send(buffer: TensorBuffer, length: number): Promise<void> {
+    return this.enqueue("sendQueue", () => this.sendOne(cudaTensor(buffer, length), length));
+  }
+
+  recv(buffer: TensorBuffer, length: number): Promise<void> {
+    return this.enqueue("recvQueue", () => this.recvOne(cudaTensor(buffer, length), length));
+  }
+
+  private enqueue(queue: "sendQueue" | "recvQueue", op: () => Promise<void>): Promise<void> {
+    const done = this[queue].then(op);
+    this[queue] = done.catch(() => undefined);
+    return done;
+  }
+
+  private async sendOne(tensor: CudaBuffer, length: number): Promise<void> {
+    const chunk = this.sendPool.chunkBytes;
+    const sent: Promise<void>[] = [];
+    let previous: Promise<unknown> = Promise.resolve();
+    for (let offset = 0; offset < length; offset += chunk) {
+      const n = Math.min(chunk, length - offset);
+      const staging = await this.sendPool.take();
+      const copied = copyToHost(staging.subarray(0, n), cudaSlice(tensor, offset, n));
+      // The CPU channel takes chunks in order; each waits for its copy.
+      previous = Promise.all([previous, copied])
+        .then(() => this.cpu.send(staging, n))
+        .finally(() => this.sendPool.give(staging));
+      sent.push(previous as Promise<void>);
+    }
+    await Promise.all(sent);
+  }
+
+  private async recvOne(tensor: CudaBuffer, length: number): Promise<void> {
+    const chunk = this.recvPool.chunkBytes;
+    const landed: Promise<void>[] = [];
+    for (let offset = 0; offset < length; offset += chunk) {
+      const n = Math.min(chunk, length - offset);
+      const staging = await this.recvPool.take();
+      const target = cudaSlice(tensor, offset, n);
+      landed.push(
+        this.cpu
+          .recv(staging, n)
+          .then(() => copyToDevice(target, staging.subarray(0, n)))
+          .finally(() => this.recvPool.give(staging)),
+      );
+    }
+    await Promise.all(landed);
+  }
+
+  close(error?: Error): void {
+    this.cpu.close(error);
+  }
+}

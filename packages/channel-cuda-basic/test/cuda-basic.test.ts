@@ -1,0 +1,115 @@
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { CPU_DEVICE, Context, type Pipe } from "@tensorpipe/core";
+import { hasPattern, patterned } from "@tensorpipe/core/testing";
+import { allocateCuda, copyToDevice, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { afterEach, describe, expect, it } from "vitest";
+import { CudaBasicChannelContext, PinnedPool, registerCudaBasicChannel } from "../src/index.js";
+
+const MiB = 1024 * 1024;
+const viability = cudaViability();
+const gpu = viability.viable;
+if (!gpu) console.log(`GPU tests skipped: ${viability.reason}`);
+
+const contexts: Context[] = [];
+afterEach(async () => {
+  await Promise.all(contexts.splice(0).map((c) => c.close()));
+});
+
+async function pipes(options = {}): Promise<{ a: Pipe; b: Pipe }> {
+  const make = () => {
+    const ctx = new Context();
+    ctx.registerTransport(0, "uv", new UvTransport());
+    registerBasicChannel(ctx);
+    registerCudaBasicChannel(ctx, { chunkBytes: 1 * MiB, poolChunks: 4, ...options });
+    contexts.push(ctx);
+    return ctx;
+  };
+  const listener = await make().listen("uv://127.0.0.1:0");
+  const [b, a] = await Promise.all([make().connect(listener.addresses()[0]!), listener.accept()]);
+  return { a, b };
+}
+
+describe("cuda-basic channel anywhere", () => {
+  it("pairs GPUs only through equal CPU-channel descriptors", () => {
+    const c = new CudaBasicChannelContext();
+    expect(c.canCommunicateWithRemote("cuda-basic/any", "cuda-basic/any")).toBe(true);
+    expect(c.canCommunicateWithRemote("cuda-basic/any", "any")).toBe(false);
+    expect(c.numConnectionsNeeded()).toBe(1);
+  });
+
+  it("hands out staging chunks up to its size, then in the order asked", async () => {
+    const pool = new PinnedPool(16, 2, (n) => new Uint8Array(n));
+    const [x, y] = [await pool.take(), await pool.take()];
+    const order: string[] = [];
+    const later = [pool.take().then((c) => order.push(c === y ? "first:y" : "first:?")), pool.take().then((c) => order.push(c === x ? "second:x" : "second:?"))];
+    pool.give(y);
+    pool.give(x);
+    await Promise.all(later);
+    expect(order).toEqual(["first:y", "second:x"]);
+    expect(pool.size).toBe(2);
+  });
+
+  it.skipIf(gpu)("is not viable without a GPU, says why, and leaves CPU tensors to the CPU channels", async () => {
+    const c = new CudaBasicChannelContext();
+    expect(c.isViable()).toEqual({ viable: false, reason: viability.reason });
+    expect(c.deviceDescriptors()).toEqual([]);
+    const { a, b } = await pipes();
+    expect(b.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+    const w = b.write({ tensors: [{ buffer: patterned(1000, 1), targetDevice: CPU_DEVICE }] });
+    expect(hasPattern((await a.readMessage()).tensors[0]!.buffer as Uint8Array, 1)).toBe(true);
+    await w;
+  });
+});
+
+describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
+  const cuda0 = { type: "cuda", index: 0 } as const;
+
+  it("is negotiated for GPU to GPU, basic staying for CPU", async () => {
+    const { a, b } = await pipes();
+    expect(b.channelFor(cuda0, cuda0)).toBe("cuda-basic");
+    expect(a.channelFor(cuda0, cuda0)).toBe("cuda-basic");
+    expect(b.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+  });
+
+  it("moves GPU tensors of many sizes, several in flight, into the reader's GPU memory", async () => {
+    const { a, b } = await pipes();
+    const sizes = [0, 1, MiB - 1, MiB, 3 * MiB + 5, 20 * MiB];
+    const sources = await Promise.all(
+      sizes.map(async (n, i) => {
+        const buf = allocateCuda(n);
+        if (n > 0) await copyToDevice(buf, patterned(n, i + 1));
+        return buf;
+      }),
+    );
+    const targets = sizes.map((n) => allocateCuda(n + 64));
+    try {
+      const writes = sources.map((buffer, i) => b.write({ metadata: `t${i}`, tensors: [{ buffer, length: sizes[i], targetDevice: cuda0 }] }));
+      for (let i = 0; i < sizes.length; i++) {
+        const d = await a.readDescriptor();
+        expect(d.metadata).toBe(`t${i}`);
+        expect(d.tensors[0]).toMatchObject({ length: sizes[i], targetDevice: cuda0 });
+        await a.read({ payloads: [], tensors: [{ buffer: cudaSlice(targets[i]!, 64, sizes[i]!) }] });
+        const back = new Uint8Array(sizes[i]!);
+        if (back.length > 0) await copyToHost(back, cudaSlice(targets[i]!, 64, sizes[i]!));
+        expect(hasPattern(back, i + 1)).toBe(true);
+      }
+      await Promise.all(writes);
+    } finally {
+      [...sources, ...targets].forEach(freeCuda);
+    }
+  });
+
+  it("rejects pending GPU transfers when the peer goes away", async () => {
+    const { a, b } = await pipes();
+    const src = allocateCuda(8 * MiB);
+    try {
+      const w = b.write({ tensors: [{ buffer: src, targetDevice: cuda0 }] });
+      await a.readDescriptor();
+      a.close();
+      await expect(w).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
+    } finally {
+      freeCuda(src);
+    }
+  });
+});

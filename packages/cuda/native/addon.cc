@@ -1,0 +1,281 @@
+// GPU memory for users without another GPU framework, and for the CUDA
+// channels' tests: device and pinned host allocations, copies and fills
+// on streams, through the driver loaded with dlopen (cuda_driver.h). Copies
+// run on libuv's thread pool, each waiting for its stream there.
+#include <napi.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "tensorpipe/cuda_driver.h"
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+namespace {
+
+using cuda::CUDA_SUCCESS;
+using cuda::CUdeviceptr;
+using cuda::CUresult;
+using cuda::CUstream;
+using cuda::Driver;
+
+// The driver, or a JS error saying why there is none.
+const Driver& Need(Napi::Env env) {
+  std::string why;
+  const Driver* d = cuda::GetDriver(&why);
+  if (d == nullptr) throw CodedError(env, "ERR_TP_NOT_VIABLE", why);
+  return *d;
+}
+
+// An Error whose code is the CUDA error's name (CUDA_ERROR_OUT_OF_MEMORY).
+Napi::Error CudaError(Napi::Env env, const Driver& d, CUresult r, const char* call) {
+  Napi::Error err = Napi::Error::New(env, d.ErrorText(r, call));
+  err.Set("code", Napi::String::New(env, d.ErrorName(r)));
+  err.Set("syscall", Napi::String::New(env, call));
+  return err;
+}
+
+void Check(Napi::Env env, const Driver& d, CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw CudaError(env, d, r, call);
+}
+
+uint64_t BigIntArg(const Napi::Value& v, const char* what) {
+  bool lossless = false;
+  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a bigint");
+  uint64_t out = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw Napi::RangeError::New(v.Env(), std::string(what) + " does not fit 64 bits");
+  return out;
+}
+
+// probe() -> { reason: string | null, driverVersion, devices: [...] }
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Array devices = Napi::Array::New(env);
+  out.Set("devices", devices);
+  std::string why;
+  const Driver* d = cuda::GetDriver(&why);
+  if (d == nullptr) {
+    out.Set("reason", Napi::String::New(env, why));
+    return out;
+  }
+  out.Set("driverVersion", Napi::Number::New(env, d->version));
+  int count = 0;
+  CUresult r = d->cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) {
+    out.Set("reason", Napi::String::New(env, d->ErrorText(r, "cuDeviceGetCount")));
+    return out;
+  }
+  out.Set("reason", count == 0 ? Napi::Value(Napi::String::New(env, "the CUDA driver sees no GPU")) : env.Null());
+  for (int i = 0; i < count; i++) {
+    cuda::CUdevice dev;
+    if (d->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    char name[256] = {0};
+    char bus[64] = {0};
+    cuda::CUuuid uuid = {};
+    d->cuDeviceGetName(name, sizeof(name) - 1, dev);
+    d->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, dev);
+    d->cuDeviceGetUuid(&uuid, dev);
+    char hex[33];
+    for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", static_cast<uint8_t>(uuid.bytes[b]));
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("index", Napi::Number::New(env, i));
+    o.Set("name", Napi::String::New(env, name));
+    o.Set("pciBusId", Napi::String::New(env, bus));
+    o.Set("uuid", Napi::String::New(env, hex));
+    devices.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
+// alloc(device, bytes) -> bigint
+Napi::Value Alloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  int device = info[0].As<Napi::Number>().Int32Value();
+  size_t bytes = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  Check(env, d, cuda::UseDevice(d, device), "cuCtxSetCurrent");
+  CUdeviceptr ptr = 0;
+  Check(env, d, d.cuMemAlloc(&ptr, bytes == 0 ? 1 : bytes), "cuMemAlloc");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(ptr));
+}
+
+// free(device, ptr)
+Napi::Value Free(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
+  Check(env, d, d.cuMemFree(static_cast<CUdeviceptr>(BigIntArg(info[1], "ptr"))), "cuMemFree");
+  return env.Undefined();
+}
+
+// allocHost(bytes) -> ArrayBuffer in pinned memory, freed with it.
+Napi::Value AllocHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  size_t bytes = static_cast<size_t>(info[0].As<Napi::Number>().DoubleValue());
+  Check(env, d, cuda::UseDevice(d, 0), "cuCtxSetCurrent");
+  void* p = nullptr;
+  Check(env, d, d.cuMemAllocHost(&p, bytes == 0 ? 1 : bytes), "cuMemAllocHost");
+  return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env, void* data) {
+    const Driver* drv = cuda::GetDriver(nullptr);
+    if (drv != nullptr) drv->cuMemFreeHost(data);
+  });
+}
+
+// pointerDevice(ptr) -> the GPU index the pointer belongs to, or -1.
+Napi::Value PointerDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  int ordinal = -1;
+  CUresult r = d.cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal,
+                                       static_cast<CUdeviceptr>(BigIntArg(info[0], "ptr")));
+  return Napi::Number::New(env, r == CUDA_SUCCESS ? ordinal : -1);
+}
+
+// streamCreate(device) -> bigint; streamDestroy(device, stream)
+Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
+  CUstream s = nullptr;
+  Check(env, d, d.cuStreamCreate(&s, cuda::kStreamNonBlocking), "cuStreamCreate");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s)));
+}
+
+Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
+  Check(env, d, d.cuStreamDestroy(reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntArg(info[1], "stream")))),
+        "cuStreamDestroy");
+  return env.Undefined();
+}
+
+enum class Kind { kHtoD, kDtoH, kDtoD, kFill };
+
+struct Copy {
+  uv_work_t req;
+  const Driver* driver;
+  Kind kind;
+  int device;
+  CUdeviceptr devDst = 0;
+  CUdeviceptr devSrc = 0;
+  char* host = nullptr;
+  size_t bytes = 0;
+  unsigned char value = 0;
+  CUstream stream = nullptr;
+  CUresult result = CUDA_SUCCESS;
+  const char* call = "";
+  Napi::Reference<Napi::Value> keepHost;
+  Napi::FunctionReference callback;
+  std::unique_ptr<Napi::AsyncContext> asyncContext;
+};
+
+void RunCopy(uv_work_t* req) {
+  auto* c = static_cast<Copy*>(req->data);
+  const Driver& d = *c->driver;
+  c->call = "cuCtxSetCurrent";
+  c->result = cuda::UseDevice(d, c->device);
+  if (c->result != CUDA_SUCCESS) return;
+  switch (c->kind) {
+    case Kind::kHtoD:
+      c->call = "cuMemcpyHtoDAsync";
+      c->result = d.cuMemcpyHtoDAsync(c->devDst, c->host, c->bytes, c->stream);
+      break;
+    case Kind::kDtoH:
+      c->call = "cuMemcpyDtoHAsync";
+      c->result = d.cuMemcpyDtoHAsync(c->host, c->devSrc, c->bytes, c->stream);
+      break;
+    case Kind::kDtoD:
+      c->call = "cuMemcpyDtoDAsync";
+      c->result = d.cuMemcpyDtoDAsync(c->devDst, c->devSrc, c->bytes, c->stream);
+      break;
+    case Kind::kFill:
+      c->call = "cuMemsetD8Async";
+      c->result = d.cuMemsetD8Async(c->devDst, c->value, c->bytes, c->stream);
+      break;
+  }
+  if (c->result != CUDA_SUCCESS) return;
+  c->call = "cuStreamSynchronize";
+  c->result = d.cuStreamSynchronize(c->stream);
+}
+
+void CopyDone(uv_work_t* req, int status) {
+  std::unique_ptr<Copy> c(static_cast<Copy*>(req->data));
+  Napi::Env env = c->callback.Env();
+  Napi::HandleScope scope(env);
+  napi_value arg = c->result != CUDA_SUCCESS ? CudaError(env, *c->driver, c->result, c->call).Value() : env.Null();
+  if (status < 0) arg = UvError(env, status, "cuda copy").Value();
+  InvokeCallback(c->callback, *c->asyncContext, {arg});
+}
+
+// copy(kind: "htod" | "dtoh" | "dtod" | "fill", device, dst, src, bytes,
+//      stream: bigint, callback(err)): dst and src are bigint device
+// pointers or host views as the kind says; for "fill", src is the byte.
+Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = Need(env);
+  auto c = std::make_unique<Copy>();
+  c->driver = &d;
+  std::string kind = info[0].As<Napi::String>();
+  c->device = info[1].As<Napi::Number>().Int32Value();
+  c->bytes = static_cast<size_t>(info[4].As<Napi::Number>().DoubleValue());
+  c->stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntArg(info[5], "stream")));
+  ByteSpan host;
+  if (kind == "htod" || kind == "dtoh") {
+    const Napi::Value& view = kind == "htod" ? info[3] : info[2];
+    if (!GetBytes(view, &host)) throw Napi::TypeError::New(env, "the host side must be a TypedArray or DataView");
+    if (host.length < c->bytes) throw Napi::RangeError::New(env, "the host view is smaller than the copy");
+    c->host = host.data;
+    c->keepHost = Napi::Persistent(view);
+  }
+  if (kind == "htod") {
+    c->kind = Kind::kHtoD;
+    c->devDst = BigIntArg(info[2], "dst");
+  } else if (kind == "dtoh") {
+    c->kind = Kind::kDtoH;
+    c->devSrc = BigIntArg(info[3], "src");
+  } else if (kind == "dtod") {
+    c->kind = Kind::kDtoD;
+    c->devDst = BigIntArg(info[2], "dst");
+    c->devSrc = BigIntArg(info[3], "src");
+  } else if (kind == "fill") {
+    c->kind = Kind::kFill;
+    c->devDst = BigIntArg(info[2], "dst");
+    c->value = static_cast<unsigned char>(info[3].As<Napi::Number>().Uint32Value());
+  } else {
+    throw Napi::TypeError::New(env, "kind must be htod, dtoh, dtod or fill");
+  }
+  c->callback = Napi::Persistent(info[6].As<Napi::Function>());
+  c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
+  c->req.data = c.get();
+  uv_loop_t* loop;
+  napi_get_uv_event_loop(env, &loop);
+  int r = uv_queue_work(loop, &c->req, RunCopy, CopyDone);
+  if (r < 0) throw UvError(env, r, "uv_queue_work");
+  c.release();
+  return env.Undefined();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
+  exports.Set("free", Napi::Function::New(env, Free, "free"));
+  exports.Set("allocHost", Napi::Function::New(env, AllocHost, "allocHost"));
+  exports.Set("pointerDevice", Napi::Function::New(env, PointerDevice, "pointerDevice"));
+  exports.Set("streamCreate", Napi::Function::New(env, StreamCreate, "streamCreate"));
+  exports.Set("streamDestroy", Napi::Function::New(env, StreamDestroy, "streamDestroy"));
+  exports.Set("copy", Napi::Function::New(env, CopyAsync, "copy"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+static Napi::Object InitAddon(Napi::Env env, Napi::Object exports) { return tensorpipe_js::Init(env, exports); }
+
+NODE_API_MODULE(tensorpipe_cuda, InitAddon)
