@@ -25,6 +25,8 @@ export interface BackendSpec {
   packageName: string;
   /** Upstream's ordering: higher wins negotiation. */
   priority: number;
+  /** The memory its tensors live in (channels; default cpu): the CPU bench leaves GPU channels out. */
+  memory?: "cpu" | "cuda";
   create(module: any, options: BackendOptions): TransportContext | ChannelContext;
 }
 
@@ -36,6 +38,14 @@ export const BACKENDS: readonly BackendSpec[] = [
     packageName: "@tensorpipe/transport-uv",
     priority: 1,
     create: (m, o) => new m.UvTransport(o.interface ? { interface: o.interface } : {}),
+  },
+  {
+    kind: "channel",
+    name: "cuda-basic",
+    packageName: "@tensorpipe/channel-cuda-basic",
+    priority: 100,
+    memory: "cuda",
+    create: (m) => new m.CudaBasicChannelContext(),
   },
   { kind: "channel", name: "cma", packageName: "@tensorpipe/channel-cma", priority: 20, create: (m) => new m.CmaChannelContext() },
   {

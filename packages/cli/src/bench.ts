@@ -182,6 +182,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const viable = (kind: "transport" | "channel", wanted?: readonly string[]) =>
     found.filter((b) => {
       if (b.spec.kind !== kind || (wanted && !wanted.includes(b.spec.name))) return false;
+      if (b.spec.memory === "cuda") return false;
       if (!b.viability.viable && b.installed) skipped.push({ name: b.spec.name, reason: b.viability.reason });
       return b.viability.viable;
     });
