@@ -1,16 +1,6 @@
-import { type Channel, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, bufferDevice, isCudaBuffer } from "@tensorpipe/core";
-import { copyToDevice, copyToHost, cudaSlice } from "@tensorpipe/cuda";
+import type { Channel, CudaBuffer, TensorBuffer } from "@tensorpipe/core";
+import { copyToDevice, copyToHost, cudaSlice, cudaTensor } from "@tensorpipe/cuda";
 import type { PinnedPool } from "./pinned-pool.js";
-
-function cudaTensor(buffer: TensorBuffer, length: number): CudaBuffer {
-  if (!isCudaBuffer(buffer)) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cuda-basic channel moves GPU memory only, got ${bufferDevice(buffer).type}`);
-  }
-  if (length > buffer.byteLength) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `cuda-basic: ${length} bytes do not fit a GPU buffer of ${buffer.byteLength}`);
-  }
-  return buffer;
-}
 
 /**
  * One end of a cuda-basic channel: a GPU tensor goes device -> pinned host
@@ -31,11 +21,11 @@ export class CudaBasicChannel implements Channel {
   ) {}
 
   send(buffer: TensorBuffer, length: number): Promise<void> {
-    return this.enqueue("sendQueue", () => this.sendOne(cudaTensor(buffer, length), length));
+    return this.enqueue("sendQueue", () => this.sendOne(cudaTensor(buffer, length, "cuda-basic"), length));
   }
 
   recv(buffer: TensorBuffer, length: number): Promise<void> {
-    return this.enqueue("recvQueue", () => this.recvOne(cudaTensor(buffer, length), length));
+    return this.enqueue("recvQueue", () => this.recvOne(cudaTensor(buffer, length, "cuda-basic"), length));
   }
 
   private enqueue(queue: "sendQueue" | "recvQueue", op: () => Promise<void>): Promise<void> {

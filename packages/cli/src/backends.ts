@@ -41,6 +41,14 @@ export const BACKENDS: readonly BackendSpec[] = [
   },
   {
     kind: "channel",
+    name: "cuda-ipc",
+    packageName: "@tensorpipe/channel-cuda-ipc",
+    priority: 200,
+    memory: "cuda",
+    create: (m) => new m.CudaIpcChannelContext(),
+  },
+  {
+    kind: "channel",
     name: "cuda-basic",
     packageName: "@tensorpipe/channel-cuda-basic",
     priority: 100,

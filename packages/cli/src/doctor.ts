@@ -113,16 +113,18 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
 /** The report as a person reads it. */
 export function formatDoctor(r: DoctorReport): string[] {
   const lines = [`tensorpipe doctor: Node ${r.node}, ${r.platform}, ${r.cpus} CPUs`];
+  const width = Math.max(8, ...r.backends.map((b) => b.name.length + 2));
+  const detail = " ".repeat(2 + width);
   for (const kind of ["transport", "channel"] as const) {
     lines.push("", `${kind}s`);
     for (const b of r.backends.filter((x) => x.kind === kind)) {
       const what = !b.installed ? "not installed" : b.viable ? "viable" : "NOT VIABLE";
-      lines.push(`  ${b.name.padEnd(8)}${what.padEnd(15)}${b.packageName}${b.version ? `@${b.version}` : ""}`);
-      if (b.reason && b.installed) lines.push(`          why: ${b.reason}`);
-      if (!b.installed) lines.push(`          install: npm install ${b.packageName}`);
-      if (b.domain) lines.push(`          domain: ${b.domain}`);
-      for (const d of b.devices ?? []) lines.push(`          ${d.device}: ${d.descriptor}`);
-      if (b.note) lines.push(`          ${b.note}`);
+      lines.push(`  ${b.name.padEnd(width)}${what.padEnd(15)}${b.packageName}${b.version ? `@${b.version}` : ""}`);
+      if (b.reason && b.installed) lines.push(`${detail}why: ${b.reason}`);
+      if (!b.installed) lines.push(`${detail}install: npm install ${b.packageName}`);
+      if (b.domain) lines.push(`${detail}domain: ${b.domain}`);
+      for (const d of b.devices ?? []) lines.push(`${detail}${d.device}: ${d.descriptor}`);
+      if (b.note) lines.push(`${detail}${b.note}`);
     }
   }
   lines.push("", "network interfaces (uv listens on the address you give, or on an interface's with { interface })");

@@ -6,49 +6,22 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 
-#include "tensorpipe/cuda_driver.h"
-#include "tensorpipe/napi_helpers.h"
+#include "tensorpipe/cuda_napi.h"
 
 namespace tensorpipe_js {
 namespace {
 
+using cuda::BigIntArg;
+using cuda::Check;
 using cuda::CUDA_SUCCESS;
+using cuda::CudaError;
 using cuda::CUdeviceptr;
 using cuda::CUresult;
 using cuda::CUstream;
 using cuda::Driver;
-
-// The driver, or a JS error saying why there is none.
-const Driver& Need(Napi::Env env) {
-  std::string why;
-  const Driver* d = cuda::GetDriver(&why);
-  if (d == nullptr) throw CodedError(env, "ERR_TP_NOT_VIABLE", why);
-  return *d;
-}
-
-// An Error whose code is the CUDA error's name (CUDA_ERROR_OUT_OF_MEMORY).
-Napi::Error CudaError(Napi::Env env, const Driver& d, CUresult r, const char* call) {
-  Napi::Error err = Napi::Error::New(env, d.ErrorText(r, call));
-  err.Set("code", Napi::String::New(env, d.ErrorName(r)));
-  err.Set("syscall", Napi::String::New(env, call));
-  return err;
-}
-
-void Check(Napi::Env env, const Driver& d, CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) throw CudaError(env, d, r, call);
-}
-
-uint64_t BigIntArg(const Napi::Value& v, const char* what) {
-  bool lossless = false;
-  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a bigint");
-  uint64_t out = v.As<Napi::BigInt>().Uint64Value(&lossless);
-  if (!lossless) throw Napi::RangeError::New(v.Env(), std::string(what) + " does not fit 64 bits");
-  return out;
-}
 
 // probe() -> { reason: string | null, driverVersion, devices: [...] }
 Napi::Value Probe(const Napi::CallbackInfo& info) {
@@ -75,17 +48,13 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
     if (d->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
     char name[256] = {0};
     char bus[64] = {0};
-    cuda::CUuuid uuid = {};
     d->cuDeviceGetName(name, sizeof(name) - 1, dev);
     d->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, dev);
-    d->cuDeviceGetUuid(&uuid, dev);
-    char hex[33];
-    for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", static_cast<uint8_t>(uuid.bytes[b]));
     Napi::Object o = Napi::Object::New(env);
     o.Set("index", Napi::Number::New(env, i));
     o.Set("name", Napi::String::New(env, name));
     o.Set("pciBusId", Napi::String::New(env, bus));
-    o.Set("uuid", Napi::String::New(env, hex));
+    o.Set("uuid", Napi::String::New(env, cuda::UuidHex(*d, i)));
     devices.Set(static_cast<uint32_t>(i), o);
   }
   return out;
@@ -94,7 +63,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 // alloc(device, bytes) -> bigint
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   int device = info[0].As<Napi::Number>().Int32Value();
   size_t bytes = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
   Check(env, d, cuda::UseDevice(d, device), "cuCtxSetCurrent");
@@ -106,7 +75,7 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
 // free(device, ptr)
 Napi::Value Free(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
   Check(env, d, d.cuMemFree(static_cast<CUdeviceptr>(BigIntArg(info[1], "ptr"))), "cuMemFree");
   return env.Undefined();
@@ -115,7 +84,7 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
 // allocHost(bytes) -> ArrayBuffer in pinned memory, freed with it.
 Napi::Value AllocHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   size_t bytes = static_cast<size_t>(info[0].As<Napi::Number>().DoubleValue());
   Check(env, d, cuda::UseDevice(d, 0), "cuCtxSetCurrent");
   void* p = nullptr;
@@ -129,7 +98,7 @@ Napi::Value AllocHost(const Napi::CallbackInfo& info) {
 // pointerDevice(ptr) -> the GPU index the pointer belongs to, or -1.
 Napi::Value PointerDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   int ordinal = -1;
   CUresult r = d.cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal,
                                        static_cast<CUdeviceptr>(BigIntArg(info[0], "ptr")));
@@ -139,7 +108,7 @@ Napi::Value PointerDevice(const Napi::CallbackInfo& info) {
 // streamCreate(device) -> bigint; streamDestroy(device, stream)
 Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
   CUstream s = nullptr;
   Check(env, d, d.cuStreamCreate(&s, cuda::kStreamNonBlocking), "cuStreamCreate");
@@ -148,9 +117,9 @@ Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
 
 Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
-  Check(env, d, d.cuStreamDestroy(reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntArg(info[1], "stream")))),
+  Check(env, d, d.cuStreamDestroy(cuda::StreamArg(info[1])),
         "cuStreamDestroy");
   return env.Undefined();
 }
@@ -218,13 +187,13 @@ void CopyDone(uv_work_t* req, int status) {
 // pointers or host views as the kind says; for "fill", src is the byte.
 Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const Driver& d = Need(env);
+  const Driver& d = cuda::NeedDriver(env);
   auto c = std::make_unique<Copy>();
   c->driver = &d;
   std::string kind = info[0].As<Napi::String>();
   c->device = info[1].As<Napi::Number>().Int32Value();
   c->bytes = static_cast<size_t>(info[4].As<Napi::Number>().DoubleValue());
-  c->stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntArg(info[5], "stream")));
+  c->stream = cuda::StreamArg(info[5]);
   ByteSpan host;
   if (kind == "htod" || kind == "dtoh") {
     const Napi::Value& view = kind == "htod" ? info[3] : info[2];
@@ -253,10 +222,7 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   c->callback = Napi::Persistent(info[6].As<Napi::Function>());
   c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
   c->req.data = c.get();
-  uv_loop_t* loop;
-  napi_get_uv_event_loop(env, &loop);
-  int r = uv_queue_work(loop, &c->req, RunCopy, CopyDone);
-  if (r < 0) throw UvError(env, r, "uv_queue_work");
+  QueueWork(env, &c->req, RunCopy, CopyDone);
   c.release();
   return env.Undefined();
 }

@@ -7,6 +7,9 @@
 import {
   type CudaBuffer,
   ErrorCode,
+  type TensorBuffer,
+  bufferDevice,
+  isCudaBuffer,
   TensorPipeError,
   VIABLE,
   type Viability,
@@ -181,4 +184,18 @@ export function fillDevice(dst: CudaBuffer, value: number, byteLength = dst.byte
 export function cudaSlice(buffer: CudaBuffer, offset: number, length: number): CudaBuffer {
   checkLength("cudaSlice", offset + length, buffer.byteLength);
   return cudaBuffer(buffer.ptr + BigInt(offset), length, { device: buffer.device.index, stream: buffer.stream });
+}
+
+/**
+ * The GPU buffer of a tensor of `length` bytes, for channels that move GPU
+ * memory only; anything else is an ERR_TP_INVALID_ARG naming the channel.
+ */
+export function cudaTensor(buffer: TensorBuffer, length: number, channel: string): CudaBuffer {
+  if (!isCudaBuffer(buffer)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `${channel} channel moves GPU memory only, got ${bufferDevice(buffer).type}`);
+  }
+  if (length > buffer.byteLength) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `${channel}: ${length} bytes do not fit a GPU buffer of ${buffer.byteLength}`);
+  }
+  return buffer;
 }

@@ -22,6 +22,7 @@ const PUBLISHED = [
   "channel-mpt",
   "cuda",
   "channel-cuda-basic",
+  "channel-cuda-ipc",
   "rendezvous",
   "cli",
 ];
@@ -31,6 +32,7 @@ const NATIVE: Record<string, string> = {
   "channel-cma": "tensorpipe_cma",
   "channel-mpt": "tensorpipe_mpt",
   cuda: "tensorpipe_cuda",
+  "channel-cuda-ipc": "tensorpipe_cuda_ipc",
 };
 
 function npmCli(): string {
@@ -140,7 +142,7 @@ console.log(JSON.stringify({ results, threadsUnavailable }));
     for (const b of doctor.backends) {
       expect(b, b.name).toMatchObject({ installed: true });
       // A GPU channel on a machine without one says so; everything else works.
-      if (b.name === "cuda-basic" && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
+      if (b.name.startsWith("cuda-") && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
       else expect(b, b.name).toMatchObject({ viable: true });
     }
   }, 120_000);

@@ -1,0 +1,244 @@
+// The cuda-ipc channel's native half. The sender exports the allocation
+// holding its tensor (an IPC memory handle, the tensor's offset in it) and
+// an IPC event recorded on its stream after the work that produced the
+// tensor; the receiver opens both, makes its stream wait for the event and
+// copies device to device into its own allocation. Opened allocations are
+// cached per handle, as opening one costs far more than a copy.
+#include <napi.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "tensorpipe/cuda_napi.h"
+
+namespace tensorpipe_js {
+namespace {
+
+using cuda::BigIntArg;
+using cuda::Check;
+using cuda::CUDA_SUCCESS;
+using cuda::CudaError;
+using cuda::CUdeviceptr;
+using cuda::CUevent;
+using cuda::CUresult;
+using cuda::CUstream;
+using cuda::Driver;
+
+constexpr size_t kHandleBytes = sizeof(cuda::CUipcMemHandle);
+
+std::string HandleArg(const Napi::Value& v) {
+  ByteSpan bytes;
+  if (!GetBytes(v, &bytes) || bytes.length != kHandleBytes) {
+    throw Napi::TypeError::New(v.Env(), "an IPC handle is 64 bytes");
+  }
+  return std::string(bytes.data, bytes.length);
+}
+
+// Allocations opened from peers' handles, per channel context, device and
+// handle; closed when that channel context closes.
+struct OpenedKey {
+  double context;
+  int device;
+  std::string handle;
+  bool operator<(const OpenedKey& o) const {
+    return std::tie(context, device, handle) < std::tie(o.context, o.device, o.handle);
+  }
+};
+std::mutex openedMutex;
+std::map<OpenedKey, CUdeviceptr> opened;
+
+// deviceOfUuid(uuidHex) -> the index of the visible GPU with that UUID, or -1.
+Napi::Value DeviceOfUuid(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  std::string wanted = info[0].As<Napi::String>();
+  int count = 0;
+  Check(env, d, d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  for (int i = 0; i < count; i++) {
+    if (cuda::UuidHex(d, i) == wanted) return Napi::Number::New(env, i);
+  }
+  return Napi::Number::New(env, -1);
+}
+
+// canAccessPeer(a, b) -> whether GPU a may read GPU b's memory.
+Napi::Value CanAccessPeer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  int a = info[0].As<Napi::Number>().Int32Value();
+  int b = info[1].As<Napi::Number>().Int32Value();
+  if (a == b) return Napi::Boolean::New(env, true);
+  cuda::CUdevice da, db;
+  int can = 0;
+  if (d.cuDeviceGet(&da, a) != CUDA_SUCCESS || d.cuDeviceGet(&db, b) != CUDA_SUCCESS ||
+      d.cuDeviceCanAccessPeer(&can, da, db) != CUDA_SUCCESS) {
+    return Napi::Boolean::New(env, false);
+  }
+  return Napi::Boolean::New(env, can != 0);
+}
+
+// exportTensor(device, ptr, stream) -> { memHandle, offset, eventHandle, event }:
+// the allocation's handle, the tensor's offset in it, and an event recorded
+// on `stream` now, to be released with releaseEvent once the peer copied.
+Napi::Value ExportTensor(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  int device = info[0].As<Napi::Number>().Int32Value();
+  CUdeviceptr ptr = static_cast<CUdeviceptr>(BigIntArg(info[1], "ptr"));
+  CUstream stream = cuda::StreamArg(info[2]);
+  Check(env, d, cuda::UseDevice(d, device), "cuCtxSetCurrent");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  Check(env, d, d.cuMemGetAddressRange(&base, &size, ptr), "cuMemGetAddressRange");
+  cuda::CUipcMemHandle mem;
+  Check(env, d, d.cuIpcGetMemHandle(&mem, base), "cuIpcGetMemHandle");
+  CUevent event = nullptr;
+  Check(env, d, d.cuEventCreate(&event, cuda::kEventDisableTiming | cuda::kEventInterprocess), "cuEventCreate");
+  cuda::CUipcEventHandle eventHandle;
+  CUresult r = d.cuEventRecord(event, stream);
+  if (r == CUDA_SUCCESS) r = d.cuIpcGetEventHandle(&eventHandle, event);
+  if (r != CUDA_SUCCESS) {
+    d.cuEventDestroy(event);
+    throw CudaError(env, d, r, "cuIpcGetEventHandle");
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("memHandle", Napi::Buffer<char>::Copy(env, mem.reserved, kHandleBytes));
+  out.Set("offset", Napi::Number::New(env, static_cast<double>(ptr - base)));
+  out.Set("eventHandle", Napi::Buffer<char>::Copy(env, eventHandle.reserved, kHandleBytes));
+  out.Set("event", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(event))));
+  return out;
+}
+
+// releaseEvent(device, event)
+Napi::Value ReleaseEvent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
+  Check(env, d, d.cuEventDestroy(reinterpret_cast<CUevent>(static_cast<uintptr_t>(BigIntArg(info[1], "ptr")))), "cuEventDestroy");
+  return env.Undefined();
+}
+
+struct Import {
+  uv_work_t req;
+  const Driver* driver;
+  double context;
+  int device;
+  std::string memHandle;
+  std::string eventHandle;
+  uint64_t offset;
+  CUdeviceptr dst;
+  size_t bytes;
+  CUstream stream;
+  CUresult result = CUDA_SUCCESS;
+  const char* call = "";
+  Napi::FunctionReference callback;
+  std::unique_ptr<Napi::AsyncContext> asyncContext;
+};
+
+void RunImport(uv_work_t* req) {
+  auto* op = static_cast<Import*>(req->data);
+  const Driver& d = *op->driver;
+  auto fail = [&](CUresult r, const char* call) {
+    op->result = r;
+    op->call = call;
+    return r != CUDA_SUCCESS;
+  };
+  if (fail(cuda::UseDevice(d, op->device), "cuCtxSetCurrent")) return;
+  CUdeviceptr base = 0;
+  {
+    std::lock_guard<std::mutex> lock(openedMutex);
+    OpenedKey key{op->context, op->device, op->memHandle};
+    auto it = opened.find(key);
+    if (it != opened.end()) {
+      base = it->second;
+    } else {
+      cuda::CUipcMemHandle h;
+      std::memcpy(h.reserved, op->memHandle.data(), kHandleBytes);
+      if (fail(d.cuIpcOpenMemHandle(&base, h, cuda::kIpcMemLazyEnablePeerAccess), "cuIpcOpenMemHandle")) return;
+      opened[key] = base;
+    }
+  }
+  cuda::CUipcEventHandle eh;
+  std::memcpy(eh.reserved, op->eventHandle.data(), kHandleBytes);
+  CUevent event = nullptr;
+  if (fail(d.cuIpcOpenEventHandle(&event, eh), "cuIpcOpenEventHandle")) return;
+  if (!fail(d.cuStreamWaitEvent(op->stream, event, 0), "cuStreamWaitEvent") &&
+      !fail(d.cuMemcpyDtoDAsync(op->dst, base + op->offset, op->bytes, op->stream), "cuMemcpyDtoDAsync")) {
+    fail(d.cuStreamSynchronize(op->stream), "cuStreamSynchronize");
+  }
+  d.cuEventDestroy(event);
+}
+
+void ImportDone(uv_work_t* req, int status) {
+  std::unique_ptr<Import> op(static_cast<Import*>(req->data));
+  Napi::Env env = op->callback.Env();
+  Napi::HandleScope scope(env);
+  napi_value arg = env.Null();
+  if (status < 0) arg = UvError(env, status, "cuda-ipc copy").Value();
+  else if (op->result != CUDA_SUCCESS) arg = CudaError(env, *op->driver, op->result, op->call).Value();
+  InvokeCallback(op->callback, *op->asyncContext, {arg});
+}
+
+// importCopy(context, device, memHandle, offset, eventHandle, dst: bigint,
+//            bytes, stream: bigint, callback(err)): waits on the peer's
+// event, then copies its tensor into dst; settles once the bytes are there.
+Napi::Value ImportCopy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  auto op = std::make_unique<Import>();
+  op->driver = &d;
+  op->context = info[0].As<Napi::Number>().DoubleValue();
+  op->device = info[1].As<Napi::Number>().Int32Value();
+  op->memHandle = HandleArg(info[2]);
+  op->offset = static_cast<uint64_t>(info[3].As<Napi::Number>().DoubleValue());
+  op->eventHandle = HandleArg(info[4]);
+  op->dst = static_cast<CUdeviceptr>(BigIntArg(info[5], "dst"));
+  op->bytes = static_cast<size_t>(info[6].As<Napi::Number>().DoubleValue());
+  op->stream = cuda::StreamArg(info[7]);
+  op->callback = Napi::Persistent(info[8].As<Napi::Function>());
+  op->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaIpc.copy");
+  op->req.data = op.get();
+  QueueWork(env, &op->req, RunImport, ImportDone);
+  op.release();
+  return env.Undefined();
+}
+
+// closeImported(context): closes what that channel context opened.
+Napi::Value CloseImported(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver* d = cuda::GetDriver(nullptr);
+  if (d == nullptr) return env.Undefined();
+  double context = info[0].As<Napi::Number>().DoubleValue();
+  std::lock_guard<std::mutex> lock(openedMutex);
+  for (auto it = opened.begin(); it != opened.end();) {
+    if (it->first.context != context) {
+      ++it;
+      continue;
+    }
+    if (cuda::UseDevice(*d, it->first.device) == CUDA_SUCCESS) d->cuIpcCloseMemHandle(it->second);
+    it = opened.erase(it);
+  }
+  return env.Undefined();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("deviceOfUuid", Napi::Function::New(env, DeviceOfUuid, "deviceOfUuid"));
+  exports.Set("canAccessPeer", Napi::Function::New(env, CanAccessPeer, "canAccessPeer"));
+  exports.Set("exportTensor", Napi::Function::New(env, ExportTensor, "exportTensor"));
+  exports.Set("releaseEvent", Napi::Function::New(env, ReleaseEvent, "releaseEvent"));
+  exports.Set("importCopy", Napi::Function::New(env, ImportCopy, "importCopy"));
+  exports.Set("closeImported", Napi::Function::New(env, CloseImported, "closeImported"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+static Napi::Object InitAddon(Napi::Env env, Napi::Object exports) { return tensorpipe_js::Init(env, exports); }
+
+NODE_API_MODULE(tensorpipe_cuda_ipc, InitAddon)

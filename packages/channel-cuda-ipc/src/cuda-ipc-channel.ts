@@ -1,0 +1,107 @@
+import {
+  type Channel,
+  type Connection,
+  type CudaBuffer,
+  ErrorCode,
+  type TensorBuffer,
+  TensorPipeError,
+  fromNativeError,
+  protocolError,
+} from "@tensorpipe/core";
+import { cudaTensor } from "@tensorpipe/cuda";
+import { IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest } from "./ipc-request.js";
+import type { NativeAddon } from "./native.js";
+
+/** The longest answer a receiver sends back (the text of what failed). */
+const MAX_ANSWER_BYTES = 4096;
+
+/**
+ * One end of a cuda-ipc channel. Sending a tensor sends its allocation's
+ * and an event's IPC handles over the channel's connection; the receiver
+ * copies straight from the sender's GPU memory into its own once the
+ * sender's stream has reached the event, then answers, and only then does
+ * the send settle (the sender may reuse its memory). Zero-length tensors
+ * cross nothing.
+ */
+export class CudaIpcChannel implements Channel {
+  private answers: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly connection: Connection,
+    private readonly addon: NativeAddon,
+    private readonly contextId: number,
+  ) {}
+
+  send(buffer: TensorBuffer, length: number): Promise<void> {
+    let exported: ReturnType<NativeAddon["exportTensor"]>;
+    let tensor: CudaBuffer;
+    try {
+      tensor = cudaTensor(buffer, length, "cuda-ipc");
+      if (length === 0) return Promise.resolve();
+      exported = this.addon.exportTensor(tensor.device.index, tensor.ptr, tensor.stream ?? 0n);
+    } catch (e) {
+      return Promise.reject(fromNativeError(e, "cuda-ipc export"));
+    }
+    const written = this.connection.write([encodeIpcRequest({ ...exported, length })]);
+    const answered = this.connection.read(MAX_ANSWER_BYTES);
+    return Promise.all([written, answered])
+      .then(([, answer]) => {
+        if (answer.byteLength > 0) {
+          throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${Buffer.from(answer).toString("utf8")}`);
+        }
+      })
+      .finally(() => {
+        try {
+          this.addon.releaseEvent(tensor.device.index, exported.event);
+        } catch {
+          // the context is gone with the driver's state: nothing left to free
+        }
+      });
+  }
+
+  recv(buffer: TensorBuffer, length: number): Promise<void> {
+    let tensor: CudaBuffer;
+    try {
+      tensor = cudaTensor(buffer, length, "cuda-ipc");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (length === 0) return Promise.resolve();
+    const request = this.connection.read(IPC_REQUEST_BYTES).then((bytes) => {
+      const r = decodeIpcRequest(bytes);
+      if (r.length !== length) throw protocolError(`cuda-ipc: peer sent a tensor of ${r.length} bytes for a receive of ${length}`);
+      return r;
+    });
+    const copied = request.then(
+      (r) =>
+        new Promise<void>((resolve, reject) => {
+          try {
+            this.addon.importCopy(this.contextId, tensor.device.index, r.memHandle, r.offset, r.eventHandle, tensor.ptr, length, tensor.stream ?? 0n, (err) =>
+              err ? reject(fromNativeError(err, "cuda-ipc copy")) : resolve(),
+            );
+          } catch (e) {
+            reject(fromNativeError(e, "cuda-ipc copy"));
+          }
+        }),
+    );
+    // Answers go back in the order the requests came, each once its copy is done.
+    const answer = async () => {
+      try {
+        await request;
+      } catch {
+        return;
+      }
+      const outcome = await copied.then(
+        () => new Uint8Array(0),
+        (e: Error) => new Uint8Array(Buffer.from(e.message.slice(0, MAX_ANSWER_BYTES / 4), "utf8")),
+      );
+      await this.connection.write([outcome]).catch(() => undefined);
+    };
+    this.answers = this.answers.then(answer);
+    return copied;
+  }
+
+  close(error?: Error): void {
+    this.connection.close(error);
+  }
+}

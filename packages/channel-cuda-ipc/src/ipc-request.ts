@@ -1,0 +1,38 @@
+import { protocolError } from "@tensorpipe/core";
+
+/**
+ * What the sender tells the receiver for each tensor, as one frame: the
+ * allocation's IPC handle (64 bytes), the event's IPC handle (64 bytes),
+ * the tensor's offset in the allocation and its length (u64 LE each).
+ * The receiver answers with a frame of its own once it has copied: empty,
+ * or the UTF-8 text of what failed.
+ */
+export const IPC_REQUEST_BYTES = 64 + 64 + 8 + 8;
+
+export interface IpcRequest {
+  memHandle: Uint8Array;
+  eventHandle: Uint8Array;
+  offset: number;
+  length: number;
+}
+
+export function encodeIpcRequest(r: IpcRequest): Uint8Array {
+  const out = new Uint8Array(IPC_REQUEST_BYTES);
+  out.set(r.memHandle, 0);
+  out.set(r.eventHandle, 64);
+  const view = new DataView(out.buffer);
+  view.setBigUint64(128, BigInt(r.offset), true);
+  view.setBigUint64(136, BigInt(r.length), true);
+  return out;
+}
+
+export function decodeIpcRequest(bytes: Uint8Array): IpcRequest {
+  if (bytes.byteLength !== IPC_REQUEST_BYTES) throw protocolError(`cuda-ipc request of ${bytes.byteLength} bytes, not ${IPC_REQUEST_BYTES}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const offset = view.getBigUint64(128, true);
+  const length = view.getBigUint64(136, true);
+  if (offset > BigInt(Number.MAX_SAFE_INTEGER) || length > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw protocolError("cuda-ipc request offset or length out of range");
+  }
+  return { memHandle: bytes.slice(0, 64), eventHandle: bytes.slice(64, 128), offset: Number(offset), length: Number(length) };
+}

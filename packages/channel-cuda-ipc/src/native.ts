@@ -1,0 +1,34 @@
+import { nativeAddonLoader } from "@tensorpipe/core";
+
+export interface ExportedTensor {
+  /** The IPC handle of the allocation that holds the tensor. */
+  memHandle: Uint8Array;
+  /** The tensor's offset in that allocation. */
+  offset: number;
+  /** An IPC event recorded after the work that produced the tensor. */
+  eventHandle: Uint8Array;
+  /** That event here, to release once the peer has copied. */
+  event: bigint;
+}
+
+/** The addon's surface, as native/addon.cc defines it. */
+export interface NativeAddon {
+  deviceOfUuid(uuid: string): number;
+  canAccessPeer(a: number, b: number): boolean;
+  exportTensor(device: number, ptr: bigint, stream: bigint): ExportedTensor;
+  releaseEvent(device: number, event: bigint): void;
+  importCopy(
+    context: number,
+    device: number,
+    memHandle: Uint8Array,
+    offset: number,
+    eventHandle: Uint8Array,
+    dst: bigint,
+    bytes: number,
+    stream: bigint,
+    callback: (err: Error | null) => void,
+  ): void;
+  closeImported(context: number): void;
+}
+
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_cuda_ipc");

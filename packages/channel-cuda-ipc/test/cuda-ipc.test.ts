@@ -1,0 +1,74 @@
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { Context, ErrorCode } from "@tensorpipe/core";
+import { hasPattern } from "@tensorpipe/core/testing";
+import { allocateCuda, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { describe, expect, it } from "vitest";
+import { CudaIpcChannelContext, IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest, registerCudaIpcChannel } from "../src/index.js";
+
+const viability = new CudaIpcChannelContext().isViable();
+const gpu = viability.viable;
+if (!gpu) console.log(`GPU tests skipped: ${viability.reason}`);
+const MiB = 1024 * 1024;
+
+describe("cuda-ipc channel anywhere", () => {
+  it("encodes a request as one fixed frame and refuses others", () => {
+    const r = { memHandle: new Uint8Array(64).fill(1), eventHandle: new Uint8Array(64).fill(2), offset: 4096, length: 12345 };
+    const bytes = encodeIpcRequest(r);
+    expect(bytes.byteLength).toBe(IPC_REQUEST_BYTES);
+    expect(decodeIpcRequest(bytes)).toEqual(r);
+    expect(() => decodeIpcRequest(bytes.subarray(1))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
+  });
+
+  it("never pairs GPUs of two machines, nor descriptors it cannot read, and never throws deciding", () => {
+    const c = new CudaIpcChannelContext();
+    expect(c.canCommunicateWithRemote("boot-a/00ff", "boot-b/00ff")).toBe(false);
+    expect(c.canCommunicateWithRemote("nonsense", "boot-a/00ff")).toBe(false);
+    expect(c.canCommunicateWithRemote("boot-a/not-a-gpu-here", "boot-a/not-a-gpu-either")).toBe(false);
+  });
+
+  it.skipIf(gpu)("is not viable without a GPU, says why, and advertises no device", () => {
+    const c = new CudaIpcChannelContext();
+    expect(c.isViable()).toEqual({ viable: false, reason: cudaViability().reason });
+    expect(c.deviceDescriptors()).toEqual([]);
+  });
+});
+
+describe.skipIf(!gpu)("cuda-ipc channel on a GPU", () => {
+  it("copies GPU tensors from another process straight into this one's GPU memory", async () => {
+    const context = new Context();
+    registerUvTransport(context);
+    registerCudaIpcChannel(context);
+    const listener = await context.listen("uv://127.0.0.1:0");
+    const sizes = [1, MiB + 3, 64 * MiB];
+    const child = spawn(process.execPath, [fileURLToPath(new URL("./fixtures/ipc-sender.mjs", import.meta.url)), listener.addresses()[0]!, sizes.join(",")], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d));
+    const pipe = await listener.accept();
+    const cuda0 = { type: "cuda", index: 0 } as const;
+    expect(pipe.channelFor(cuda0, cuda0)).toBe("cuda-ipc");
+    try {
+      for (let i = 0; i < sizes.length; i++) {
+        const d = await pipe.readDescriptor();
+        expect(d.tensors[0]).toMatchObject({ length: sizes[i], targetDevice: cuda0 });
+        const target = allocateCuda(sizes[i]! + 256);
+        try {
+          await pipe.read({ payloads: [], tensors: [{ buffer: cudaSlice(target, 256, sizes[i]!) }] });
+          const back = new Uint8Array(sizes[i]!);
+          await copyToHost(back, cudaSlice(target, 256, sizes[i]!));
+          expect(hasPattern(back, i + 1)).toBe(true);
+        } finally {
+          freeCuda(target);
+        }
+      }
+      await new Promise((r) => child.once("exit", r));
+      expect(JSON.parse(out)).toEqual({ channel: "cuda-ipc" });
+    } finally {
+      child.kill();
+      await context.close();
+    }
+  });
+});
