@@ -187,7 +187,8 @@ void LaneSet::SendLoop(Lane* lane) {
   }
 }
 
-bool LaneSet::ReadFull(Lane* lane, char* to, uint64_t length, int* status) {
+uint64_t LaneSet::ReadFull(Lane* lane, char* to, uint64_t length, int* status) {
+  const uint64_t wanted = length;
   size_t ahead = std::min<uint64_t>(length, lane->readAhead.size() - lane->readAheadUsed);
   if (ahead > 0) {
     std::memcpy(to, lane->readAhead.data() + lane->readAheadUsed, ahead);
@@ -208,9 +209,9 @@ bool LaneSet::ReadFull(Lane* lane, char* to, uint64_t length, int* status) {
     }
     if (n < 0 && errno == EINTR) continue;
     *status = n == 0 ? UV_EOF : uv_translate_sys_error(errno);
-    return false;
+    break;
   }
-  return true;
+  return wanted - length;
 }
 
 void LaneSet::RecvLoop(Lane* lane) {
@@ -219,10 +220,15 @@ void LaneSet::RecvLoop(Lane* lane) {
     int status = 0;
     // The header frame's length first: a peer that sent anything else may
     // send nothing more, and waiting for 40 bytes would hang.
-    bool framed = ReadFull(lane, header, 8, &status) &&
-                  (GetU64(header) != kHeaderSize || ReadFull(lane, header + 8, kWireHeaderSize - 8, &status));
+    uint64_t got = ReadFull(lane, header, 8, &status);
+    bool framed = got == 8 && (GetU64(header) != kHeaderSize ||
+                               ReadFull(lane, header + 8, kWireHeaderSize - 8, &status) == kWireHeaderSize - 8);
     if (!framed) {
       std::lock_guard<std::mutex> lock(mu_);
+      // A peer that is done closes every lane after its last chunk, and
+      // another lane may still hold chunks of a tensor: only once all have
+      // ended can nothing more arrive.
+      if (got == 0 && status == UV_EOF && ++lanesEnded_ < lanes_.size()) return;
       FailLocked({status, "recv", ""});
       return;
     }
@@ -253,7 +259,7 @@ void LaneSet::RecvLoop(Lane* lane) {
       }
       op = it->second;
     }
-    if (!ReadFull(lane, op->data + offset, length, &status)) {
+    if (ReadFull(lane, op->data + offset, length, &status) != length) {
       std::lock_guard<std::mutex> lock(mu_);
       FailLocked({status, "recv", ""});
       return;

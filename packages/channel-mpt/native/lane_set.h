@@ -62,9 +62,9 @@ class LaneSet : public Napi::ObjectWrap<LaneSet> {
   Op* Submit(const Napi::CallbackInfo& info, uint64_t seq);
   void SendLoop(Lane* lane);
   void RecvLoop(Lane* lane);
-  // Reads exactly `length` bytes (read-ahead first); false on EOF or error,
-  // with *status set (UV_EOF for EOF).
-  bool ReadFull(Lane* lane, char* to, uint64_t length, int* status);
+  // Reads `length` bytes (read-ahead first) and returns how many it read:
+  // fewer on EOF or error, with *status set (UV_EOF for EOF).
+  uint64_t ReadFull(Lane* lane, char* to, uint64_t length, int* status);
   // Under mu_.
   void CompleteLocked(Op* op);
   void FailLocked(Failure failure);
@@ -89,6 +89,8 @@ class LaneSet : public Napi::ObjectWrap<LaneSet> {
   std::deque<Op*> sends_;
   std::map<uint64_t, Op*> recvs_;
   uint64_t recvsPosted_ = 0;
+  // Lanes the peer closed between chunks.
+  size_t lanesEnded_ = 0;
   std::vector<double> done_;
   bool failed_ = false;
   bool failureDelivered_ = false;

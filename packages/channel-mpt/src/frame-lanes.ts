@@ -1,4 +1,4 @@
-import { type Connection, Deferred, type TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core";
+import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core";
 import type { BulkLanes } from "./bulk-lanes.js";
 import { CHUNK_HEADER_BYTES, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
 
@@ -34,6 +34,8 @@ export class FrameLanes implements BulkLanes {
   private readonly waiting = new Map<number, (() => void)[]>();
   private sendSeq = 0;
   private recvSeq = 0;
+  /** Lanes the peer closed between chunks. */
+  private lanesEnded = 0;
   private failure?: TensorPipeError;
 
   constructor(
@@ -98,7 +100,18 @@ export class FrameLanes implements BulkLanes {
 
   private async receiveOn(lane: Connection): Promise<void> {
     for (;;) {
-      const { seq, offset, length } = decodeChunkHeader(await lane.read(CHUNK_HEADER_BYTES));
+      let header: Uint8Array;
+      try {
+        header = await lane.read(CHUNK_HEADER_BYTES);
+      } catch (e) {
+        // A peer that is done closes every lane after its last chunk, and
+        // another lane may still hold chunks of a tensor: only once all
+        // have ended can nothing more arrive.
+        const ended = e instanceof TensorPipeError && e.code === ErrorCode.PEER_CLOSED;
+        if (ended && ++this.lanesEnded < this.lanes.length) return;
+        throw e;
+      }
+      const { seq, offset, length } = decodeChunkHeader(header);
       if (seq >= this.recvSeq + MAX_SEQ_AHEAD) throw protocolError(`mpt chunk for tensor #${seq}, far beyond any receive posted`);
       // A chunk may come before its tensor's receive is posted: this lane
       // waits (and the transport holds the sender back) until it is.

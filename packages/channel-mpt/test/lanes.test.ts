@@ -125,6 +125,20 @@ describe.each([
     await expect(b.send(new Uint8Array(8))).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_TP_/) });
   });
 
+
+  it("deliver what a peer sent before it closed, though its other lanes ended first", async () => {
+    const { here, there } = await connections(3);
+    const b = await lanes(there, threads);
+    // One tensor on the last lane; the peer then closes every lane, and the
+    // idle ones' ends reach this side before the receive is posted.
+    await here[2]!.write([encodeChunkHeader({ seq: 0, offset: 0, length: 1000 }), patterned(1000, 9)]);
+    for (const c of here) c.close();
+    await new Promise((r) => setTimeout(r, 100));
+    const target = new Uint8Array(1000);
+    await b.recv(target);
+    expect(hasPattern(target, 9)).toBe(true);
+    await expect(b.recv(new Uint8Array(8))).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
   it("reject what is pending with ERR_TP_CLOSED when closed here", async () => {
     const { here, there } = await connections(2);
     const [a, b] = [await lanes(here, threads), await lanes(there, threads)];
