@@ -1,0 +1,51 @@
+/**
+ * The other process of the GPU benchmark (bench-cuda.ts): listens with uv
+ * and the CUDA channels, prints its URL as one JSON line, and reads every
+ * message's GPU tensor into one reused allocation on GPU 0, answering each
+ * with an empty "ack" message, until stdin closes. A message whose metadata
+ * is "check:<byte>" is answered "ok" when the first and last KiB of its
+ * tensor hold that byte, else "bad".
+ */
+import { type Pipe, cudaBuffer } from "@tensorpipe/core";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerCudaBasicChannel } from "@tensorpipe/channel-cuda-basic";
+import { registerCudaIpcChannel } from "@tensorpipe/channel-cuda-ipc";
+import { allocateCuda, copyToHost, cudaSlice } from "@tensorpipe/cuda";
+import { Context } from "@tensorpipe/core";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+
+const capacity = Number(process.argv[2] ?? 256 << 20);
+const target = allocateCuda(capacity);
+const context = new Context();
+registerUvTransport(context);
+registerBasicChannel(context);
+registerCudaBasicChannel(context);
+registerCudaIpcChannel(context);
+const listener = await context.listen("uv://127.0.0.1:0");
+
+async function sink(pipe: Pipe): Promise<void> {
+  for (;;) {
+    const d = await pipe.readDescriptor();
+    await pipe.read({
+      payloads: [],
+      tensors: d.tensors.map((t) => ({ buffer: cudaBuffer(target.ptr, t.length, { device: target.device.index }) })),
+    });
+    let answer = "ack";
+    if (d.metadata.startsWith("check:")) {
+      const want = Number(d.metadata.slice(6));
+      const length = d.tensors[0]?.length ?? 0;
+      const ends = [new Uint8Array(Math.min(1024, length)), new Uint8Array(Math.min(1024, length))];
+      await copyToHost(ends[0]!, cudaSlice(target, 0, ends[0]!.length));
+      await copyToHost(ends[1]!, cudaSlice(target, length - ends[1]!.length, ends[1]!.length));
+      answer = length > 0 && ends.every((e) => e.every((b) => b === want)) ? "ok" : "bad";
+    }
+    void pipe.write({ metadata: answer }).catch(() => undefined);
+  }
+}
+
+void (async () => {
+  for await (const pipe of listener) sink(pipe).catch(() => pipe.close());
+})();
+console.log(JSON.stringify({ url: listener.addresses()[0] }));
+process.stdin.resume();
+process.stdin.on("end", () => void context.close().then(() => process.exit(0)));
