@@ -105,6 +105,26 @@ Napi::Value PointerDevice(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, r == CUDA_SUCCESS ? ordinal : -1);
 }
 
+// allocationOf(device, ptr) -> { base: bigint, size, bufferId: bigint }: the
+// allocation holding ptr, with the driver's process-wide id for it (a new
+// allocation at a freed one's address gets a new id).
+Napi::Value AllocationOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Driver& d = cuda::NeedDriver(env);
+  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  Check(env, d, d.cuMemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(BigIntArg(info[1], "ptr"))),
+        "cuMemGetAddressRange");
+  unsigned long long id = 0;
+  Check(env, d, d.cuPointerGetAttribute(&id, cuda::kPointerAttributeBufferId, base), "cuPointerGetAttribute");
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(base)));
+  out.Set("size", Napi::Number::New(env, static_cast<double>(size)));
+  out.Set("bufferId", Napi::BigInt::New(env, static_cast<uint64_t>(id)));
+  return out;
+}
+
 // streamCreate(device) -> bigint; streamDestroy(device, stream)
 Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -124,7 +144,7 @@ Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-enum class Kind { kHtoD, kDtoH, kDtoD, kFill };
+enum class Kind { kHtoD, kDtoH, kDtoD, kFill, kReady };
 
 struct Copy {
   uv_work_t req;
@@ -137,6 +157,8 @@ struct Copy {
   size_t bytes = 0;
   unsigned char value = 0;
   CUstream stream = nullptr;
+  // kReady: recorded on the stream when asked, so that later work is not waited for.
+  cuda::CUevent event = nullptr;
   CUresult result = CUDA_SUCCESS;
   const char* call = "";
   Napi::Reference<Napi::Value> keepHost;
@@ -150,6 +172,12 @@ void RunCopy(uv_work_t* req) {
   c->call = "cuCtxSetCurrent";
   c->result = cuda::UseDevice(d, c->device);
   if (c->result != CUDA_SUCCESS) return;
+  if (c->kind == Kind::kReady) {
+    c->call = "cuEventSynchronize";
+    c->result = d.cuEventSynchronize(c->event);
+    d.cuEventDestroy(c->event);
+    return;
+  }
   switch (c->kind) {
     case Kind::kHtoD:
       c->call = "cuMemcpyHtoDAsync";
@@ -167,6 +195,8 @@ void RunCopy(uv_work_t* req) {
       c->call = "cuMemsetD8Async";
       c->result = d.cuMemsetD8Async(c->devDst, c->value, c->bytes, c->stream);
       break;
+    case Kind::kReady:
+      break;
   }
   if (c->result != CUDA_SUCCESS) return;
   c->call = "cuStreamSynchronize";
@@ -182,9 +212,11 @@ void CopyDone(uv_work_t* req, int status) {
   InvokeCallback(c->callback, *c->asyncContext, {arg});
 }
 
-// copy(kind: "htod" | "dtoh" | "dtod" | "fill", device, dst, src, bytes,
-//      stream: bigint, callback(err)): dst and src are bigint device
-// pointers or host views as the kind says; for "fill", src is the byte.
+// copy(kind: "htod" | "dtoh" | "dtod" | "fill" | "ready", device, dst, src,
+//      bytes, stream: bigint, callback(err)): dst and src are bigint device
+// pointers or host views as the kind says; for "fill", src is the byte;
+// "ready" copies nothing and settles once the work queued on the stream
+// so far is done.
 Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const Driver& d = cuda::NeedDriver(env);
@@ -216,8 +248,17 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
     c->kind = Kind::kFill;
     c->devDst = BigIntArg(info[2], "dst");
     c->value = static_cast<unsigned char>(info[3].As<Napi::Number>().Uint32Value());
+  } else if (kind == "ready") {
+    c->kind = Kind::kReady;
+    Check(env, d, cuda::UseDevice(d, c->device), "cuCtxSetCurrent");
+    Check(env, d, d.cuEventCreate(&c->event, cuda::kEventDisableTiming), "cuEventCreate");
+    CUresult r = d.cuEventRecord(c->event, c->stream);
+    if (r != CUDA_SUCCESS) {
+      d.cuEventDestroy(c->event);
+      throw CudaError(env, d, r, "cuEventRecord");
+    }
   } else {
-    throw Napi::TypeError::New(env, "kind must be htod, dtoh, dtod or fill");
+    throw Napi::TypeError::New(env, "kind must be htod, dtoh, dtod, fill or ready");
   }
   c->callback = Napi::Persistent(info[6].As<Napi::Function>());
   c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
@@ -233,6 +274,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("free", Napi::Function::New(env, Free, "free"));
   exports.Set("allocHost", Napi::Function::New(env, AllocHost, "allocHost"));
   exports.Set("pointerDevice", Napi::Function::New(env, PointerDevice, "pointerDevice"));
+  exports.Set("allocationOf", Napi::Function::New(env, AllocationOf, "allocationOf"));
   exports.Set("streamCreate", Napi::Function::New(env, StreamCreate, "streamCreate"));
   exports.Set("streamDestroy", Napi::Function::New(env, StreamDestroy, "streamDestroy"));
   exports.Set("copy", Napi::Function::New(env, CopyAsync, "copy"));

@@ -17,9 +17,9 @@ import {
   fromNativeError,
   notViable,
 } from "@tensorpipe/core";
-import { type CudaDeviceInfo, type NativeAddon, loadAddon } from "./native.js";
+import { type CudaAllocation, type CudaDeviceInfo, type NativeAddon, loadAddon } from "./native.js";
 
-export type { CudaDeviceInfo } from "./native.js";
+export type { CudaAllocation, CudaDeviceInfo } from "./native.js";
 
 export interface CudaInfo {
   viability: Viability;
@@ -99,6 +99,26 @@ export function pointerDevice(ptr: bigint): number {
   return need().pointerDevice(ptr);
 }
 
+/** The allocation (base, size, the driver's id for it) that holds `buffer`'s memory. */
+export function allocationOf(buffer: CudaBuffer): CudaAllocation {
+  const addon = need();
+  return call("cuda allocation", () => addon.allocationOf(buffer.device.index, buffer.ptr));
+}
+
+/**
+ * Settles once the work queued so far on `stream` (default: the legacy
+ * default stream) of GPU `device` is done; work queued later is not waited for.
+ */
+export function streamReady(stream = 0n, device = 0): Promise<void> {
+  try {
+    need();
+    checkDevice(device);
+    return copy("ready", device, 0n, 0n, 0, stream);
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
 /** A stream on GPU `device` that does not wait for the legacy default stream. */
 export function createStream(device = 0): bigint {
   const addon = need();
@@ -117,7 +137,7 @@ export interface CopyOptions {
 }
 
 function copy(
-  kind: "htod" | "dtoh" | "dtod" | "fill",
+  kind: "htod" | "dtoh" | "dtod" | "fill" | "ready",
   device: number,
   dst: bigint | ArrayBufferView,
   src: bigint | ArrayBufferView | number,

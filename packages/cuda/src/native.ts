@@ -8,6 +8,14 @@ export interface CudaDeviceInfo {
   uuid: string;
 }
 
+/** The allocation holding a device pointer. */
+export interface CudaAllocation {
+  base: bigint;
+  size: number;
+  /** The driver's process-wide id of the allocation: a new one at a freed one's address gets a new id. */
+  bufferId: bigint;
+}
+
 /** The addon's surface, as native/addon.cc defines it. */
 export interface NativeAddon {
   probe(): { reason: string | null; driverVersion?: number; devices: CudaDeviceInfo[] };
@@ -15,10 +23,11 @@ export interface NativeAddon {
   free(device: number, ptr: bigint): void;
   allocHost(bytes: number): ArrayBuffer;
   pointerDevice(ptr: bigint): number;
+  allocationOf(device: number, ptr: bigint): CudaAllocation;
   streamCreate(device: number): bigint;
   streamDestroy(device: number, stream: bigint): void;
   copy(
-    kind: "htod" | "dtoh" | "dtod" | "fill",
+    kind: "htod" | "dtoh" | "dtod" | "fill" | "ready",
     device: number,
     dst: bigint | ArrayBufferView,
     src: bigint | ArrayBufferView | number,

@@ -1,8 +1,9 @@
-import { ErrorCode } from "@tensorpipe/core";
+import { ErrorCode, cudaBuffer } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { describe, expect, it } from "vitest";
 import {
   allocateCuda,
+  allocationOf,
   copyOnDevice,
   copyToDevice,
   copyToHost,
@@ -15,6 +16,7 @@ import {
   freeCuda,
   pinnedHostBuffer,
   pointerDevice,
+  streamReady,
 } from "../src/index.js";
 
 const viability = cudaViability();
@@ -28,9 +30,11 @@ describe("cuda helper without a GPU", () => {
     // This machine has the toolkit but no driver: the addon loaded and dlopen said why.
     expect(viability.reason).toMatch(/no CUDA driver: libcuda\.so\.1|the CUDA driver sees no GPU|did not start/);
     expect(cudaInfo().devices).toEqual([]);
-    for (const f of [() => allocateCuda(16), () => pinnedHostBuffer(16), () => createStream(0), () => pointerDevice(1n)]) {
+    const fake = cudaBuffer(1n << 40n, 16);
+    for (const f of [() => allocateCuda(16), () => pinnedHostBuffer(16), () => createStream(0), () => pointerDevice(1n), () => allocationOf(fake)]) {
       expect(f).toThrow(expect.objectContaining({ code: ErrorCode.NOT_VIABLE, message: expect.stringContaining(viability.reason!) }));
     }
+    return expect(streamReady()).rejects.toMatchObject({ code: ErrorCode.NOT_VIABLE });
   });
 });
 
@@ -61,6 +65,37 @@ describe.skipIf(!gpu)("cuda helper on a GPU", () => {
       destroyStream(stream);
       freeCuda(a);
       freeCuda(b);
+    }
+  });
+
+  it("names the allocation behind a pointer, with an id a new allocation does not reuse", () => {
+    const a = allocateCuda(3 * MiB);
+    const first = allocationOf(cudaSlice(a, MiB, 16));
+    freeCuda(a);
+    const b = allocateCuda(3 * MiB);
+    try {
+      expect(first).toMatchObject({ base: a.ptr, size: expect.any(Number) });
+      expect(first.size).toBeGreaterThanOrEqual(3 * MiB);
+      expect(allocationOf(b).bufferId).not.toBe(first.bufferId);
+      expect(() => allocationOf(cudaBuffer(12345n, 1))).toThrow(expect.objectContaining({ code: ErrorCode.SYSTEM }));
+    } finally {
+      freeCuda(b);
+    }
+  });
+
+  it("waits for the work queued on a stream so far", async () => {
+    const stream = createStream(0);
+    const a = allocateCuda(64 * MiB);
+    try {
+      const filled = fillDevice(a, 5, 64 * MiB, { stream });
+      await streamReady(stream);
+      const back = new Uint8Array(16);
+      await copyToHost(back, cudaSlice(a, 64 * MiB - 16, 16), { stream });
+      expect([...back]).toEqual(Array(16).fill(5));
+      await filled;
+    } finally {
+      destroyStream(stream);
+      freeCuda(a);
     }
   });
 

@@ -36,6 +36,7 @@ constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kEventInterprocess = 0x4;
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;
 // CUpointer_attribute values.
+constexpr int kPointerAttributeBufferId = 7;
 constexpr int kPointerAttributeDeviceOrdinal = 9;
 
 struct Driver {
