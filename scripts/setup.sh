@@ -17,5 +17,12 @@ if [[ $(id -u) == 0 ]] && ! command -v nft >/dev/null 2>&1 && command -v apt-get
   (apt-get install -y -qq nftables >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nftables >/dev/null 2>&1)) ||
     echo "setup: nftables not installed; multi-host tests will run without packet loss" >&2
 fi
+# channel-cuda-gdr compiles against rdma-core's <infiniband/verbs.h> (the
+# library itself is loaded at run time); without it its addon builds but
+# reports that it was built without it.
+if [[ ! -e /usr/include/infiniband/verbs.h ]] && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libibverbs-dev >/dev/null 2>&1)) ||
+    echo "setup: libibverbs-dev not installed; cuda-gdr will say it was built without <infiniband/verbs.h>" >&2
+fi
 pnpm install --frozen-lockfile --reporter=append-only
 pnpm build

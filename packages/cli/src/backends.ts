@@ -49,6 +49,14 @@ export const BACKENDS: readonly BackendSpec[] = [
   },
   {
     kind: "channel",
+    name: "cuda-gdr",
+    packageName: "@tensorpipe/channel-cuda-gdr",
+    priority: 150,
+    memory: "cuda",
+    create: (m) => new m.CudaGdrChannelContext(),
+  },
+  {
+    kind: "channel",
     name: "cuda-basic",
     packageName: "@tensorpipe/channel-cuda-basic",
     priority: 100,

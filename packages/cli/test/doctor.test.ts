@@ -51,6 +51,7 @@ describe("tensorpipe doctor", () => {
     expect(stdout.trim().split("\n")).toEqual(formatDoctor(report));
     expect(stdout).toMatch(/^ {2}uv {10}viable {9}@tensorpipe\/transport-uv@0\.1\.0$/m);
     expect(stdout).toMatch(/^ {2}cuda-basic {2}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-basic@0\.1\.0$/m);
+    expect(stdout).toMatch(/^ {2}cuda-gdr {4}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-gdr@0\.1\.0$/m);
     const json = JSON.parse((await run(process.execPath, [main, "doctor", "--json"])).stdout) as DoctorReport;
     expect(json.backends).toEqual(report.backends);
     expect(json.usable).toBe(true);

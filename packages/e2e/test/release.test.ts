@@ -23,6 +23,7 @@ const PUBLISHED = [
   "cuda",
   "channel-cuda-basic",
   "channel-cuda-ipc",
+  "channel-cuda-gdr",
   "rendezvous",
   "cli",
 ];
@@ -33,6 +34,7 @@ const NATIVE: Record<string, string> = {
   "channel-mpt": "tensorpipe_mpt",
   cuda: "tensorpipe_cuda",
   "channel-cuda-ipc": "tensorpipe_cuda_ipc",
+  "channel-cuda-gdr": "tensorpipe_cuda_gdr",
 };
 
 function npmCli(): string {
@@ -141,8 +143,10 @@ console.log(JSON.stringify({ results, threadsUnavailable }));
     ) as { backends: { name: string; installed: boolean; viable: boolean; reason?: string }[] };
     for (const b of doctor.backends) {
       expect(b, b.name).toMatchObject({ installed: true });
-      // A GPU channel on a machine without one says so; everything else works.
-      if (b.name.startsWith("cuda-") && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
+      // A GPU channel on a machine without one says so (its prebuilt addon
+      // loaded and probed: no "did not load"); everything else works.
+      if (b.name === "cuda-gdr" && !b.viable) expect(b.reason).toMatch(/^no RDMA: |no InfiniBand or RoCE device|no RDMA device has an active port|no CUDA driver|no GPU|nvidia-peermem/);
+      else if (b.name.startsWith("cuda-") && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
       else expect(b, b.name).toMatchObject({ viable: true });
     }
   }, 120_000);

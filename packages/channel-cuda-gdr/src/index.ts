@@ -1,0 +1,149 @@
+import { existsSync } from "node:fs";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  type Context,
+  type DeviceDescriptor,
+  type Viability,
+  VIABLE,
+  notViable,
+} from "@tensorpipe/core";
+import { cudaInfo } from "@tensorpipe/cuda";
+import { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
+import { type ProbedDevice, loadAddon } from "./native.js";
+import { Nic } from "./nic.js";
+import { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity.js";
+
+export { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
+export { Nic, QueuePair, QUEUE_DEPTH } from "./nic.js";
+export { RegistrationCache, type Allocation, type HeldRegistration, type Registrar } from "./registration-cache.js";
+export { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity.js";
+export * from "./wire.js";
+export type { NicAddress, ProbedDevice, ProbedPort } from "./native.js";
+
+export interface CudaGdrChannelOptions {
+  /** RDMA devices to use, by name ("mlx5_0"); default: every one with an active port. */
+  devices?: readonly string[];
+  /** GID table entry to address ports by (RoCE needs the right one; default 0). */
+  gidIndex?: number;
+}
+
+/** A port the channel can use: the device's first active one. */
+interface UsablePort {
+  device: string;
+  port: number;
+  linkLayer: string;
+}
+
+/** Where the kernel modules that let RDMA devices reach GPU memory show up. */
+const PEER_MEMORY_MODULES = ["/sys/module/nvidia_peermem", "/sys/module/nv_peer_mem"];
+
+/**
+ * Lists the RDMA ports this process can use, or says why there are none:
+ * no libibverbs, no RDMA in the kernel, no device, no active port.
+ */
+export function rdmaPorts(options: Pick<CudaGdrChannelOptions, "devices"> = {}): { ports: UsablePort[]; reason?: string; devices: ProbedDevice[] } {
+  const { addon, error } = loadAddon();
+  if (!addon) return { ports: [], reason: `the cuda-gdr addon did not load: ${error?.message}`, devices: [] };
+  const probed = addon.probe();
+  if (probed.reason) return { ports: [], reason: `no RDMA: ${probed.reason}`, devices: [] };
+  const wanted = options.devices ? probed.devices.filter((d) => options.devices!.includes(d.name)) : probed.devices;
+  if (probed.devices.length === 0) return { ports: [], reason: "no InfiniBand or RoCE device here (ibv_get_device_list found none)", devices: [] };
+  const missing = options.devices?.filter((name) => !probed.devices.some((d) => d.name === name)) ?? [];
+  if (missing.length > 0) return { ports: [], reason: `no RDMA device named ${missing.join(", ")} (here: ${probed.devices.map((d) => d.name).join(", ")})`, devices: probed.devices };
+  const ports = wanted.flatMap((d) => {
+    const active = d.ports.find((p) => p.state === "active");
+    return active ? [{ device: d.name, port: active.port, linkLayer: active.linkLayer }] : [];
+  });
+  if (ports.length === 0) {
+    const states = wanted.map((d) => (d.error ? `${d.name}: ${d.error}` : `${d.name}: ${d.ports.map((p) => `port ${p.port} ${p.state}`).join(", ") || "no port"}`));
+    return { ports, reason: `no RDMA device has an active port (${states.join("; ")})`, devices: probed.devices };
+  }
+  return { ports, devices: probed.devices };
+}
+
+/**
+ * GPU tensors between machines over InfiniBand or RoCE, sent from and
+ * received into GPU memory by the NICs themselves (GPUDirect RDMA): no
+ * copy through the host. Each GPU uses the NIC closest to it on the PCI
+ * tree; one reliable-connection queue pair per pair of NICs per channel.
+ */
+export class CudaGdrChannelContext implements ChannelContext {
+  private opened?: NicSet & { close(): void };
+
+  constructor(private readonly options: CudaGdrChannelOptions = {}) {}
+
+  isViable(): Viability {
+    const { ports, reason } = rdmaPorts(this.options);
+    if (ports.length === 0) return notViable(reason!);
+    const cuda = cudaInfo();
+    if (!cuda.viability.viable) return cuda.viability;
+    if (cuda.devices.length === 0) return notViable("the CUDA driver sees no GPU");
+    if (!PEER_MEMORY_MODULES.some((m) => existsSync(m))) {
+      return notViable("RDMA devices cannot reach GPU memory: the nvidia-peermem kernel module is not loaded (modprobe nvidia-peermem)");
+    }
+    return VIABLE;
+  }
+
+  /** Every GPU, described by the link layer of its NIC: InfiniBand and RoCE ends never pair. */
+  deviceDescriptors(): readonly DeviceDescriptor[] {
+    if (!this.isViable().viable) return [];
+    const { ports } = rdmaPorts(this.options);
+    const gpus = cudaInfo().devices;
+    const nicOf = closestNics(
+      gpus.map((g) => pciPathOfBusId(g.pciBusId)),
+      ports.map((p) => pciPathOfRdmaDevice(p.device)),
+    );
+    return gpus.map((g, i) => ({ device: { type: "cuda", index: g.index }, descriptor: `cuda-gdr/${ports[nicOf[i]!]!.linkLayer}` }));
+  }
+
+  /** Descriptors of tensors, then ready-to-receive answers (and the handshake). */
+  numConnectionsNeeded(): number {
+    return 2;
+  }
+
+  canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
+    return localDescriptor === remoteDescriptor;
+  }
+
+  createChannel(connections: readonly Connection[]): Channel {
+    return new CudaGdrChannel(connections[0]!, connections[1]!, this.nics());
+  }
+
+  /** The NICs the GPUs use, opened at the first channel and shared by all. */
+  private nics(): NicSet {
+    if (this.opened) return this.opened;
+    const addon = loadAddon().addon!;
+    const { ports } = rdmaPorts(this.options);
+    const gpus = cudaInfo().devices;
+    const closest = closestNics(
+      gpus.map((g) => pciPathOfBusId(g.pciBusId)),
+      ports.map((p) => pciPathOfRdmaDevice(p.device)),
+    );
+    // Only the NICs some GPU is closest to, as upstream does.
+    const used = [...new Set(closest)];
+    const nics = used.map((i) => new Nic(addon, ports[i]!.device, ports[i]!.port, this.options.gidIndex ?? 0));
+    const gpuToNic = new Map(gpus.map((g, i) => [g.index, used.indexOf(closest[i]!)]));
+    this.opened = {
+      nics,
+      nicOfGpu: (device) => gpuToNic.get(device) ?? 0,
+      close: () => nics.forEach((n) => n.close()),
+    };
+    return this.opened;
+  }
+
+  async close(): Promise<void> {
+    this.opened?.close();
+    this.opened = undefined;
+  }
+}
+
+/** Above cuda-basic (staged through the host), below cuda-ipc (one machine). */
+export const CUDA_GDR_PRIORITY = 150;
+
+export function registerCudaGdrChannel(context: Context, options?: CudaGdrChannelOptions, priority = CUDA_GDR_PRIORITY): CudaGdrChannelContext {
+  const channel = new CudaGdrChannelContext(options);
+  context.registerChannel(priority, "cuda-gdr", channel);
+  return channel;
+}

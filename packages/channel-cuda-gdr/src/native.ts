@@ -1,0 +1,52 @@
+import { nativeAddonLoader } from "@tensorpipe/core";
+
+export interface ProbedPort {
+  port: number;
+  state: string;
+  linkLayer: string;
+  lid: number;
+  activeMtu: number;
+  maxMsgSize: number;
+}
+
+export interface ProbedDevice {
+  name: string;
+  ports: ProbedPort[];
+  /** Why the device could not be opened, if it could not. */
+  error?: string;
+}
+
+/** One opened device port's address, what the peer needs to reach a queue pair on it. */
+export interface NicAddress {
+  port: number;
+  gidIndex: number;
+  lid: number;
+  gid: Uint8Array;
+  /** ibv_mtu enum value (1 = 256 bytes ... 5 = 4096). */
+  mtu: number;
+  maxMsgSize: number;
+  linkLayer: string;
+}
+
+/** native/addon.cc's IbvNic: one RDMA device port, its protection domain and completion queue. */
+export interface NativeNic {
+  address(): NicAddress;
+  createQueuePair(maxSends: number, maxRecvs: number): { id: number; qpn: number };
+  connectQueuePair(id: number, remote: { lid: number; gid: Uint8Array; qpn: number; mtu: number }): void;
+  destroyQueuePair(id: number): void;
+  registerMemory(ptr: bigint, length: number): { id: number; lkey: number };
+  deregisterMemory(id: number): void;
+  postSend(qp: number, ptr: bigint, length: number, lkey: number, wrId: number): void;
+  postRecv(qp: number, ptr: bigint, length: number, lkey: number, wrId: number): void;
+  statusText(status: number): string;
+  close(): void;
+}
+
+/** The addon's surface, as native/addon.cc defines it. */
+export interface NativeAddon {
+  probe(): { reason: string | null; devices: ProbedDevice[] };
+  /** Absent where the addon was built without <infiniband/verbs.h>. */
+  IbvNic?: new (device: string, port: number, gidIndex: number, onCompletions: (wrIds: number[], statuses: number[]) => void) => NativeNic;
+}
+
+export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_cuda_gdr");
