@@ -106,8 +106,9 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Work requests outstanding on the completion queue at most (the channel
-// keeps each queue pair's within its share).
+// Completions the queue holds: every queue pair on the NIC shares it, each
+// with up to 64 sends and 64 receives outstanding (nic.ts), so 32 queue
+// pairs at full depth fill it.
 constexpr int kCompletionQueueSize = 4096;
 constexpr int kPolledAtOnce = 64;
 

@@ -9,7 +9,7 @@ import {
   VIABLE,
   notViable,
 } from "@tensorpipe/core";
-import { cudaInfo } from "@tensorpipe/cuda";
+import { type CudaDeviceInfo, cudaInfo } from "@tensorpipe/cuda";
 import { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
 import { type ProbedDevice, loadAddon } from "./native.js";
 import { Nic } from "./nic.js";
@@ -63,6 +63,16 @@ export function rdmaPorts(options: Pick<CudaGdrChannelOptions, "devices"> = {}):
   return { ports, devices: probed.devices };
 }
 
+/** The GPUs, and for each the index in `ports` of the NIC closest to it. */
+function placement(ports: readonly UsablePort[]): { gpus: CudaDeviceInfo[]; closest: number[] } {
+  const gpus = cudaInfo().devices;
+  const closest = closestNics(
+    gpus.map((g) => pciPathOfBusId(g.pciBusId)),
+    ports.map((p) => pciPathOfRdmaDevice(p.device)),
+  );
+  return { gpus, closest };
+}
+
 /**
  * GPU tensors between machines over InfiniBand or RoCE, sent from and
  * received into GPU memory by the NICs themselves (GPUDirect RDMA): no
@@ -75,27 +85,31 @@ export class CudaGdrChannelContext implements ChannelContext {
   constructor(private readonly options: CudaGdrChannelOptions = {}) {}
 
   isViable(): Viability {
-    const { ports, reason } = rdmaPorts(this.options);
-    if (ports.length === 0) return notViable(reason!);
-    const cuda = cudaInfo();
-    if (!cuda.viability.viable) return cuda.viability;
-    if (cuda.devices.length === 0) return notViable("the CUDA driver sees no GPU");
-    if (!PEER_MEMORY_MODULES.some((m) => existsSync(m))) {
-      return notViable("RDMA devices cannot reach GPU memory: the nvidia-peermem kernel module is not loaded (modprobe nvidia-peermem)");
-    }
-    return VIABLE;
+    return this.survey().viability;
   }
 
   /** Every GPU, described by the link layer of its NIC: InfiniBand and RoCE ends never pair. */
   deviceDescriptors(): readonly DeviceDescriptor[] {
-    if (!this.isViable().viable) return [];
-    const { ports } = rdmaPorts(this.options);
-    const gpus = cudaInfo().devices;
-    const nicOf = closestNics(
-      gpus.map((g) => pciPathOfBusId(g.pciBusId)),
-      ports.map((p) => pciPathOfRdmaDevice(p.device)),
-    );
-    return gpus.map((g, i) => ({ device: { type: "cuda", index: g.index }, descriptor: `cuda-gdr/${ports[nicOf[i]!]!.linkLayer}` }));
+    const { viability, ports } = this.survey();
+    if (!viability.viable) return [];
+    const { gpus, closest } = placement(ports);
+    return gpus.map((g, i) => ({ device: { type: "cuda", index: g.index }, descriptor: `cuda-gdr/${ports[closest[i]!]!.linkLayer}` }));
+  }
+
+  /** Whether the channel can work here, with the ports it would use: one probe of the devices. */
+  private survey(): { viability: Viability; ports: UsablePort[] } {
+    const { ports, reason } = rdmaPorts(this.options);
+    if (ports.length === 0) return { viability: notViable(reason!), ports };
+    const cuda = cudaInfo();
+    if (!cuda.viability.viable) return { viability: cuda.viability, ports };
+    if (cuda.devices.length === 0) return { viability: notViable("the CUDA driver sees no GPU"), ports };
+    if (!PEER_MEMORY_MODULES.some((m) => existsSync(m))) {
+      return {
+        viability: notViable("RDMA devices cannot reach GPU memory: the nvidia-peermem kernel module is not loaded (modprobe nvidia-peermem)"),
+        ports,
+      };
+    }
+    return { viability: VIABLE, ports };
   }
 
   /** Descriptors of tensors, then ready-to-receive answers (and the handshake). */
@@ -116,11 +130,7 @@ export class CudaGdrChannelContext implements ChannelContext {
     if (this.opened) return this.opened;
     const addon = loadAddon().addon!;
     const { ports } = rdmaPorts(this.options);
-    const gpus = cudaInfo().devices;
-    const closest = closestNics(
-      gpus.map((g) => pciPathOfBusId(g.pciBusId)),
-      ports.map((p) => pciPathOfRdmaDevice(p.device)),
-    );
+    const { gpus, closest } = placement(ports);
     // Only the NICs some GPU is closest to, as upstream does.
     const used = [...new Set(closest)];
     const nics = used.map((i) => new Nic(addon, ports[i]!.device, ports[i]!.port, this.options.gidIndex ?? 0));

@@ -125,7 +125,6 @@ describe.each([
     await expect(b.send(new Uint8Array(8))).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_TP_/) });
   });
 
-
   it("deliver what a peer sent before it closed, though its other lanes ended first", async () => {
     const { here, there } = await connections(3);
     const b = await lanes(there, threads);
@@ -139,6 +138,7 @@ describe.each([
     expect(hasPattern(target, 9)).toBe(true);
     await expect(b.recv(new Uint8Array(8))).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
   });
+
   it("reject what is pending with ERR_TP_CLOSED when closed here", async () => {
     const { here, there } = await connections(2);
     const [a, b] = [await lanes(here, threads), await lanes(there, threads)];

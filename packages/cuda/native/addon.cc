@@ -172,12 +172,6 @@ void RunCopy(uv_work_t* req) {
   c->call = "cuCtxSetCurrent";
   c->result = cuda::UseDevice(d, c->device);
   if (c->result != CUDA_SUCCESS) return;
-  if (c->kind == Kind::kReady) {
-    c->call = "cuEventSynchronize";
-    c->result = d.cuEventSynchronize(c->event);
-    d.cuEventDestroy(c->event);
-    return;
-  }
   switch (c->kind) {
     case Kind::kHtoD:
       c->call = "cuMemcpyHtoDAsync";
@@ -196,7 +190,11 @@ void RunCopy(uv_work_t* req) {
       c->result = d.cuMemsetD8Async(c->devDst, c->value, c->bytes, c->stream);
       break;
     case Kind::kReady:
-      break;
+      // Nothing to copy: the event recorded when asked is the wait.
+      c->call = "cuEventSynchronize";
+      c->result = d.cuEventSynchronize(c->event);
+      d.cuEventDestroy(c->event);
+      return;
   }
   if (c->result != CUDA_SUCCESS) return;
   c->call = "cuStreamSynchronize";
