@@ -20,7 +20,17 @@ const timeout = process.argv.includes("--timeout") ? Number(process.argv[process
 const ops = timeout === undefined ? undefined : { timeout };
 
 async function serve(pipe: Pipe): Promise<void> {
-  let sinkBuffer = new Uint8Array(0);
+  // A failed read in flight and the readDescriptor after it both see the end.
+  let over = false;
+  const end = (e: unknown) => {
+    if (!over) ended(e);
+    over = true;
+  };
+  // Sink messages land in two buffers in turn, the next read posted while
+  // the one before is still landing, as a streaming consumer double-buffers;
+  // a buffer is taken again once the read that used it is done.
+  const sinks = [0, 1].map(() => ({ buffer: new Uint8Array(0), read: Promise.resolve() }));
+  let turn = 0;
   const buffers = new Map<string, Uint8Array>();
   const reusable = (slot: string, length: number) => {
     let b = buffers.get(slot);
@@ -32,23 +42,23 @@ async function serve(pipe: Pipe): Promise<void> {
     try {
       d = await pipe.readDescriptor(ops);
     } catch (e) {
-      ended(e);
+      end(e);
       return;
     }
     if (d.metadata === "sink") {
+      const sink = sinks[(turn = 1 - turn)]!;
+      await sink.read;
+      if (over) return;
       const need = d.tensors.reduce((n, t) => Math.max(n, t.length), 0);
-      if (sinkBuffer.length < need) sinkBuffer = new Uint8Array(need);
+      if (sink.buffer.length < need) sink.buffer = new Uint8Array(need);
       const allocation: Allocation = {
         payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
-        tensors: d.tensors.map((t) => ({ buffer: sinkBuffer.subarray(0, t.length) })),
+        tensors: d.tensors.map((t) => ({ buffer: sink.buffer.subarray(0, t.length) })),
       };
-      try {
-        await pipe.read(allocation, ops);
-      } catch (e) {
-        ended(e);
-        return;
-      }
-      void pipe.write({ metadata: "ack" }, ops).catch(() => undefined);
+      sink.read = pipe.read(allocation, ops).then(
+        () => void pipe.write({ metadata: "ack" }, ops).catch(() => undefined),
+        end,
+      );
       continue;
     }
     // Each echo is written back before the next read: its memory can be reused.
@@ -68,7 +78,7 @@ async function serve(pipe: Pipe): Promise<void> {
         })),
       }, ops);
     } catch (e) {
-      ended(e);
+      end(e);
       return;
     }
   }
