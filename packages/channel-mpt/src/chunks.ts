@@ -2,13 +2,17 @@
  * The mpt wire format on a bulk lane: each chunk of a tensor is two frames
  * of the transport, a 24-byte header (the tensor's sequence number among
  * the bulk tensors sent this way, the chunk's offset and length, each a
- * little-endian u64) and then the chunk's bytes. Senders cut tensors as
- * they like and lanes take chunks as they come free; the receiver places
- * each chunk by its header. native/lane_set.cc writes the same bytes.
+ * little-endian u64) with up to 63 bytes of padding after it, and then the
+ * chunk's bytes. Senders cut tensors as they like and lanes take chunks as
+ * they come free; the receiver places each chunk by its header and skips
+ * the padding, which native/lane_set.cc adds so that the chunk's bytes
+ * line up with the sender's memory.
  */
 import { protocolError } from "@tensorpipe/core";
 
 export const CHUNK_HEADER_BYTES = 24;
+/** The most padding a chunk header frame may carry after its 24 bytes. */
+export const MAX_HEADER_PAD = 63;
 /** Chunks are never smaller: a header and a wake-up per chunk. */
 export const MIN_CHUNK = 256 * 1024;
 /** A chunk for a tensor this far beyond the receives posted is the peer's error. */
@@ -30,7 +34,9 @@ export function encodeChunkHeader(h: ChunkHeader): Uint8Array {
 }
 
 export function decodeChunkHeader(bytes: Uint8Array): ChunkHeader {
-  if (bytes.byteLength !== CHUNK_HEADER_BYTES) throw protocolError(`mpt chunk header of ${bytes.byteLength} bytes, not ${CHUNK_HEADER_BYTES}`);
+  if (bytes.byteLength < CHUNK_HEADER_BYTES || bytes.byteLength > CHUNK_HEADER_BYTES + MAX_HEADER_PAD) {
+    throw protocolError(`mpt chunk header of ${bytes.byteLength} bytes, not ${CHUNK_HEADER_BYTES} to ${CHUNK_HEADER_BYTES + MAX_HEADER_PAD}`);
+  }
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const get = (at: number) => {
     const v = view.getBigUint64(at, true);

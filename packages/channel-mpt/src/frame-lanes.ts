@@ -1,6 +1,6 @@
 import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core";
 import type { BulkLanes } from "./bulk-lanes.js";
-import { CHUNK_HEADER_BYTES, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
+import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
 
 interface SendOp {
   seq: number;
@@ -102,7 +102,7 @@ export class FrameLanes implements BulkLanes {
     for (;;) {
       let header: Uint8Array;
       try {
-        header = await lane.read(CHUNK_HEADER_BYTES);
+        header = await lane.read(CHUNK_HEADER_BYTES + MAX_HEADER_PAD);
       } catch (e) {
         // A peer that is done closes every lane after its last chunk, and
         // another lane may still hold chunks of a tensor: only once all

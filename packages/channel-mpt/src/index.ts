@@ -13,8 +13,8 @@ import { MptChannel } from "./mpt-channel.js";
 import { loadAddon } from "./native.js";
 
 export { MptChannel } from "./mpt-channel.js";
-export type { BulkLanes } from "./bulk-lanes.js";
-export { CHUNK_HEADER_BYTES, chunkSize, decodeChunkHeader, encodeChunkHeader, type ChunkHeader } from "./chunks.js";
+export { type BulkLanes, defaultUnsentLimit } from "./bulk-lanes.js";
+export { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, chunkSize, decodeChunkHeader, encodeChunkHeader, type ChunkHeader } from "./chunks.js";
 
 export interface MptChannelOptions {
   /**
@@ -26,6 +26,12 @@ export interface MptChannelOptions {
   minSplit?: number;
   /** The largest chunk a lane takes at once (default 4 MiB). */
   maxChunk?: number;
+  /**
+   * Unsent bytes each threaded lane's socket may queue (TCP_NOTSENT_LOWAT;
+   * 0: the kernel's default). Default 64 KiB over loopback where the lanes
+   * outnumber the cores, else 0 (see defaultUnsentLimit).
+   */
+  maxUnsentBytes?: number;
   /**
    * Run the bulk lanes on their own threads where the transport hands its
    * sockets over (uv) and the addon loads (default true); else they run
@@ -45,12 +51,14 @@ export class MptChannelContext implements ChannelContext {
   private readonly minSplit: number;
   private readonly maxChunk: number;
   private readonly threads: boolean;
+  private readonly maxUnsentBytes?: number;
 
   constructor(options: MptChannelOptions = {}) {
     this.lanes = Math.max(1, Math.floor(options.lanes ?? Math.min(8, Math.max(4, availableParallelism()))));
     this.minSplit = Math.max(0, Math.floor(options.minSplit ?? 1024 * 1024));
     this.maxChunk = options.maxChunk ?? 4 * 1024 * 1024;
     this.threads = options.threads ?? true;
+    this.maxUnsentBytes = options.maxUnsentBytes === undefined ? undefined : Math.max(0, Math.floor(options.maxUnsentBytes));
   }
 
   isViable(): Viability {
@@ -83,7 +91,7 @@ export class MptChannelContext implements ChannelContext {
   }
 
   createChannel(connections: readonly Connection[]): Channel {
-    return new MptChannel(connections, this.minSplit, this.maxChunk, this.threads);
+    return new MptChannel(connections, this.minSplit, this.maxChunk, this.threads, this.maxUnsentBytes);
   }
 
   async close(): Promise<void> {}

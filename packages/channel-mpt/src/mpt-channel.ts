@@ -12,10 +12,16 @@ export class MptChannel implements Channel {
   private readonly bulk?: Promise<BulkLanes>;
   private closed = false;
 
-  constructor(connections: readonly Connection[], private readonly minSplit: number, maxChunk: number, threads: boolean) {
+  constructor(
+    connections: readonly Connection[],
+    private readonly minSplit: number,
+    maxChunk: number,
+    threads: boolean,
+    unsentLimit?: number,
+  ) {
     this.small = connections[0]!;
     if (connections.length > 1) {
-      this.bulk = openBulkLanes(connections.slice(1), maxChunk, threads);
+      this.bulk = openBulkLanes(connections.slice(1), maxChunk, threads, unsentLimit);
       this.bulk.then(
         (lanes) => this.closed && lanes.close(),
         (e: Error) => this.close(e),

@@ -10,11 +10,12 @@ export class NativeLanes implements BulkLanes {
   private nextId = 0;
   private failure?: TensorPipeError;
 
-  constructor(addon: NativeAddon, sockets: readonly DetachedSocket[], maxChunk: number) {
+  constructor(addon: NativeAddon, sockets: readonly DetachedSocket[], maxChunk: number, unsentLimit: number) {
     this.native = new addon.LaneSet(
       sockets.map((s) => s.fd),
       sockets.map((s) => s.readAhead),
       maxChunk,
+      unsentLimit,
       (id, err) => {
         if (id < 0) {
           this.close(err ?? undefined);

@@ -13,6 +13,8 @@ export interface NativeAddon {
     fds: number[],
     readAhead: Uint8Array[],
     maxChunk: number,
+    /** TCP_NOTSENT_LOWAT for every lane, or 0 to leave the kernel's. */
+    unsentLimit: number,
     /** (id, null): operation `id` is done; (-1, err): the lanes failed. */
     onEvent: (id: number, err: Error | null) => void,
   ) => NativeLaneSet;

@@ -4,7 +4,7 @@ import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
 import { type BulkLanes, openBulkLanes } from "../src/bulk-lanes.js";
-import { CHUNK_HEADER_BYTES, encodeChunkHeader } from "../src/chunks.js";
+import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, decodeChunkHeader, encodeChunkHeader } from "../src/chunks.js";
 import { type MptChannel, MptChannelContext, type MptChannelOptions } from "../src/index.js";
 
 const MiB = 1024 * 1024;
@@ -28,24 +28,25 @@ async function connections(n: number): Promise<{ here: Connection[]; there: Conn
   return { here, there: accepted };
 }
 
-async function lanes(conns: Connection[], threads: boolean): Promise<BulkLanes> {
-  const l = await openBulkLanes(conns, 1 * MiB, threads);
+async function lanes(conns: Connection[], threads: boolean, unsentLimit?: number): Promise<BulkLanes> {
+  const l = await openBulkLanes(conns, 1 * MiB, threads, unsentLimit);
   cleanup.push(() => l.close());
   return l;
 }
 
 describe.each([
-  { kind: "threads", threads: true },
-  { kind: "event loop", threads: false },
-])("mpt bulk lanes ($kind)", ({ kind, threads }) => {
+  { kind: "threads", threads: true, unsentLimit: 0 },
+  { kind: "threads", threads: true, unsentLimit: 64 * 1024 },
+  { kind: "event loop", threads: false, unsentLimit: 0 },
+])("mpt bulk lanes ($kind, unsent limit $unsentLimit)", ({ kind, threads, unsentLimit }) => {
   it(`run as asked (${kind})`, async () => {
     const { here } = await connections(2);
-    expect((await lanes(here, threads)).kind).toBe(kind);
+    expect((await lanes(here, threads, unsentLimit)).kind).toBe(kind);
   });
 
   it("land every chunk in place when several tensors are in flight both ways", async () => {
     const { here, there } = await connections(3);
-    const [a, b] = [await lanes(here, threads), await lanes(there, !threads)];
+    const [a, b] = [await lanes(here, threads, unsentLimit), await lanes(there, !threads, unsentLimit)];
     const rand = prng(3);
     const sizes = Array.from({ length: 12 }, () => Math.floor(rand() * 9 * MiB) + 1);
     const targets = sizes.map((n) => new Uint8Array(n));
@@ -111,7 +112,7 @@ describe.each([
     const { here, there } = await connections(1);
     const b = await lanes(there, threads);
     const pending = b.recv(new Uint8Array(64));
-    await here[0]!.write([new Uint8Array(CHUNK_HEADER_BYTES + 1)]);
+    await here[0]!.write([new Uint8Array(CHUNK_HEADER_BYTES + MAX_HEADER_PAD + 1)]);
     await expect(pending).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
   });
 
@@ -149,6 +150,33 @@ describe.each([
     await expect(a.recv(new Uint8Array(64 * MiB))).rejects.toMatchObject({
       code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)/),
     });
+  });
+});
+
+describe("mpt bulk lanes on threads", () => {
+  it("start each chunk on the wire at its offset modulo 64 in the sender's memory", async () => {
+    const { here, there } = await connections(1);
+    const a = await lanes(here, true);
+    const memory = new Uint8Array(4 * MiB);
+    const starts = [0, 1, 5, 17, 33, 63, 64, 100];
+    const sent = starts.map((k, i) => a.send(memory.subarray(k, k + 300_000 + i * 7777)));
+    // The buffer's address is unknown here, but every chunk must keep the
+    // same distance from it modulo 64, however its tensor starts.
+    const phases = new Set<number>();
+    let position = 0;
+    let chunks = 0;
+    for (let moved = 0; moved < starts.reduce((n, _, i) => n + 300_000 + i * 7777, 0); chunks++) {
+      const frame = await there[0]!.read(CHUNK_HEADER_BYTES + MAX_HEADER_PAD);
+      const { seq, offset, length } = decodeChunkHeader(frame);
+      position += 8 + frame.byteLength + 8;
+      phases.add((position - starts[seq]! - offset) & 63);
+      expect((await there[0]!.read(MiB)).byteLength).toBe(length);
+      position += length;
+      moved += length;
+    }
+    await Promise.all(sent);
+    expect(chunks).toBeGreaterThan(starts.length);
+    expect([...phases]).toHaveLength(1);
   });
 });
 
