@@ -106,10 +106,6 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Completions the queue holds: every queue pair on the NIC shares it, each
-// with up to 64 sends and 64 receives outstanding (nic.ts), so 32 queue
-// pairs at full depth fill it.
-constexpr int kCompletionQueueSize = 4096;
 constexpr int kPolledAtOnce = 64;
 
 class IbvNic : public Napi::ObjectWrap<IbvNic> {
@@ -130,13 +126,16 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
                        });
   }
 
-  // new IbvNic(deviceName, port, gidIndex, onCompletions(wrIds: number[],
-  //            statuses: number[])): status 0 is success, any other an
-  //            ibv_wc_status (statusText() names it).
+  // new IbvNic(deviceName, port, gidIndex, completionQueueSize,
+  //            onCompletions(wrIds: number[], statuses: number[])): status 0
+  //            is success, any other an ibv_wc_status (statusText() names
+  //            it). Every queue pair completes into the one queue: nic.ts
+  //            keeps what is outstanding within it.
   explicit IbvNic(const Napi::CallbackInfo& info) : Napi::ObjectWrap<IbvNic>(info) {
     Napi::Env env = info.Env();
-    if (info.Length() != 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsFunction()) {
-      throw Napi::TypeError::New(env, "IbvNic(deviceName, port, gidIndex, onCompletions)");
+    if (info.Length() != 5 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber() ||
+        !info[4].IsFunction()) {
+      throw Napi::TypeError::New(env, "IbvNic(deviceName, port, gidIndex, completionQueueSize, onCompletions)");
     }
     std::string why;
     v_ = ibv::GetVerbs(&why);
@@ -144,8 +143,8 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
     std::string name = info[0].As<Napi::String>();
     port_ = static_cast<uint8_t>(info[1].As<Napi::Number>().Uint32Value());
     gidIndex_ = info[2].As<Napi::Number>().Int32Value();
-    Open(env, name);
-    onCompletions_ = Napi::Persistent(info[3].As<Napi::Function>());
+    Open(env, name, info[3].As<Napi::Number>().Int32Value());
+    onCompletions_ = Napi::Persistent(info[4].As<Napi::Function>());
     asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaGdr.completions");
     uv_loop_t* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
@@ -167,7 +166,7 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
   ~IbvNic() override { Release(); }
 
  private:
-  void Open(Napi::Env env, const std::string& name) {
+  void Open(Napi::Env env, const std::string& name, int cqSize) {
     int count = 0;
     ibv_device** list = v_->getDeviceList(&count);
     if (list == nullptr) throw VerbsError(env, errno, "ibv_get_device_list");
@@ -194,7 +193,7 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
     if ((channel_ = v_->createCompChannel(ctx_)) == nullptr) fail("ibv_create_comp_channel");
     int flags = fcntl(channel_->fd, F_GETFL);
     if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) fail("fcntl");
-    if ((cq_ = v_->createCq(ctx_, kCompletionQueueSize, nullptr, channel_, 0)) == nullptr) fail("ibv_create_cq");
+    if ((cq_ = v_->createCq(ctx_, cqSize, nullptr, channel_, 0)) == nullptr) fail("ibv_create_cq");
     if (ibv_req_notify_cq(cq_, 0) != 0) fail("ibv_req_notify_cq");
   }
 

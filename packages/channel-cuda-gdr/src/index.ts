@@ -16,7 +16,7 @@ import { Nic } from "./nic.js";
 import { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity.js";
 
 export { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
-export { Nic, QueuePair, QUEUE_DEPTH } from "./nic.js";
+export { Nic, NIC_DEPTH, QueuePair, QUEUE_DEPTH } from "./nic.js";
 export { RegistrationCache, type Allocation, type HeldRegistration, type Registrar } from "./registration-cache.js";
 export { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity.js";
 export * from "./wire.js";

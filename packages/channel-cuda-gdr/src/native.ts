@@ -46,7 +46,13 @@ export interface NativeNic {
 export interface NativeAddon {
   probe(): { reason: string | null; devices: ProbedDevice[] };
   /** Absent where the addon was built without <infiniband/verbs.h>. */
-  IbvNic?: new (device: string, port: number, gidIndex: number, onCompletions: (wrIds: number[], statuses: number[]) => void) => NativeNic;
+  IbvNic?: new (
+    device: string,
+    port: number,
+    gidIndex: number,
+    completionQueueSize: number,
+    onCompletions: (wrIds: number[], statuses: number[]) => void,
+  ) => NativeNic;
 }
 
 export const loadAddon = nativeAddonLoader<NativeAddon>(import.meta.url, "tensorpipe_cuda_gdr");

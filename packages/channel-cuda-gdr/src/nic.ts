@@ -4,6 +4,18 @@ import { RegistrationCache } from "./registration-cache.js";
 
 /** Work requests outstanding per queue pair and direction; more wait their turn. */
 export const QUEUE_DEPTH = 64;
+/**
+ * Work requests outstanding on one NIC, all its queue pairs together; more
+ * wait their turn. Its completion queue holds twice as many: completions
+ * of a queue pair destroyed with work outstanding may still be in it
+ * after their slots here are given back.
+ */
+export const NIC_DEPTH = 4096;
+
+interface Posted {
+  qp: QueuePair;
+  settle(status: number): void;
+}
 
 /**
  * One RDMA device port in use by a channel context: its address, its
@@ -14,7 +26,9 @@ export class Nic {
   readonly address: NicAddress;
   readonly registrations: RegistrationCache;
   private readonly native: NativeNic;
-  private readonly posted = new Map<number, (status: number) => void>();
+  private readonly posted = new Map<number, Posted>();
+  /** Queue pairs with work that waits for room on the NIC, in the order they asked. */
+  private readonly starved = new Set<() => void>();
   private nextWr = 1;
 
   constructor(
@@ -24,13 +38,15 @@ export class Nic {
     gidIndex: number,
   ) {
     if (!addon.IbvNic) throw new TensorPipeError(ErrorCode.NOT_VIABLE, `${addon.probe().reason}`);
-    this.native = new addon.IbvNic(name, port, gidIndex, (ids, statuses) => {
+    this.native = new addon.IbvNic(name, port, gidIndex, 2 * NIC_DEPTH, (ids, statuses) => {
       ids.forEach((id, i) => {
-        const done = this.posted.get(id);
-        this.posted.delete(id);
+        const posted = this.posted.get(id);
         // Completions of a queue pair already torn down have nobody to tell.
-        done?.(statuses[i]!);
+        if (!posted) return;
+        this.posted.delete(id);
+        posted.settle(statuses[i]!);
       });
+      this.feedStarved();
     });
     this.address = this.native.address();
     this.registrations = new RegistrationCache({
@@ -43,34 +59,62 @@ export class Nic {
     return new QueuePair(this, this.native);
   }
 
-  /** Posts through `post` with a fresh work request id; settles with its completion. */
-  track(post: (wrId: number) => void): Promise<void> {
+  /**
+   * Posts for `qp` through `post` with a fresh work request id, if the NIC
+   * has room, and settles with its completion; else returns null and calls
+   * `wake` once it may have room.
+   */
+  post(qp: QueuePair, post: (wrId: number) => void, wake: () => void): Promise<void> | null {
+    if (this.posted.size >= NIC_DEPTH) {
+      this.starved.add(wake);
+      return null;
+    }
     const wrId = this.nextWr++;
-    const done = new Deferred<void>();
     post(wrId);
-    this.posted.set(wrId, (status) => {
-      if (status === 0) done.resolve();
-      else done.reject(new TensorPipeError(ErrorCode.CONNECTION_RESET, `cuda-gdr: RDMA transfer on ${this.name} failed: ${this.native.statusText(status)}`));
+    const done = new Deferred<void>();
+    this.posted.set(wrId, {
+      qp,
+      settle: (status) => {
+        if (status === 0) done.resolve();
+        else done.reject(new TensorPipeError(ErrorCode.CONNECTION_RESET, `cuda-gdr: RDMA transfer on ${this.name} failed: ${this.native.statusText(status)}`));
+      },
     });
     return done.promise;
+  }
+
+  /** Gives back the room of `qp`'s outstanding work: it is destroyed, and its completions may never come. */
+  forget(qp: QueuePair, wakers: readonly (() => void)[]): void {
+    for (const wake of wakers) this.starved.delete(wake);
+    for (const [wrId, posted] of this.posted) if (posted.qp === qp) this.posted.delete(wrId);
+    this.feedStarved();
+  }
+
+  private feedStarved(): void {
+    for (const wake of this.starved) {
+      if (this.posted.size >= NIC_DEPTH) return;
+      this.starved.delete(wake);
+      wake();
+    }
   }
 
   close(): void {
     this.registrations.clear();
     this.native.close();
     this.posted.clear();
+    this.starved.clear();
   }
 }
 
 interface Waiting {
-  run(): Promise<void>;
+  post(wrId: number): void;
   done: Deferred<void>;
 }
 
 /**
  * A reliable-connection queue pair: sends and receives are matched in the
  * order they are posted, which the channel keeps equal on both ends. At
- * most QUEUE_DEPTH of each are outstanding; the rest wait, in order.
+ * most QUEUE_DEPTH of each are outstanding, and NIC_DEPTH on the NIC; the
+ * rest wait, in order.
  */
 export class QueuePair {
   readonly id: number;
@@ -79,6 +123,7 @@ export class QueuePair {
   private readonly waiting = { send: [] as Waiting[], recv: [] as Waiting[] };
   /** Posted, not completed: a destroyed queue pair's completions may never come. */
   private readonly inFlight = new Set<Deferred<void>>();
+  private readonly wake = { send: () => this.pump("send"), recv: () => this.pump("recv") };
   private failure?: Error;
 
   constructor(
@@ -95,35 +140,36 @@ export class QueuePair {
   }
 
   send(ptr: bigint, length: number, lkey: number): Promise<void> {
-    return this.enqueue("send", () => this.nic.track((wr) => this.native.postSend(this.id, ptr, length, lkey, wr)));
+    return this.enqueue("send", (wr) => this.native.postSend(this.id, ptr, length, lkey, wr));
   }
 
   recv(ptr: bigint, length: number, lkey: number): Promise<void> {
-    return this.enqueue("recv", () => this.nic.track((wr) => this.native.postRecv(this.id, ptr, length, lkey, wr)));
+    return this.enqueue("recv", (wr) => this.native.postRecv(this.id, ptr, length, lkey, wr));
   }
 
-  private enqueue(kind: "send" | "recv", run: () => Promise<void>): Promise<void> {
+  private enqueue(kind: "send" | "recv", post: (wrId: number) => void): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
     const done = new Deferred<void>();
-    this.waiting[kind].push({ run, done });
+    this.waiting[kind].push({ post, done });
     this.pump(kind);
     return done.promise;
   }
 
   private pump(kind: "send" | "recv"): void {
     while (!this.failure && this.outstanding[kind] < QUEUE_DEPTH && this.waiting[kind].length > 0) {
-      const { run, done } = this.waiting[kind].shift()!;
-      this.outstanding[kind]++;
-      this.inFlight.add(done);
-      let posted: Promise<void>;
+      const { post, done } = this.waiting[kind][0]!;
+      let posted: Promise<void> | null;
       try {
-        posted = run();
+        posted = this.nic.post(this, post, this.wake[kind]);
       } catch (e) {
-        this.outstanding[kind]--;
-        this.inFlight.delete(done);
+        this.waiting[kind].shift();
         done.reject(e);
         continue;
       }
+      if (!posted) return;
+      this.waiting[kind].shift();
+      this.outstanding[kind]++;
+      this.inFlight.add(done);
       posted.then(
         () => done.resolve(),
         (e: Error) => done.reject(e),
@@ -145,5 +191,6 @@ export class QueuePair {
     this.waiting.send.length = 0;
     this.waiting.recv.length = 0;
     this.native.destroyQueuePair(this.id);
+    this.nic.forget(this, [this.wake.send, this.wake.recv]);
   }
 }

@@ -5,7 +5,7 @@ import { allocateCuda, copyToDevice, copyToHost, cudaSlice, freeCuda } from "@te
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { describe, expect, it } from "vitest";
-import { CudaGdrChannelContext, Nic, QUEUE_DEPTH, registerCudaGdrChannel, rdmaPorts } from "../src/index.js";
+import { CudaGdrChannelContext, NIC_DEPTH, Nic, QUEUE_DEPTH, registerCudaGdrChannel, rdmaPorts } from "../src/index.js";
 import { type NativeAddon, type NativeNic, loadAddon } from "../src/native.js";
 
 const viability = new CudaGdrChannelContext().isViable();
@@ -76,6 +76,7 @@ class ScriptedNic implements NativeNic {
     _device: string,
     _port: number,
     _gid: number,
+    readonly completionQueueSize: number,
     readonly complete: (wrIds: number[], statuses: number[]) => void,
   ) {
     ScriptedNic.last = this;
@@ -128,6 +129,40 @@ describe("cuda-gdr queue pairs", () => {
     await new Promise((r) => setImmediate(r));
     nic.complete(nic.posted.map((p) => p.wrId).slice(-2), [0, 0]);
     await Promise.all(sends);
+  });
+
+  it(`keep at most ${NIC_DEPTH} work requests outstanding on a NIC, its queue pairs taking turns`, async () => {
+    const nic = new Nic(scripted, "scripted", 1, 0);
+    const native = ScriptedNic.last!;
+    expect(native.completionQueueSize).toBeGreaterThanOrEqual(2 * NIC_DEPTH);
+    const pairs = Array.from({ length: NIC_DEPTH / QUEUE_DEPTH + 2 }, () => nic.createQueuePair());
+    const sends = pairs.map((qp) => Array.from({ length: QUEUE_DEPTH }, (_, i) => qp.send(BigInt(i), 1, 1)));
+    const full = NIC_DEPTH / QUEUE_DEPTH;
+    expect(native.posted).toHaveLength(NIC_DEPTH);
+    expect(new Set(native.posted.map((p) => p.qp))).toEqual(new Set(pairs.slice(0, full).map((qp) => qp.id)));
+    // Room made by completions goes to the pairs that waited, in order.
+    native.complete(native.posted.slice(0, 3).map((p) => p.wrId), [0, 0, 0]);
+    await Promise.all(sends[0]!.slice(0, 3));
+    expect(native.posted.slice(NIC_DEPTH).map((p) => p.qp)).toEqual([pairs[full]!.id, pairs[full]!.id, pairs[full]!.id]);
+    // A destroyed pair's completions may never come: its room is given back.
+    const reason = new Error("gone");
+    pairs[1]!.destroy(reason);
+    for (const p of sends[1]!) await expect(p).rejects.toBe(reason);
+    const after = native.posted.slice(NIC_DEPTH + 3);
+    expect(after).toHaveLength(QUEUE_DEPTH);
+    expect(after.every((p) => p.qp === pairs[full]!.id || p.qp === pairs[full + 1]!.id)).toBe(true);
+    // Late completions of the destroyed pair take no one's room.
+    native.complete(native.posted.filter((p) => p.qp === pairs[1]!.id).map((p) => p.wrId), new Array(QUEUE_DEPTH).fill(5));
+    expect(native.posted).toHaveLength(NIC_DEPTH + 3 + QUEUE_DEPTH);
+    // Completing whatever is posted, as often as it takes, finishes every other send.
+    for (let done = 0; done < native.posted.length; ) {
+      const next = native.posted.slice(done).filter((p) => p.qp !== pairs[1]!.id);
+      done = native.posted.length;
+      native.complete(next.map((p) => p.wrId), next.map(() => 0));
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(sends.filter((_, i) => i !== 1).flat());
+    expect(native.posted).toHaveLength(pairs.length * QUEUE_DEPTH);
   });
 
   it("reject a failed completion with the NIC's words, and everything posted or waiting when destroyed", async () => {
