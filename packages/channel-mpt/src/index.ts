@@ -71,9 +71,13 @@ export class MptChannelContext implements ChannelContext {
     return loadAddon().error?.message ?? null;
   }
 
-  /** The split size is in the descriptor: two ends that route tensors differently must not pair. */
+  /**
+   * The wire format's version and the split size are in the descriptor:
+   * two ends that frame chunks or route tensors differently must not pair
+   * (version 1's lanes read only unpadded chunk headers).
+   */
   deviceDescriptors(): readonly DeviceDescriptor[] {
-    return [{ device: CPU_DEVICE, descriptor: `split=${this.minSplit}` }];
+    return [{ device: CPU_DEVICE, descriptor: `v2 split=${this.minSplit}` }];
   }
 
   /** One connection for small tensors, then the bulk lanes. */

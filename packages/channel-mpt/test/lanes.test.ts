@@ -234,6 +234,13 @@ describe("mpt channel in pipes", () => {
     await w;
   });
 
+  it("does not pair with an end of version 1, whose lanes read only unpadded chunk headers", () => {
+    const mpt = new MptChannelContext();
+    const [here] = mpt.deviceDescriptors();
+    expect(mpt.canCommunicateWithRemote(here!.descriptor, "split=1048576")).toBe(false);
+    expect(mpt.canCommunicateWithRemote(here!.descriptor, new MptChannelContext().deviceDescriptors()[0]!.descriptor)).toBe(true);
+  });
+
   it("is not negotiated between ends that split tensors at different sizes", async () => {
     const { a, b } = await pipes("uv", { minSplit: 1 * MiB }, { minSplit: 2 * MiB });
     expect(a.channelFor(CPU_DEVICE, CPU_DEVICE)).toBeUndefined();

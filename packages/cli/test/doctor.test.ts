@@ -20,7 +20,7 @@ describe("tensorpipe doctor", () => {
     expect(report.backends.find((b) => b.name === "shm")?.domain).toMatch(/^shm:/);
     expect(report.backends.find((b) => b.name === "basic")?.devices).toEqual([{ device: "cpu:0", descriptor: "any" }]);
     expect(report.backends.find((b) => b.name === "mpt")).toMatchObject({
-      devices: [{ device: "cpu:0", descriptor: "split=1048576" }],
+      devices: [{ device: "cpu:0", descriptor: "v2 split=1048576" }],
       note: "lanes on threads",
     });
     const lo = report.interfaces.find((i) => i.addresses.some((a) => a.address === "127.0.0.1"));
