@@ -2,8 +2,9 @@
  * The other process of the two-process tests and the benchmark. It listens
  * with TensorPipe and with plain node:net (the baselines), prints its
  * addresses as one JSON line, and serves until stdin closes:
- * - a pipe message with metadata "sink" is read into a reused buffer and
- *   acknowledged with an empty "ack" message; any other message is echoed;
+ * - a pipe message with metadata "sink" is read into one of two reused
+ *   buffers in turn and acknowledged with an empty "ack" message once it
+ *   has landed; any other message is echoed;
  * - the node:net echo server echoes bytes; the node:net sink server is
  *   described where it is made;
  * - with --zmq and zeromq installed, its echo and sink sockets (zmq-baseline.ts).

@@ -3,7 +3,7 @@ import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 const ack: Allocation = { payloads: [], tensors: [] };
 
 /**
- * GB/s of `count` messages carrying `tensor` into the peer's reused buffer
+ * GB/s of `count` messages carrying `tensor` into the peer's reused buffers
  * (peer.js's "sink"), all in flight at once, each acknowledged.
  */
 export async function sinkThroughput(pipe: Pipe, tensor: Uint8Array, count: number): Promise<number> {
