@@ -93,65 +93,60 @@ export class CudaGdrChannel implements Channel {
   }
 
   send(buffer: TensorBuffer, length: number): Promise<void> {
-    let op: Operation | undefined;
-    try {
-      op = this.start(buffer, length);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    if (!op) return Promise.resolve();
-    const { tensor, queued, nic } = op;
-    // Reactions to one promise run in the order they were added: the
-    // descriptor goes and the answer is awaited in the order of the sends.
-    const answered = this.ready.then(() => {
-      void this.descriptors.write([encodeDescriptor({ nic, length })]).catch((e: Error) => this.close(e));
-      return this.control.read(4).then((bytes) => decodeReadyToReceive(bytes, this.remoteNics));
-    });
-    return this.inOrder("sendPosting", async () => {
-      const remoteNic = await answered;
-      await queued;
-      return { completion: this.transfer("send", tensor, length, nic, remoteNic) };
+    return this.start(buffer, length, ({ tensor, queued, nic }) => {
+      // Reactions to one promise run in the order they were added: the
+      // descriptor goes and the answer is awaited in the order of the sends.
+      const answered = this.ready.then(() => {
+        void this.descriptors.write([encodeDescriptor({ nic, length })]).catch((e: Error) => this.close(e));
+        return this.control.read(4).then((bytes) => decodeReadyToReceive(bytes, this.remoteNics));
+      });
+      return this.inOrder("sendPosting", async () => {
+        const remoteNic = await answered;
+        await queued;
+        return { completion: this.transfer("send", tensor, length, nic, remoteNic) };
+      });
     });
   }
 
   recv(buffer: TensorBuffer, length: number): Promise<void> {
-    let op: Operation | undefined;
-    try {
-      op = this.start(buffer, length);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    if (!op) return Promise.resolve();
-    const { tensor, queued, nic } = op;
-    const described = this.ready.then(() =>
-      this.descriptors.read(12).then((bytes) => {
-        const d = decodeDescriptor(bytes, this.remoteNics);
-        if (d.length !== length) throw protocolError(`cuda-gdr: peer sent a tensor of ${d.length} bytes for a receive of ${length}`);
-        return d;
-      }),
-    );
-    return this.inOrder("recvPosting", async () => {
-      const d = await described;
-      await queued;
-      const completion = this.transfer("recv", tensor, length, nic, d.nic);
-      // The receives are posted: the peer may send.
-      void this.control.write([encodeReadyToReceive(nic)]).catch((e: Error) => this.close(e));
-      return { completion };
+    return this.start(buffer, length, ({ tensor, queued, nic }) => {
+      const described = this.ready.then(() =>
+        this.descriptors.read(12).then((bytes) => {
+          const d = decodeDescriptor(bytes, this.remoteNics);
+          if (d.length !== length) throw protocolError(`cuda-gdr: peer sent a tensor of ${d.length} bytes for a receive of ${length}`);
+          return d;
+        }),
+      );
+      return this.inOrder("recvPosting", async () => {
+        const d = await described;
+        await queued;
+        const completion = this.transfer("recv", tensor, length, nic, d.nic);
+        // The receives are posted: the peer may send.
+        void this.control.write([encodeReadyToReceive(nic)]).catch((e: Error) => this.close(e));
+        return { completion };
+      });
     });
   }
 
   /**
-   * A transfer's tensor, its NIC, and the work queued on its stream now
-   * (later work is not waited for); undefined for a zero-length tensor,
-   * which crosses nothing on either end.
+   * Runs `operate` with a transfer's tensor, its NIC, and the work queued on
+   * its stream now (later work is not waited for); a zero-length tensor
+   * crosses nothing on either end, and bad input or a failed channel
+   * rejects.
    */
-  private start(buffer: TensorBuffer, length: number): Operation | undefined {
-    const tensor = cudaTensor(buffer, length, "cuda-gdr");
-    if (this.failure) throw this.failure;
-    if (length === 0) return undefined;
-    const queued = streamReady(tensor.stream ?? 0n, tensor.device.index);
-    queued.catch(() => undefined);
-    return { tensor, queued, nic: this.nicSet.nicOfGpu(tensor.device.index) };
+  private start(buffer: TensorBuffer, length: number, operate: (op: Operation) => Promise<void>): Promise<void> {
+    let op: Operation;
+    try {
+      const tensor = cudaTensor(buffer, length, "cuda-gdr");
+      if (this.failure) throw this.failure;
+      if (length === 0) return Promise.resolve();
+      const queued = streamReady(tensor.stream ?? 0n, tensor.device.index);
+      queued.catch(() => undefined);
+      op = { tensor, queued, nic: this.nicSet.nicOfGpu(tensor.device.index) };
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return operate(op);
   }
 
   /**
