@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace tensorpipe_js {
@@ -110,7 +111,11 @@ struct Loaded {
 
 inline Loaded Load() {
   Loaded l;
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  // TENSORPIPE_CUDA_DRIVER names another driver library (a path or a
+  // soname): one installed out of the loader's path, or the emulator.
+  const char* name = getenv("TENSORPIPE_CUDA_DRIVER");
+  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
+  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* e = dlerror();
     l.why = std::string("no CUDA driver: ") + (e ? e : "libcuda.so.1 did not load");
