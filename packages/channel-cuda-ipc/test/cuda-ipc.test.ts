@@ -45,6 +45,8 @@ describe.skipIf(!gpu)("cuda-ipc channel on a GPU", () => {
     const child = spawn(process.execPath, [fileURLToPath(new URL("./fixtures/ipc-sender.mjs", import.meta.url)), listener.addresses()[0]!, sizes.join(",")], {
       stdio: ["ignore", "pipe", "inherit"],
     });
+    // Listened for from the start: the sender may be gone before the last read settles here.
+    const exited = new Promise((resolve) => child.once("exit", resolve));
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d));
     const pipe = await listener.accept();
@@ -64,7 +66,7 @@ describe.skipIf(!gpu)("cuda-ipc channel on a GPU", () => {
           freeCuda(target);
         }
       }
-      await new Promise((r) => child.once("exit", r));
+      expect(await exited).toBe(0);
       expect(JSON.parse(out)).toEqual({ channel: "cuda-ipc" });
     } finally {
       child.kill();
