@@ -1,13 +1,18 @@
 // GPU memory for users without another GPU framework, and for the CUDA
 // channels' tests: device and pinned host allocations, copies and fills
 // on streams, through the driver loaded with dlopen (cuda_driver.h). Copies
-// run on libuv's thread pool, each waiting for its stream there.
+// are queued from libuv's thread pool, in the order JS asked for them on
+// each stream, and each then waits there for an event recorded after it.
 #include <napi.h>
 #include <uv.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "tensorpipe/cuda_napi.h"
 
@@ -22,6 +27,52 @@ using cuda::CUdeviceptr;
 using cuda::CUresult;
 using cuda::CUstream;
 using cuda::Driver;
+
+// The order of the work asked for on one stream of one device. Operations
+// reach the driver from several of libuv's threads; each takes a turn when
+// JS asks for it and queues its work on the stream only at that turn. The
+// pool starts work in the order it was queued, so the turn before is always
+// running or done, never waiting behind the one that waits for it.
+class StreamTurns {
+ public:
+  uint64_t Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_++;
+  }
+
+  void Wait(uint64_t ticket) {
+    std::unique_lock<std::mutex> lock(mu_);
+    served_.wait(lock, [&] { return serving_ == ticket; });
+  }
+
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_++;
+    served_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable served_;
+  uint64_t next_ = 0;
+  uint64_t serving_ = 0;
+};
+
+std::mutex turnsMutex;
+std::map<std::pair<int, uintptr_t>, std::shared_ptr<StreamTurns>> turnsByStream;
+
+std::shared_ptr<StreamTurns> TurnsOf(int device, CUstream stream) {
+  std::lock_guard<std::mutex> lock(turnsMutex);
+  auto& t = turnsByStream[{device, reinterpret_cast<uintptr_t>(stream)}];
+  if (!t) t = std::make_shared<StreamTurns>();
+  return t;
+}
+
+// A destroyed stream's handle may come back for a new stream: it starts afresh.
+void ForgetTurns(int device, CUstream stream) {
+  std::lock_guard<std::mutex> lock(turnsMutex);
+  turnsByStream.erase({device, reinterpret_cast<uintptr_t>(stream)});
+}
 
 // probe() -> { reason: string | null, driverVersion, devices: [...] }
 Napi::Value Probe(const Napi::CallbackInfo& info) {
@@ -138,9 +189,11 @@ Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
 Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const Driver& d = cuda::NeedDriver(env);
-  Check(env, d, cuda::UseDevice(d, info[0].As<Napi::Number>().Int32Value()), "cuCtxSetCurrent");
-  Check(env, d, d.cuStreamDestroy(cuda::StreamArg(info[1])),
-        "cuStreamDestroy");
+  int device = info[0].As<Napi::Number>().Int32Value();
+  Check(env, d, cuda::UseDevice(d, device), "cuCtxSetCurrent");
+  CUstream stream = cuda::StreamArg(info[1]);
+  Check(env, d, d.cuStreamDestroy(stream), "cuStreamDestroy");
+  ForgetTurns(device, stream);
   return env.Undefined();
 }
 
@@ -157,7 +210,9 @@ struct Copy {
   size_t bytes = 0;
   unsigned char value = 0;
   CUstream stream = nullptr;
-  // kReady: recorded on the stream when asked, so that later work is not waited for.
+  std::shared_ptr<StreamTurns> turns;
+  uint64_t turn = 0;
+  // Recorded on the stream right after the work, so that later work is not waited for.
   cuda::CUevent event = nullptr;
   CUresult result = CUDA_SUCCESS;
   const char* call = "";
@@ -166,39 +221,51 @@ struct Copy {
   std::unique_ptr<Napi::AsyncContext> asyncContext;
 };
 
+// Queues c's work on its stream and records c->event after it; at c's turn.
+CUresult Enqueue(Copy* c) {
+  const Driver& d = *c->driver;
+  c->call = "cuEventCreate";
+  CUresult r = d.cuEventCreate(&c->event, cuda::kEventDisableTiming);
+  if (r != CUDA_SUCCESS) return r;
+  switch (c->kind) {
+    case Kind::kHtoD:
+      c->call = "cuMemcpyHtoDAsync";
+      r = d.cuMemcpyHtoDAsync(c->devDst, c->host, c->bytes, c->stream);
+      break;
+    case Kind::kDtoH:
+      c->call = "cuMemcpyDtoHAsync";
+      r = d.cuMemcpyDtoHAsync(c->host, c->devSrc, c->bytes, c->stream);
+      break;
+    case Kind::kDtoD:
+      c->call = "cuMemcpyDtoDAsync";
+      r = d.cuMemcpyDtoDAsync(c->devDst, c->devSrc, c->bytes, c->stream);
+      break;
+    case Kind::kFill:
+      c->call = "cuMemsetD8Async";
+      r = d.cuMemsetD8Async(c->devDst, c->value, c->bytes, c->stream);
+      break;
+    case Kind::kReady:
+      // Nothing to queue: the event is the wait.
+      break;
+  }
+  if (r != CUDA_SUCCESS) return r;
+  c->call = "cuEventRecord";
+  return d.cuEventRecord(c->event, c->stream);
+}
+
 void RunCopy(uv_work_t* req) {
   auto* c = static_cast<Copy*>(req->data);
   const Driver& d = *c->driver;
   c->call = "cuCtxSetCurrent";
   c->result = cuda::UseDevice(d, c->device);
-  if (c->result != CUDA_SUCCESS) return;
-  switch (c->kind) {
-    case Kind::kHtoD:
-      c->call = "cuMemcpyHtoDAsync";
-      c->result = d.cuMemcpyHtoDAsync(c->devDst, c->host, c->bytes, c->stream);
-      break;
-    case Kind::kDtoH:
-      c->call = "cuMemcpyDtoHAsync";
-      c->result = d.cuMemcpyDtoHAsync(c->host, c->devSrc, c->bytes, c->stream);
-      break;
-    case Kind::kDtoD:
-      c->call = "cuMemcpyDtoDAsync";
-      c->result = d.cuMemcpyDtoDAsync(c->devDst, c->devSrc, c->bytes, c->stream);
-      break;
-    case Kind::kFill:
-      c->call = "cuMemsetD8Async";
-      c->result = d.cuMemsetD8Async(c->devDst, c->value, c->bytes, c->stream);
-      break;
-    case Kind::kReady:
-      // Nothing to copy: the event recorded when asked is the wait.
-      c->call = "cuEventSynchronize";
-      c->result = d.cuEventSynchronize(c->event);
-      d.cuEventDestroy(c->event);
-      return;
+  c->turns->Wait(c->turn);
+  if (c->result == CUDA_SUCCESS) c->result = Enqueue(c);
+  c->turns->Done();
+  if (c->result == CUDA_SUCCESS) {
+    c->call = "cuEventSynchronize";
+    c->result = d.cuEventSynchronize(c->event);
   }
-  if (c->result != CUDA_SUCCESS) return;
-  c->call = "cuStreamSynchronize";
-  c->result = d.cuStreamSynchronize(c->stream);
+  if (c->event != nullptr) d.cuEventDestroy(c->event);
 }
 
 void CopyDone(uv_work_t* req, int status) {
@@ -213,8 +280,8 @@ void CopyDone(uv_work_t* req, int status) {
 // copy(kind: "htod" | "dtoh" | "dtod" | "fill" | "ready", device, dst, src,
 //      bytes, stream: bigint, callback(err)): dst and src are bigint device
 // pointers or host views as the kind says; for "fill", src is the byte;
-// "ready" copies nothing and settles once the work queued on the stream
-// so far is done.
+// "ready" copies nothing and settles once the work asked for on the stream
+// so far is done. Work goes on the stream in the order of these calls.
 Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const Driver& d = cuda::NeedDriver(env);
@@ -248,19 +315,16 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
     c->value = static_cast<unsigned char>(info[3].As<Napi::Number>().Uint32Value());
   } else if (kind == "ready") {
     c->kind = Kind::kReady;
-    Check(env, d, cuda::UseDevice(d, c->device), "cuCtxSetCurrent");
-    Check(env, d, d.cuEventCreate(&c->event, cuda::kEventDisableTiming), "cuEventCreate");
-    CUresult r = d.cuEventRecord(c->event, c->stream);
-    if (r != CUDA_SUCCESS) {
-      d.cuEventDestroy(c->event);
-      throw CudaError(env, d, r, "cuEventRecord");
-    }
   } else {
     throw Napi::TypeError::New(env, "kind must be htod, dtoh, dtod, fill or ready");
   }
   c->callback = Napi::Persistent(info[6].As<Napi::Function>());
   c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
   c->req.data = c.get();
+  c->turns = TurnsOf(c->device, c->stream);
+  // Taken last, right before queueing: a turn taken must be served.
+  // uv_queue_work fails only on a null callback.
+  c->turn = c->turns->Take();
   QueueWork(env, &c->req, RunCopy, CopyDone);
   c.release();
   return env.Undefined();

@@ -99,6 +99,25 @@ describe.skipIf(!gpu)("cuda helper on a GPU", () => {
     }
   });
 
+  it("queues work on a stream in the order it is asked for, and a ready stream has done it all", async () => {
+    const stream = createStream(0);
+    const other = createStream(0);
+    const a = allocateCuda(16 * MiB);
+    try {
+      const fills = [1, 2, 3, 4].map((v) => fillDevice(a, v, 16 * MiB, { stream }));
+      await streamReady(stream);
+      // Read on another stream, which keeps no order with the first: only the ready wait stands between.
+      const back = new Uint8Array(16 * MiB);
+      await copyToHost(back, a, { stream: other });
+      expect(back.every((v) => v === 4)).toBe(true);
+      await Promise.all(fills);
+    } finally {
+      destroyStream(stream);
+      destroyStream(other);
+      freeCuda(a);
+    }
+  });
+
   it("reports driver errors with the CUDA error's name", () => {
     expect(() => allocateCuda(2 ** 52)).toThrow(expect.objectContaining({ code: ErrorCode.SYSTEM, errno: "CUDA_ERROR_OUT_OF_MEMORY" }));
     expect(() => allocateCuda(16, { device: 99 })).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
