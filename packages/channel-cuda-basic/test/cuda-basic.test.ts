@@ -1,7 +1,18 @@
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { CPU_DEVICE, Context, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, Context, type Pipe, cudaBuffer } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
-import { allocateCuda, copyToDevice, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
+import {
+  allocateCuda,
+  copyToDevice,
+  copyToHost,
+  createStream,
+  cudaSlice,
+  cudaViability,
+  destroyStream,
+  fillDevice,
+  freeCuda,
+  pinnedHostBuffer,
+} from "@tensorpipe/cuda";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
 import { CudaBasicChannelContext, PinnedPool, registerCudaBasicChannel } from "../src/index.js";
@@ -97,6 +108,32 @@ describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
       await Promise.all(writes);
     } finally {
       [...sources, ...targets].forEach(freeCuda);
+    }
+  });
+
+  it("waits for the work still queued on a tensor's stream when it is written", async () => {
+    const { a, b } = await pipes();
+    const n = 3 * MiB + 5;
+    const stream = createStream(0);
+    const src = allocateCuda(n + 1);
+    const target = allocateCuda(n);
+    const staging = pinnedHostBuffer(n);
+    staging.set(patterned(n, 9));
+    try {
+      // A hundred small fills first (50 ms on the emulator), then the copy that makes the tensor.
+      const queued = Array.from({ length: 100 }, (_, k) => fillDevice(cudaSlice(src, n, 1), k, 1, { stream }));
+      queued.push(copyToDevice(src, staging, { stream }));
+      const w = b.write({ tensors: [{ buffer: cudaBuffer(src.ptr, n, { stream }), targetDevice: cuda0 }] });
+      await a.readDescriptor();
+      await a.read({ payloads: [], tensors: [{ buffer: target }] });
+      const back = new Uint8Array(n);
+      await copyToHost(back, target);
+      expect(hasPattern(back, 9)).toBe(true);
+      await Promise.all([w, ...queued]);
+    } finally {
+      destroyStream(stream);
+      freeCuda(src);
+      freeCuda(target);
     }
   });
 

@@ -54,7 +54,10 @@ constexpr CUresult kNotSupported = 801;
 constexpr unsigned kStreamNonBlocking = 0x1;
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kEventInterprocess = 0x4;
+constexpr int kAttributeMemoryType = 2;
 constexpr int kAttributeBufferId = 7;
+constexpr unsigned kMemoryTypeHost = 1;
+constexpr unsigned kMemoryTypeDevice = 2;
 constexpr int kAttributeDeviceOrdinal = 9;
 
 // The driver these stand in for: CUDA 13.0.
@@ -549,9 +552,16 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr pt
 CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
   if (CUresult r = Ready(false)) return r;
   std::lock_guard<std::mutex> lock(S().mu);
+  if (attribute == kAttributeMemoryType && IsPinned(reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)), 1)) {
+    *static_cast<unsigned*>(data) = kMemoryTypeHost;
+    return kSuccess;
+  }
   const Allocation* a = AllocationAt(ptr);
   if (a == nullptr) return kInvalidValue;
   switch (attribute) {
+    case kAttributeMemoryType:
+      *static_cast<unsigned*>(data) = kMemoryTypeDevice;
+      return kSuccess;
     case kAttributeDeviceOrdinal:
       *static_cast<int*>(data) = a->device;
       return kSuccess;

@@ -21,7 +21,7 @@ describe("the CUDA emulator", () => {
     ["async", "queues copies on a stream and runs them later, in order"],
     ["events", "keeps no order between streams but the one events give"],
     ["legacy", "makes the legacy default stream and blocking streams wait for each other"],
-    ["pageable", "takes pageable host bytes at the call and lands them by return"],
+    ["pageable", "takes pageable host bytes at the call and lands them by return, and tells pinned memory from pageable"],
     ["fault", "gives device pointers the host cannot read"],
     ["errors", "fails as the driver does: no context, bad sizes, unknown pointers, its own IPC handles"],
     ["ipc", "shares memory and events with another process, and refuses a freed allocation's handle"],

@@ -122,6 +122,13 @@ void Pageable() {
   src.assign(4096, 0);
   OK(d->cuMemcpyDtoHAsync(dst.data(), dev, 4096, s));
   CHECK(dst[0] == 9 && dst[4095] == 9);
+  CHECK(!IsPinned(*d, dst.data()));
+  unsigned char* pinned = Pinned(4096);
+  CHECK(IsPinned(*d, pinned + 4095));
+  unsigned type = 0;
+  OK(d->cuPointerGetAttribute(&type, kPointerAttributeMemoryType, dev));
+  CHECK(type == 2);
+  OK(d->cuMemFreeHost(pinned));
   OK(d->cuStreamDestroy(s));
   OK(d->cuMemFree(dev));
 }

@@ -1,8 +1,11 @@
 // GPU memory for users without another GPU framework, and for the CUDA
 // channels' tests: device and pinned host allocations, copies and fills
-// on streams, through the driver loaded with dlopen (cuda_driver.h). Copies
-// are queued from libuv's thread pool, in the order JS asked for them on
-// each stream, and each then waits there for an event recorded after it.
+// on streams, through the driver loaded with dlopen (cuda_driver.h). Work
+// goes on its stream when JS asks for it, so that whatever JS asks of that
+// stream next (a pipe's write of the tensor, say) comes after it; each
+// operation then waits on libuv's thread pool for an event recorded after
+// it. Copies to or from pageable host memory can block in the driver, so
+// those are queued from the pool, in turn (StreamTurns).
 #include <napi.h>
 #include <uv.h>
 
@@ -28,13 +31,20 @@ using cuda::CUresult;
 using cuda::CUstream;
 using cuda::Driver;
 
-// The order of the work asked for on one stream of one device. Operations
-// reach the driver from several of libuv's threads; each takes a turn when
-// JS asks for it and queues its work on the stream only at that turn. The
-// pool starts work in the order it was queued, so the turn before is always
-// running or done, never waiting behind the one that waits for it.
+// The order of the work asked for on one stream of one device, while some
+// of it waits on libuv's pool to be queued. Each such operation takes a
+// turn when JS asks for it and queues its work at that turn; until none is
+// left waiting, later work on the stream takes turns too. The pool starts
+// work in the order it was queued, so the turn before is always running or
+// done, never waiting behind the one that waits for it.
 class StreamTurns {
  public:
+  // Called from JS's thread only, as Take is: nothing else starts waiting.
+  bool Idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return serving_ == next_;
+  }
+
   uint64_t Take() {
     std::lock_guard<std::mutex> lock(mu_);
     return next_++;
@@ -210,6 +220,8 @@ struct Copy {
   size_t bytes = 0;
   unsigned char value = 0;
   CUstream stream = nullptr;
+  // Queued when asked for; else at `turn` of `turns`, from the pool.
+  bool queued = false;
   std::shared_ptr<StreamTurns> turns;
   uint64_t turn = 0;
   // Recorded on the stream right after the work, so that later work is not waited for.
@@ -221,7 +233,7 @@ struct Copy {
   std::unique_ptr<Napi::AsyncContext> asyncContext;
 };
 
-// Queues c's work on its stream and records c->event after it; at c's turn.
+// Queues c's work on its stream and records c->event after it.
 CUresult Enqueue(Copy* c) {
   const Driver& d = *c->driver;
   c->call = "cuEventCreate";
@@ -258,9 +270,11 @@ void RunCopy(uv_work_t* req) {
   const Driver& d = *c->driver;
   c->call = "cuCtxSetCurrent";
   c->result = cuda::UseDevice(d, c->device);
-  c->turns->Wait(c->turn);
-  if (c->result == CUDA_SUCCESS) c->result = Enqueue(c);
-  c->turns->Done();
+  if (!c->queued) {
+    c->turns->Wait(c->turn);
+    if (c->result == CUDA_SUCCESS) c->result = Enqueue(c);
+    c->turns->Done();
+  }
   if (c->result == CUDA_SUCCESS) {
     c->call = "cuEventSynchronize";
     c->result = d.cuEventSynchronize(c->event);
@@ -322,9 +336,19 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
   c->req.data = c.get();
   c->turns = TurnsOf(c->device, c->stream);
-  // Taken last, right before queueing: a turn taken must be served.
-  // uv_queue_work fails only on a null callback.
-  c->turn = c->turns->Take();
+  if (c->turns->Idle() && (c->host == nullptr || cuda::IsPinned(d, c->host))) {
+    Check(env, d, cuda::UseDevice(d, c->device), "cuCtxSetCurrent");
+    CUresult r = Enqueue(c.get());
+    if (r != CUDA_SUCCESS) {
+      if (c->event != nullptr) d.cuEventDestroy(c->event);
+      throw CudaError(env, d, r, c->call);
+    }
+    c->queued = true;
+  } else {
+    // Taken last, right before queueing: a turn taken must be served.
+    // uv_queue_work fails only on a null callback.
+    c->turn = c->turns->Take();
+  }
   QueueWork(env, &c->req, RunCopy, CopyDone);
   c.release();
   return env.Undefined();

@@ -3,6 +3,11 @@
  * without another GPU framework, and for the CUDA channels. Every call on a
  * machine without a driver or a GPU fails with ERR_TP_NOT_VIABLE saying
  * why; `cudaViability()` says it without throwing.
+ *
+ * Copies and fills go on their stream in the order called, and are on it
+ * when the call returns (those with pageable host memory excepted: they
+ * are queued from libuv's pool, and what follows them on their stream
+ * waits there too); each settles once its own work is done.
  */
 import {
   type CudaBuffer,

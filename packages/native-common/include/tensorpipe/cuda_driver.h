@@ -37,8 +37,10 @@ constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kEventInterprocess = 0x4;
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;
 // CUpointer_attribute values.
+constexpr int kPointerAttributeMemoryType = 2;
 constexpr int kPointerAttributeBufferId = 7;
 constexpr int kPointerAttributeDeviceOrdinal = 9;
+constexpr unsigned kMemoryTypeHost = 1;
 
 struct Driver {
   int version = 0;
@@ -174,6 +176,15 @@ inline const Driver* GetDriver(std::string* why) {
     return nullptr;
   }
   return &loaded.driver;
+}
+
+// Whether host memory at p is page-locked (allocated or registered with the
+// driver), which copies reach without the driver blocking the caller.
+inline bool IsPinned(const Driver& d, const void* p) {
+  unsigned type = 0;
+  return d.cuPointerGetAttribute(&type, kPointerAttributeMemoryType,
+                                 static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p))) == CUDA_SUCCESS &&
+         type == kMemoryTypeHost;
 }
 
 // Makes device `index`'s primary context current on this thread (each
