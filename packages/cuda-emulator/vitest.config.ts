@@ -3,7 +3,8 @@ import { defineProject } from "vitest/config";
 
 /**
  * The GPU tests of the CUDA packages, run again on the emulated driver
- * (their plain runs skip on machines without a GPU), and the emulator's own.
+ * (their plain runs skip on machines without a GPU), the emulator's own
+ * checks, and a short run of bench-cuda.
  */
 export default defineProject({
   test: {
