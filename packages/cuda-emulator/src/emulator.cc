@@ -351,6 +351,32 @@ void WaitEvent(const Counters& c, uint64_t gen, std::unique_lock<std::mutex>& lo
   while (c->completed.load() < gen) S().changed.wait_for(lock, std::chrono::microseconds(200));
 }
 
+struct ErrorText {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+
+// The results the emulator gives, named and worded as the driver does.
+const ErrorText* FindError(CUresult r) {
+  static const ErrorText errors[] = {
+      {kSuccess, "CUDA_SUCCESS", "no error"},
+      {kInvalidValue, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+      {kOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+      {kNotInitialized, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+      {kInvalidDevice, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+      {kInvalidContext, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+      {kMapFailed, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"},
+      {kInvalidHandle, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+      {kNotFound, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+      {kNotSupported, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+  };
+  for (const ErrorText& e : errors) {
+    if (e.code == r) return &e;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 extern "C" {
@@ -379,47 +405,15 @@ CUresult cuDriverGetVersion(int* version) {
 }
 
 CUresult cuGetErrorName(CUresult r, const char** name) {
-  static const std::map<CUresult, const char*> names = {
-      {kSuccess, "CUDA_SUCCESS"},
-      {kInvalidValue, "CUDA_ERROR_INVALID_VALUE"},
-      {kOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY"},
-      {kNotInitialized, "CUDA_ERROR_NOT_INITIALIZED"},
-      {kInvalidDevice, "CUDA_ERROR_INVALID_DEVICE"},
-      {kInvalidContext, "CUDA_ERROR_INVALID_CONTEXT"},
-      {kMapFailed, "CUDA_ERROR_MAP_FAILED"},
-      {kInvalidHandle, "CUDA_ERROR_INVALID_HANDLE"},
-      {kNotFound, "CUDA_ERROR_NOT_FOUND"},
-      {kNotSupported, "CUDA_ERROR_NOT_SUPPORTED"},
-  };
-  auto it = names.find(r);
-  if (it == names.end()) {
-    *name = nullptr;
-    return kInvalidValue;
-  }
-  *name = it->second;
-  return kSuccess;
+  const ErrorText* e = FindError(r);
+  *name = e ? e->name : nullptr;
+  return e ? kSuccess : kInvalidValue;
 }
 
 CUresult cuGetErrorString(CUresult r, const char** text) {
-  static const std::map<CUresult, const char*> texts = {
-      {kSuccess, "no error"},
-      {kInvalidValue, "invalid argument"},
-      {kOutOfMemory, "out of memory"},
-      {kNotInitialized, "initialization error"},
-      {kInvalidDevice, "invalid device ordinal"},
-      {kInvalidContext, "invalid device context"},
-      {kMapFailed, "mapping of buffer object failed"},
-      {kInvalidHandle, "invalid resource handle"},
-      {kNotFound, "named symbol not found"},
-      {kNotSupported, "operation not supported"},
-  };
-  auto it = texts.find(r);
-  if (it == texts.end()) {
-    *text = nullptr;
-    return kInvalidValue;
-  }
-  *text = it->second;
-  return kSuccess;
+  const ErrorText* e = FindError(r);
+  *text = e ? e->text : nullptr;
+  return e ? kSuccess : kInvalidValue;
 }
 
 CUresult cuDeviceGetCount(int* count) {
