@@ -268,6 +268,17 @@ CUresult ResolveStream(void* handle, Stream** out) {
   return kSuccess;
 }
 
+// The preamble of every call on a stream: the driver started, a current
+// context, the state locked and the stream found; then f(stream, lock).
+template <typename F>
+CUresult OnStream(void* stream, F f) {
+  if (CUresult r = Ready()) return r;
+  std::unique_lock<std::mutex> lock(S().mu);
+  Stream* s;
+  if (CUresult r = ResolveStream(stream, &s)) return r;
+  return f(s, lock);
+}
+
 // The host bytes behind [ptr, ptr + n) of one allocation, or nullptr.
 char* DeviceBytes(CUdeviceptr ptr, size_t n) {
   auto& all = S().allocations;
@@ -308,13 +319,18 @@ void WaitIdle(std::unique_lock<std::mutex>& lock) {
 
 // Maps fd as an allocation of `size` bytes on device: the bytes at a host
 // address, and a device address range that faults if the host uses it.
+// Takes fd: closed with the allocation, or at once on failure.
 CUresult MapAllocation(int fd, size_t size, int device, uint64_t id, CUdeviceptr* out, Allocation** made) {
   size_t mapped = PageRound(size);
   void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (host == MAP_FAILED) return kMapFailed;
+  if (host == MAP_FAILED) {
+    close(fd);
+    return kMapFailed;
+  }
   void* dev = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (dev == MAP_FAILED) {
     munmap(host, mapped);
+    close(fd);
     return kOutOfMemory;
   }
   auto base = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(dev));
@@ -325,13 +341,18 @@ CUresult MapAllocation(int fd, size_t size, int device, uint64_t id, CUdeviceptr
   return kSuccess;
 }
 
-void Unmap(std::map<CUdeviceptr, Allocation>::iterator it) {
+// As on a GPU, memory goes once the work queued before is done.
+CUresult UnmapWhenIdle(CUdeviceptr ptr, std::unique_lock<std::mutex>& lock) {
+  WaitIdle(lock);
+  auto it = S().allocations.find(ptr);
+  if (it == S().allocations.end()) return kInvalidValue;
   Allocation& a = it->second;
   munmap(a.host, a.mapped);
   munmap(reinterpret_cast<void*>(static_cast<uintptr_t>(a.base)), a.mapped);
   close(a.fd);
   if (!a.imported) S().used[a.device] -= a.size;
   S().allocations.erase(it);
+  return kSuccess;
 }
 
 CUresult RecordOn(Event* e, Stream* s) {
@@ -488,26 +509,18 @@ CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) {
     return kOutOfMemory;
   }
   CUresult r = MapAllocation(fd, size, device, id, ptr, nullptr);
-  if (r != kSuccess) {
-    close(fd);
-    return r;
-  }
+  if (r != kSuccess) return r;
   st.used[device] += size;
   return kSuccess;
 }
 
-// As on a GPU, freeing waits for the work queued before it.
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   if (CUresult r = Ready()) return r;
   State& st = S();
   std::unique_lock<std::mutex> lock(st.mu);
   auto it = st.allocations.find(ptr);
   if (it == st.allocations.end() || it->second.imported) return kInvalidValue;
-  WaitIdle(lock);
-  it = st.allocations.find(ptr);
-  if (it == st.allocations.end()) return kInvalidValue;
-  Unmap(it);
-  return kSuccess;
+  return UnmapWhenIdle(ptr, lock);
 }
 
 CUresult cuMemAllocHost_v2(void** p, size_t size) {
@@ -568,57 +581,48 @@ CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream) {
-  if (CUresult r = Ready()) return r;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  char* to = DeviceBytes(dst, n);
-  if (to == nullptr) return kInvalidValue;
-  if (IsPinned(src, n)) {
-    Enqueue(s, Work([to, src, n] { memcpy(to, src, n); }));
-  } else {
-    // Pageable memory is staged before the call returns.
-    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
-    Enqueue(s, Work([to, staged] { memcpy(to, staged->data(), staged->size()); }));
-  }
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    char* to = DeviceBytes(dst, n);
+    if (to == nullptr) return kInvalidValue;
+    if (IsPinned(src, n)) {
+      Enqueue(s, Work([to, src, n] { memcpy(to, src, n); }));
+    } else {
+      // Pageable memory is staged before the call returns.
+      auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+      Enqueue(s, Work([to, staged] { memcpy(to, staged->data(), staged->size()); }));
+    }
+    return kSuccess;
+  });
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream) {
-  if (CUresult r = Ready()) return r;
-  State& st = S();
-  std::unique_lock<std::mutex> lock(st.mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  char* from = DeviceBytes(src, n);
-  if (from == nullptr) return kInvalidValue;
-  uint64_t ticket = Enqueue(s, Work([dst, from, n] { memcpy(dst, from, n); }));
-  // Into pageable memory the copy is done when the call returns.
-  if (!IsPinned(dst, n)) st.changed.wait(lock, [&] { return s->completed >= ticket; });
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>& lock) {
+    char* from = DeviceBytes(src, n);
+    if (from == nullptr) return kInvalidValue;
+    uint64_t ticket = Enqueue(s, Work([dst, from, n] { memcpy(dst, from, n); }));
+    // Into pageable memory the copy is done when the call returns.
+    if (!IsPinned(dst, n)) S().changed.wait(lock, [&] { return s->completed >= ticket; });
+    return kSuccess;
+  });
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) {
-  if (CUresult r = Ready()) return r;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  char* to = DeviceBytes(dst, n);
-  char* from = DeviceBytes(src, n);
-  if (to == nullptr || from == nullptr) return kInvalidValue;
-  Enqueue(s, Work([to, from, n] { memmove(to, from, n); }));
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    char* to = DeviceBytes(dst, n);
+    char* from = DeviceBytes(src, n);
+    if (to == nullptr || from == nullptr) return kInvalidValue;
+    Enqueue(s, Work([to, from, n] { memmove(to, from, n); }));
+    return kSuccess;
+  });
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, void* stream) {
-  if (CUresult r = Ready()) return r;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  char* to = DeviceBytes(dst, n);
-  if (to == nullptr) return kInvalidValue;
-  Enqueue(s, Work([to, value, n] { memset(to, value, n); }));
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    char* to = DeviceBytes(dst, n);
+    if (to == nullptr) return kInvalidValue;
+    Enqueue(s, Work([to, value, n] { memset(to, value, n); }));
+    return kSuccess;
+  });
 }
 
 CUresult cuStreamCreate(Stream** out, unsigned flags) {
@@ -631,36 +635,30 @@ CUresult cuStreamCreate(Stream** out, unsigned flags) {
 
 // Returns at once; the stream's queued work still runs, then it goes.
 CUresult cuStreamDestroy_v2(void* stream) {
-  if (CUresult r = Ready()) return r;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  if (s->legacy) return kInvalidHandle;
-  s->destroyed = true;
-  S().changed.notify_all();
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    if (s->legacy) return kInvalidHandle;
+    s->destroyed = true;
+    S().changed.notify_all();
+    return kSuccess;
+  });
 }
 
 CUresult cuStreamSynchronize(void* stream) {
-  if (CUresult r = Ready()) return r;
-  std::unique_lock<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  uint64_t ticket = s->enqueued;
-  S().changed.wait(lock, [&] { return s->completed >= ticket; });
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>& lock) {
+    uint64_t ticket = s->enqueued;
+    S().changed.wait(lock, [&] { return s->completed >= ticket; });
+    return kSuccess;
+  });
 }
 
 CUresult cuStreamWaitEvent(void* stream, Event* e, unsigned flags) {
-  if (CUresult r = Ready()) return r;
   if (flags != 0 || e == nullptr) return kInvalidValue;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
-  Counters c = e->counters;
-  uint64_t gen = c->recorded.load();
-  Enqueue(s, [c, gen](std::unique_lock<std::mutex>& l) { WaitEvent(c, gen, l); });
-  return kSuccess;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    Counters c = e->counters;
+    uint64_t gen = c->recorded.load();
+    Enqueue(s, [c, gen](std::unique_lock<std::mutex>& l) { WaitEvent(c, gen, l); });
+    return kSuccess;
+  });
 }
 
 CUresult cuEventCreate(Event** out, unsigned flags) {
@@ -689,14 +687,9 @@ CUresult cuEventCreate(Event** out, unsigned flags) {
 }
 
 CUresult cuEventRecord(Event* e, void* stream) {
-  if (CUresult r = Ready()) return r;
-  if (e == nullptr) return kInvalidHandle;
-  std::lock_guard<std::mutex> lock(S().mu);
-  Stream* s;
-  if (CUresult r = ResolveStream(stream, &s)) return r;
   // A peer's event is only waited on here, never recorded.
-  if (e->imported) return kInvalidHandle;
-  return RecordOn(e, s);
+  if (e == nullptr || e->imported) return kInvalidHandle;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) { return RecordOn(e, s); });
 }
 
 CUresult cuEventSynchronize(Event* e) {
@@ -749,10 +742,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, IpcHandle handle, unsigned flag
   if (fd < 0) return kInvalidValue;
   Allocation* a = nullptr;
   CUresult r = MapAllocation(fd, handle.size, current->device, st.nextId++, out, &a);
-  if (r != kSuccess) {
-    close(fd);
-    return r;
-  }
+  if (r != kSuccess) return r;
   a->imported = true;
   a->peerPid = handle.pid;
   a->peerId = handle.id;
@@ -766,11 +756,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
   auto it = st.allocations.find(ptr);
   if (it == st.allocations.end() || !it->second.imported) return kInvalidValue;
   if (--it->second.refs > 0) return kSuccess;
-  WaitIdle(lock);
-  it = st.allocations.find(ptr);
-  if (it == st.allocations.end()) return kInvalidValue;
-  Unmap(it);
-  return kSuccess;
+  return UnmapWhenIdle(ptr, lock);
 }
 
 CUresult cuIpcGetEventHandle(IpcHandle* handle, Event* e) {
