@@ -14,7 +14,6 @@
 //   takes the bytes at the call, device to host returns once done).
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
