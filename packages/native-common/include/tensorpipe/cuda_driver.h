@@ -8,8 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
+
+#include "tensorpipe/dynamic_library.h"
 
 namespace tensorpipe_js {
 namespace cuda {
@@ -113,14 +114,12 @@ struct Loaded {
 
 inline Loaded Load() {
   Loaded l;
-  // TENSORPIPE_CUDA_DRIVER names another driver library (a path or a
-  // soname): one installed out of the loader's path, or the emulator.
-  const char* name = getenv("TENSORPIPE_CUDA_DRIVER");
-  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
-  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  // TENSORPIPE_CUDA_DRIVER names another driver: one installed out of the
+  // loader's path, or @tensorpipe/cuda-emulator.
+  std::string error;
+  void* lib = OpenLibrary("TENSORPIPE_CUDA_DRIVER", "libcuda.so.1", &error);
   if (lib == nullptr) {
-    const char* e = dlerror();
-    l.why = std::string("no CUDA driver: ") + (e ? e : "libcuda.so.1 did not load");
+    l.why = "no CUDA driver: " + error;
     return l;
   }
   Driver& d = l.driver;

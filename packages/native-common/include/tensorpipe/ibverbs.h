@@ -8,9 +8,10 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "tensorpipe/dynamic_library.h"
 
 #if __has_include(<infiniband/verbs.h>)
 #include <infiniband/verbs.h>
@@ -67,13 +68,11 @@ struct Loaded {
 
 inline Loaded Load() {
   Loaded l;
-  // TENSORPIPE_IBVERBS names another build of the library (a path or a soname).
-  const char* name = getenv("TENSORPIPE_IBVERBS");
-  if (name == nullptr || *name == '\0') name = "libibverbs.so.1";
-  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  // TENSORPIPE_IBVERBS names another build of the library.
+  std::string error;
+  void* lib = OpenLibrary("TENSORPIPE_IBVERBS", "libibverbs.so.1", &error);
   if (lib == nullptr) {
-    const char* e = dlerror();
-    l.why = std::string("no libibverbs (rdma-core's libibverbs1 package): ") + (e ? e : "it did not load");
+    l.why = "no libibverbs (rdma-core's libibverbs1 package): " + error;
     return l;
   }
   Verbs& v = l.verbs;
