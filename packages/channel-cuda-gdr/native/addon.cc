@@ -353,8 +353,7 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
   Napi::Value RegisterMemory(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     NeedOpen(env);
-    bool lossless = false;
-    uint64_t ptr = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+    uint64_t ptr = BigIntArg(info[0], "ptr");
     size_t length = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
     ibv_mr* mr = v_->regMr(pd_, reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)), length, IBV_ACCESS_LOCAL_WRITE);
     if (mr == nullptr) throw VerbsError(env, errno, "ibv_reg_mr");
@@ -388,9 +387,8 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
     Napi::Env env = info.Env();
     NeedOpen(env);
     ibv_qp* qp = QpArg(info[0]);
-    bool lossless = false;
     ibv_sge sge = {};
-    sge.addr = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+    sge.addr = BigIntArg(info[1], "addr");
     sge.length = info[2].As<Napi::Number>().Uint32Value();
     sge.lkey = info[3].As<Napi::Number>().Uint32Value();
     WorkRequest wr = {};

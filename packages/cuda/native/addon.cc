@@ -22,7 +22,6 @@
 namespace tensorpipe_js {
 namespace {
 
-using cuda::BigIntArg;
 using cuda::Check;
 using cuda::CUDA_SUCCESS;
 using cuda::CudaError;

@@ -34,15 +34,7 @@ inline void Check(Napi::Env env, const Driver& d, CUresult r, const char* call) 
   if (r != CUDA_SUCCESS) throw CudaError(env, d, r, call);
 }
 
-// A device pointer, stream or event handed to JS as a bigint.
-inline uint64_t BigIntArg(const Napi::Value& v, const char* what) {
-  bool lossless = false;
-  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a bigint");
-  uint64_t out = v.As<Napi::BigInt>().Uint64Value(&lossless);
-  if (!lossless) throw Napi::RangeError::New(v.Env(), std::string(what) + " does not fit 64 bits");
-  return out;
-}
-
+// A stream handed to JS as a bigint.
 inline CUstream StreamArg(const Napi::Value& v) {
   return reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntArg(v, "stream")));
 }

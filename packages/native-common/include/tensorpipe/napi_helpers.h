@@ -133,4 +133,14 @@ inline int ParseIpAddress(const std::string& host, int port, struct sockaddr_sto
   return uv_ip4_addr(host.c_str(), port, reinterpret_cast<struct sockaddr_in*>(out));
 }
 
+// A 64-bit value handed to JS as a bigint: a device pointer, an address, a
+// stream or an event.
+inline uint64_t BigIntArg(const Napi::Value& v, const char* what) {
+  bool lossless = false;
+  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string(what) + " must be a bigint");
+  uint64_t out = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw Napi::RangeError::New(v.Env(), std::string(what) + " does not fit 64 bits");
+  return out;
+}
+
 }  // namespace tensorpipe_js
