@@ -11,14 +11,20 @@ import {
   cpuBytes,
 } from "@tensorpipe/core";
 
+const DONE = Promise.resolve();
+
 /**
  * One end of a basic channel: each tensor is one frame on its own transport
  * connection, written from and read into the user's memory by the transport.
+ * A zero-length tensor is no frame at all, on either end: upstream's basic
+ * channel completes it at once, and a frame of 0 bytes would put the two
+ * ends out of step with a C++ peer.
  */
 export class BasicChannel implements Channel {
   constructor(private readonly connection: Connection) {}
 
   send(buffer: TensorBuffer, length: number): Promise<void> {
+    if (length === 0) return DONE;
     try {
       return this.connection.write([cpuBytes(buffer, length, "basic")]);
     } catch (e) {
@@ -27,6 +33,7 @@ export class BasicChannel implements Channel {
   }
 
   recv(buffer: TensorBuffer, length: number): Promise<void> {
+    if (length === 0) return DONE;
     try {
       return this.connection.readInto(cpuBytes(buffer, length, "basic"));
     } catch (e) {

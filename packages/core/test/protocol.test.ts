@@ -14,7 +14,10 @@ import {
   encodeDescriptorReply,
   encodePacket,
 } from "../src/protocol.js";
-import { clientChannel, clientMain, replyConnection, serverMain } from "./golden.js";
+import { upstreamSession } from "../src/testing/upstream-sessions.js";
+
+const { clientMain, serverMain, clientReply: replyConnection, clientChannel } = upstreamSession("basic");
+const edge = upstreamSession("edge");
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 const cpu = CPU_DEVICE;
@@ -75,6 +78,53 @@ describe("upstream golden frames", () => {
   });
 });
 
+describe("upstream golden frames: edge cases", () => {
+  const tensor = (length: number, metadata: string, targetDevice?: typeof cpu) =>
+    targetDevice ? { length, sourceDevice: cpu, targetDevice, metadata } : { length, sourceDevice: cpu, metadata };
+  const zeroes = {
+    metadata: "Z",
+    payloads: [
+      { length: 0, metadata: "p0" },
+      { length: 3, metadata: "p1" },
+    ],
+    tensors: [tensor(0, "t2", cpu), tensor(5, "t3", cpu), tensor(0, "t4", cpu)],
+  };
+  const untargeted = { metadata: "R", payloads: [], tensors: [tensor(4, "t0")] };
+  const empty = { metadata: "", payloads: [], tensors: [] };
+
+  it("the client's descriptors: zero-length payloads and tensors, a tensor without a target, an empty message", () => {
+    expect(hex(encodeDescriptor(zeroes))).toBe(hex(edge.clientMain[2]!));
+    expect(edge.clientMain[3]!.length).toBe(0);
+    expect(hex(encodeDescriptor(untargeted))).toBe(hex(edge.clientMain[5]!));
+    expect(hex(encodeDescriptor(empty))).toBe(hex(edge.clientMain[6]!));
+    expect(decodeDescriptor(edge.clientMain[2]!)).toEqual(zeroes);
+    expect(decodeDescriptor(edge.clientMain[5]!)).toEqual(untargeted);
+    expect(decodeDescriptor(edge.clientMain[6]!)).toEqual(empty);
+  });
+
+  it("the server's echoes name cpu:0 as every tensor's target", () => {
+    expect(hex(encodeDescriptor(zeroes))).toBe(hex(edge.serverMain[1]!));
+    expect(hex(encodeDescriptor({ ...untargeted, tensors: [tensor(4, "t0", cpu)] }))).toBe(hex(edge.serverMain[4]!));
+    expect(hex(encodeDescriptor(empty))).toBe(hex(edge.serverMain[5]!));
+  });
+
+  it("the DescriptorReply names the one tensor that had no target", () => {
+    expect(edge.serverReply).toHaveLength(1);
+    expect(hex(encodeDescriptorReply({ targetDevices: [cpu] }))).toBe(hex(edge.serverReply[0]!));
+  });
+
+  it("the basic channel carries only the tensors that have bytes", () => {
+    expect(edge.clientChannel.slice(1).map((f) => f.length)).toEqual([5, 4]);
+    expect(edge.serverChannel.map((f) => f.length)).toEqual([5, 4]);
+  });
+
+  it("the BrochureAnswer has the same shape as in the first session", () => {
+    const answer = decodeBrochureAnswer(edge.serverMain[0]!);
+    expect(answer.address).toBe(`127.0.0.1:${edge.serverPort}`);
+    expect(hex(encodeBrochureAnswer({ ...answer, address: "127.0.0.1:29777" }))).toBe(hex(serverMain[0]!));
+  });
+});
+
 describe("DescriptorReply and other forms", () => {
   it("round-trips a DescriptorReply with the layout upstream uses", () => {
     const bytes = encodeDescriptorReply({ targetDevices: [cpu, { type: "cuda", index: 3 }] });
@@ -110,8 +160,8 @@ describe("decoding hostile bytes", () => {
   bad("vector<uint64> of 7 bytes", [0xb9, 0x07, 0xbd, 0x00, 0xbd, 0x00, 0xbb, 0x00, 0xbd, 0x00, 0xbb, 0x01, 0xbd, 0x00, 0xbc, 0x07, 1, 2, 3, 4, 5, 6, 7], decodeBrochureAnswer);
 
   it("rejects every truncation of every captured frame", () => {
-    const decoders = [decodePacket, decodeBrochure, decodeBrochureAnswer, decodeDescriptor];
-    for (const frame of [...clientMain, ...serverMain]) {
+    const decoders = [decodePacket, decodeBrochure, decodeBrochureAnswer, decodeDescriptor, decodeDescriptorReply];
+    for (const frame of [...clientMain, ...serverMain, ...edge.clientMain, ...edge.serverMain, ...edge.serverReply]) {
       for (let cut = 0; cut < frame.length; cut++) {
         for (const decode of decoders) {
           expect(() => decode(frame.subarray(0, cut))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));

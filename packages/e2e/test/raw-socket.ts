@@ -49,6 +49,11 @@ export class RawSocket {
     return this.readExact(Number(header.readBigUInt64LE(0)));
   }
 
+  /** Bytes that arrived and were not read yet. */
+  get unread(): number {
+    return this.buffered.length;
+  }
+
   write(bytes: Uint8Array): void {
     this.socket.write(bytes);
   }

@@ -8,8 +8,8 @@ export interface CapturedStream {
 }
 
 /**
- * Parses shared/protocol/upstream-uv-basic-capture.txt: a C++ TensorPipe
- * uv+basic session, every frame of every TCP stream in hex.
+ * Parses a capture of a C++ TensorPipe session (fixtures/upstream/*.txt):
+ * every frame of every TCP stream, in hex.
  */
 export function parseCapture(text: string): CapturedStream[] {
   const streams: CapturedStream[] = [];

@@ -100,15 +100,27 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
       await Promise.all([receive(server, 0), receive(client, 10_000), ...writes]);
     });
 
-    it("carries zero-length tensors and messages with nothing in them", async () => {
+    it("carries zero-length tensors among others, and messages with nothing in them", async () => {
+      const none = new Uint8Array(0);
       const w = Promise.all([
         client.write({}),
-        client.write({ tensors: [{ buffer: new Uint8Array(0), targetDevice: cpu }, { buffer: new Uint8Array(0) }] }),
+        client.write({ tensors: [{ buffer: none, targetDevice: cpu }, { buffer: none }] }),
+        client.write({
+          payloads: [{ data: none }],
+          tensors: [{ buffer: none, targetDevice: cpu }, { buffer: patterned(5, 1), targetDevice: cpu }, { buffer: none }],
+        }),
+        client.write({ tensors: [{ buffer: patterned(7, 2), targetDevice: cpu }] }),
       ]);
       const empty = await server.readMessage();
       expect(empty).toEqual({ metadata: "", payloads: [], tensors: [] });
       const zeros = await server.readMessage();
       expect(zeros.tensors.map((t) => t.length)).toEqual([0, 0]);
+      const mixed = await server.readMessage();
+      expect(mixed.payloads[0]!.data.length).toBe(0);
+      expect(mixed.tensors.map((t) => t.length)).toEqual([0, 5, 0]);
+      expect(hasPattern(mixed.tensors[1]!.buffer as Uint8Array, 1)).toBe(true);
+      const after = await server.readMessage();
+      expect(hasPattern(after.tensors[0]!.buffer as Uint8Array, 2)).toBe(true);
       await w;
     });
 

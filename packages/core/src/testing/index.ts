@@ -6,3 +6,4 @@ export { describeTransportConformance, type TransportConformanceOptions } from "
 export { describeChannelConformance, type ChannelConformanceOptions } from "./channel-conformance.js";
 export { fillPattern, patterned, hasPattern, prng } from "./patterns.js";
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
+export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";

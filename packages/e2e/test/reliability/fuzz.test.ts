@@ -5,15 +5,17 @@
  */
 import { randomBytes } from "node:crypto";
 import { ErrorCode, type TensorPipeError, protocol } from "@tensorpipe/core";
-import { loadCapture, onTheWire, prng } from "@tensorpipe/core/testing";
+import { onTheWire, prng, upstreamSession } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 10_000);
-const capture = loadCapture(new URL("../../../../../shared/protocol/upstream-uv-basic-capture.txt", import.meta.url));
-const seeds = capture.flatMap((s) => s.frames).filter((f) => f.length > 5);
+/** Every structured frame C++ TensorPipe wrote in both captured sessions (raw payload and tensor bytes aside). */
+const seeds = [upstreamSession("basic"), upstreamSession("edge")]
+  .flatMap((s) => [s.clientMain, s.serverMain, s.clientReply, s.serverReply, s.clientChannel, s.serverChannel].flat())
+  .filter((f) => f.length > 5);
 
 /** A frame derived from a captured one: bit flips, byte changes, cuts, splices, or pure noise. */
 function mutate(rand: () => number): Uint8Array {
