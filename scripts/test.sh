@@ -12,13 +12,7 @@ if [[ ! -s "$out/results.json" ]]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-node -e '
-const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-const failed = r.numFailedTests + (r.numRuntimeErrorTestSuites ?? 0);
-const skipped = r.numPendingTests + r.numTodoTests;
-console.log(`${r.numPassedTests} passed, ${failed} failed, ${skipped} skipped`);
-process.exit(failed > 0 || r.numTotalTests === 0 ? 1 : 0);
-' "$out/results.json"
+node scripts/test-summary.mjs "$out/results.json" "$status"
 summary=$?
 [[ $status -ne 0 ]] && exit $status
 exit $summary
