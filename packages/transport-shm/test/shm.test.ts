@@ -105,15 +105,20 @@ describe("shm resources", () => {
 const isRoot = process.getuid?.() === 0;
 
 describe("shm peer credentials", () => {
-  // A child running as "nobody" tries this process's listener.
+  // A child that becomes "nobody" tries this process's listener. It loads
+  // the addon first, as root: the checkout may sit where nobody cannot read
+  // (a clone under mktemp -d), and the peer's uid is taken at connect().
   function connectAsNobody(name: string, allowOtherUsers: boolean): Promise<string> {
     const script = `
       import { ShmTransport } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
       const t = new ShmTransport({ allowOtherUsers: ${allowOtherUsers} });
+      if (!t.isViable().viable) throw new Error("shm is not viable in the child");
+      process.setgid(65534);
+      process.setuid(65534);
       try { const c = await t.connect(${JSON.stringify(name)}); console.log("connected"); c.close(); }
       catch (e) { console.log(e.code); }`;
     return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, ["--input-type=module", "-e", script], { uid: 65534, gid: 65534 });
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script]);
       let out = "";
       child.stdout.on("data", (d) => (out += d));
       child.on("error", reject);
