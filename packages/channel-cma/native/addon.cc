@@ -25,25 +25,26 @@ namespace {
 // One process_vm_readv moves at most this much; larger parts loop.
 constexpr uint64_t kMaxCall = 1ull << 30;
 
-struct Transfer;
-
-struct Part {
-  uv_work_t req;
-  Transfer* transfer;
-  char* local;
-  uint64_t remote;
-  uint64_t length;
-  int error = 0;
-};
-
+// One transfer: its parts run side by side on the pool, and the callback
+// follows the last.
 struct Transfer {
   pid_t pid;
-  std::vector<std::unique_ptr<Part>> parts;
   int pending = 0;
   int error = 0;
   Napi::Reference<Napi::Value> keepTarget;
   Napi::FunctionReference callback;
   std::unique_ptr<Napi::AsyncContext> asyncContext;
+
+  void PartDone(int partError) {
+    if (error == 0) error = partError;
+    if (--pending > 0) return;
+    std::unique_ptr<Transfer> done(this);
+    Napi::Env env = callback.Env();
+    FromLoop(env, [&] {
+      napi_value arg = error == 0 ? env.Null() : UvError(env, uv_translate_sys_error(error), "process_vm_readv").Value();
+      InvokeCallback(callback, *asyncContext, {arg});
+    });
+  }
 };
 
 // Reads [remote, remote + length) of `pid` into `local`, however many
@@ -68,23 +69,23 @@ int ReadRemote(pid_t pid, char* local, uint64_t remote, uint64_t length) {
   return 0;
 }
 
-void DoPart(uv_work_t* req) {
-  auto* part = static_cast<Part*>(req->data);
-  part->error = ReadRemote(part->transfer->pid, part->local, part->remote, part->length);
-}
+// One part of a transfer, on the pool. A worker that goes meanwhile waits
+// for it: the part writes into that worker's memory.
+class Part : public PoolJob {
+ public:
+  Part(Transfer* transfer, char* local, uint64_t remote, uint64_t length)
+      : transfer_(transfer), local_(local), remote_(remote), length_(length) {}
 
-void PartDone(uv_work_t* req, int status) {
-  auto* part = static_cast<Part*>(req->data);
-  Transfer* t = part->transfer;
-  if (t->error == 0) t->error = status < 0 ? ECANCELED : part->error;
-  if (--t->pending > 0) return;
-  std::unique_ptr<Transfer> done(t);
-  Napi::Env env = done->callback.Env();
-  Napi::HandleScope scope(env);
-  napi_value arg = done->error == 0 ? env.Null()
-                                    : UvError(env, uv_translate_sys_error(done->error), "process_vm_readv").Value();
-  InvokeCallback(done->callback, *done->asyncContext, {arg});
-}
+ private:
+  void Run() override { error_ = ReadRemote(transfer_->pid, local_, remote_, length_); }
+  void Done(int status) override { transfer_->PartDone(status < 0 ? ECANCELED : error_); }
+
+  Transfer* transfer_;
+  char* local_;
+  uint64_t remote_;
+  uint64_t length_;
+  int error_ = 0;
+};
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
@@ -98,16 +99,25 @@ void PartDone(uv_work_t* req, int status) {
 constexpr uint64_t kHugePage = 2 << 20;
 constexpr size_t kRememberedRanges = 64;
 
-struct Collapse {
-  uv_work_t req;
-  char* start;
-  uint64_t length;
+class Collapse : public PoolJob {
+ public:
+  Collapse(char* start, uint64_t length) : start_(start), length_(length) {}
+
+ private:
+  // Advice only: a kernel without it, or pages it cannot move, just stay.
+  void Run() override {
+    if (madvise(start_, length_, MADV_HUGEPAGE) == 0) madvise(start_, length_, MADV_COLLAPSE);
+  }
+  void Done(int) override {}
+
+  char* start_;
+  uint64_t length_;
 };
 
 std::mutex collapsedMutex;
 std::vector<std::pair<uintptr_t, uint64_t>> collapsed;
 
-void CollapseLater(uv_loop_t* loop, char* data, uint64_t length) {
+void CollapseLater(Napi::Env env, char* data, uint64_t length) {
   uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(data) + length) & ~(kHugePage - 1);
   if (end <= begin) return;
@@ -118,22 +128,7 @@ void CollapseLater(uv_loop_t* loop, char* data, uint64_t length) {
   }
   if (collapsed.size() == kRememberedRanges) collapsed.erase(collapsed.begin());
   collapsed.push_back(range);
-  auto* c = new Collapse{{}, reinterpret_cast<char*>(begin), end - begin};
-  c->req.data = c;
-  uv_queue_work(
-      loop, &c->req,
-      [](uv_work_t* req) {
-        auto* c = static_cast<Collapse*>(req->data);
-        // Advice only: a kernel without it, or pages it cannot move, just stay.
-        if (madvise(c->start, c->length, MADV_HUGEPAGE) == 0) madvise(c->start, c->length, MADV_COLLAPSE);
-      },
-      [](uv_work_t* req, int) { delete static_cast<Collapse*>(req->data); });
-}
-
-uv_loop_t* LoopOf(Napi::Env env) {
-  uv_loop_t* loop;
-  napi_get_uv_event_loop(env, &loop);
-  return loop;
+  (new Collapse(reinterpret_cast<char*>(begin), end - begin))->Queue(LifecycleOf(env));
 }
 
 // readv(pid, remoteAddress: bigint, length, target: ArrayBufferView,
@@ -154,23 +149,22 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
   t->callback = Napi::Persistent(info[6].As<Napi::Function>());
   t->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.CmaRead");
   // Parts of at least 4 MiB: smaller ones cost more to schedule than to copy.
-  uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(parallelism, length / (4 << 20)));
-  uint64_t step = (length + parts - 1) / parts;
+  uint64_t count = std::max<uint64_t>(1, std::min<uint64_t>(parallelism, length / (4 << 20)));
+  uint64_t step = (length + count - 1) / count;
   step = (step + 4095) & ~uint64_t(4095);
-  uv_loop_t* loop = LoopOf(env);
-  if (hugePages && length >= 4 * kHugePage) CollapseLater(loop, target.data, length);
-  for (uint64_t off = 0; t->parts.empty() || off < length; off += step) {
-    auto part = std::make_unique<Part>();
-    part->transfer = t.get();
-    part->local = target.data + off;
-    part->remote = remote + off;
-    part->length = std::min(step, length - off);
-    part->req.data = part.get();
-    t->parts.push_back(std::move(part));
+  if (hugePages && length >= 4 * kHugePage) CollapseLater(env, target.data, length);
+  std::vector<Part*> parts;
+  for (uint64_t off = 0; parts.empty() || off < length; off += step) {
+    parts.push_back(new Part(t.get(), target.data + off, remote + off, std::min(step, length - off)));
   }
-  t->pending = static_cast<int>(t->parts.size());
-  Transfer* raw = t.release();
-  for (auto& part : raw->parts) uv_queue_work(loop, &part->req, DoPart, PartDone);
+  t->pending = static_cast<int>(parts.size());
+  Transfer* transfer = t.release();
+  EnvLifecycle& lifecycle = LifecycleOf(env);
+  // uv_queue_work fails only on a null callback; a part that could not be
+  // queued counts as cancelled all the same.
+  for (Part* part : parts) {
+    if (part->Queue(lifecycle) < 0) transfer->PartDone(ECANCELED);
+  }
   return env.Undefined();
 }
 
@@ -179,7 +173,7 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
 Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   ByteSpan span;
   if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "expected an ArrayBufferView");
-  if (info[1].ToBoolean() && span.length >= 4 * kHugePage) CollapseLater(LoopOf(info.Env()), span.data, span.length);
+  if (info[1].ToBoolean() && span.length >= 4 * kHugePage) CollapseLater(info.Env(), span.data, span.length);
   return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(span.data)));
 }
 
@@ -208,6 +202,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  AddonEnv::Install<AddonEnv>(env);
   exports.Set("readv", Napi::Function::New(env, ReadV, "readv"));
   exports.Set("addressOf", Napi::Function::New(env, AddressOf, "addressOf"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));

@@ -108,7 +108,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 
 constexpr int kPolledAtOnce = 64;
 
-class IbvNic : public Napi::ObjectWrap<IbvNic> {
+class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "IbvNic",
@@ -161,7 +161,12 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
     // Pipes keep the loop alive while they have work; an idle NIC does not.
     uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
     Ref();
+    LifecycleOf(env).Own(this);
   }
+
+  // The device, its queue pairs and registrations, and the poll on Node's
+  // loop go with the environment.
+  void Teardown() override { Shutdown(); }
 
   ~IbvNic() override { Release(); }
 
@@ -412,15 +417,20 @@ class IbvNic : public Napi::ObjectWrap<IbvNic> {
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {
-    if (ctx_ != nullptr) {
-      Release();
-      Unref();
-    }
+    Shutdown();
     return info.Env().Undefined();
   }
 
+  void Shutdown() {
+    if (ctx_ == nullptr) return;
+    Release();
+    LifecycleOf(Env()).Released(this);
+    Unref();
+  }
+
   static void OnReadable(uv_poll_t* handle, int status, int events) {
-    static_cast<IbvNic*>(handle->data)->Drain();
+    auto* self = static_cast<IbvNic*>(handle->data);
+    FromLoop(self->Env(), [&] { self->Drain(); });
   }
 
   // A completion event: acknowledged (in batches), notification re-armed
@@ -485,6 +495,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 #endif
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  AddonEnv::Install<AddonEnv>(env);
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
 #if TENSORPIPE_HAVE_VERBS
   exports.Set("IbvNic", IbvNic::Define(env));

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -41,12 +42,15 @@ std::string HandleArg(const Napi::Value& v) {
 
 // Allocations opened from peers' handles, per channel context, device and
 // handle; closed when that channel context closes.
+// Context ids are counted per environment: with several workers in one
+// process, the environment tells theirs apart.
 struct OpenedKey {
+  uintptr_t env;
   double context;
   int device;
   std::string handle;
   bool operator<(const OpenedKey& o) const {
-    return std::tie(context, device, handle) < std::tie(o.context, o.device, o.handle);
+    return std::tie(env, context, device, handle) < std::tie(o.env, o.context, o.device, o.handle);
   }
 };
 std::mutex openedMutex;
@@ -122,9 +126,20 @@ Napi::Value ReleaseEvent(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-struct Import {
-  uv_work_t req;
+struct IpcEnv : AddonEnv, EnvResource {
+  explicit IpcEnv(napi_env env);
+  void Teardown() override;
+  napi_env env;
+  // The channel contexts that imported memory here.
+  std::set<double> contexts;
+};
+
+struct Import : PoolJob {
+  void Run() override;
+  void Done(int status) override;
+
   const Driver* driver;
+  uintptr_t env;
   double context;
   int device;
   std::string memHandle;
@@ -139,8 +154,8 @@ struct Import {
   std::unique_ptr<Napi::AsyncContext> asyncContext;
 };
 
-void RunImport(uv_work_t* req) {
-  auto* op = static_cast<Import*>(req->data);
+void Import::Run() {
+  Import* op = this;
   const Driver& d = *op->driver;
   auto fail = [&](CUresult r, const char* call) {
     op->result = r;
@@ -151,7 +166,7 @@ void RunImport(uv_work_t* req) {
   CUdeviceptr base = 0;
   {
     std::lock_guard<std::mutex> lock(openedMutex);
-    OpenedKey key{op->context, op->device, op->memHandle};
+    OpenedKey key{op->env, op->context, op->device, op->memHandle};
     auto it = opened.find(key);
     if (it != opened.end()) {
       base = it->second;
@@ -173,14 +188,14 @@ void RunImport(uv_work_t* req) {
   d.cuEventDestroy(event);
 }
 
-void ImportDone(uv_work_t* req, int status) {
-  std::unique_ptr<Import> op(static_cast<Import*>(req->data));
-  Napi::Env env = op->callback.Env();
-  Napi::HandleScope scope(env);
-  napi_value arg = env.Null();
-  if (status < 0) arg = UvError(env, status, "cuda-ipc copy").Value();
-  else if (op->result != CUDA_SUCCESS) arg = CudaError(env, *op->driver, op->result, op->call).Value();
-  InvokeCallback(op->callback, *op->asyncContext, {arg});
+void Import::Done(int status) {
+  Napi::Env env = callback.Env();
+  FromLoop(env, [&] {
+    napi_value arg = env.Null();
+    if (status < 0) arg = UvError(env, status, "cuda-ipc copy").Value();
+    else if (result != CUDA_SUCCESS) arg = CudaError(env, *driver, result, call).Value();
+    InvokeCallback(callback, *asyncContext, {arg});
+  });
 }
 
 // importCopy(context, device, memHandle, offset, eventHandle, dst: bigint,
@@ -191,6 +206,7 @@ Napi::Value ImportCopy(const Napi::CallbackInfo& info) {
   const Driver& d = cuda::NeedDriver(env);
   auto op = std::make_unique<Import>();
   op->driver = &d;
+  op->env = reinterpret_cast<uintptr_t>(static_cast<napi_env>(env));
   op->context = info[0].As<Napi::Number>().DoubleValue();
   op->device = info[1].As<Napi::Number>().Int32Value();
   op->memHandle = HandleArg(info[2]);
@@ -201,31 +217,48 @@ Napi::Value ImportCopy(const Napi::CallbackInfo& info) {
   op->stream = cuda::StreamArg(info[7]);
   op->callback = Napi::Persistent(info[8].As<Napi::Function>());
   op->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaIpc.copy");
-  op->req.data = op.get();
-  QueueWork(env, &op->req, RunImport, ImportDone);
-  op.release();
+  IpcEnv* data = AddonEnv::Get<IpcEnv>(env);
+  data->contexts.insert(op->context);
+  int r = op.release()->Queue(data->lifecycle);
+  if (r < 0) throw UvError(env, r, "uv_queue_work");
   return env.Undefined();
 }
 
-// closeImported(context): closes what that channel context opened.
-Napi::Value CloseImported(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+// Closes what one channel context opened.
+void CloseImportedBy(napi_env env, double context) {
   const Driver* d = cuda::GetDriver(nullptr);
-  if (d == nullptr) return env.Undefined();
-  double context = info[0].As<Napi::Number>().DoubleValue();
+  if (d == nullptr) return;
   std::lock_guard<std::mutex> lock(openedMutex);
   for (auto it = opened.begin(); it != opened.end();) {
-    if (it->first.context != context) {
+    if (it->first.env != reinterpret_cast<uintptr_t>(env) || it->first.context != context) {
       ++it;
       continue;
     }
     if (cuda::UseDevice(*d, it->first.device) == CUDA_SUCCESS) d->cuIpcCloseMemHandle(it->second);
     it = opened.erase(it);
   }
-  return env.Undefined();
+}
+
+// What this environment's channel contexts opened goes with it, closed
+// or not: a terminated worker never calls closeImported.
+IpcEnv::IpcEnv(napi_env env) : AddonEnv(env), env(env) { lifecycle.Own(this); }
+
+void IpcEnv::Teardown() {
+  for (double context : contexts) CloseImportedBy(env, context);
+  contexts.clear();
+  lifecycle.Released(this);
+}
+
+// closeImported(context): closes what that channel context opened.
+Napi::Value CloseImported(const Napi::CallbackInfo& info) {
+  double context = info[0].As<Napi::Number>().DoubleValue();
+  CloseImportedBy(info.Env(), context);
+  AddonEnv::Get<IpcEnv>(info.Env())->contexts.erase(context);
+  return info.Env().Undefined();
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  AddonEnv::Install<IpcEnv>(env);
   exports.Set("deviceOfUuid", Napi::Function::New(env, DeviceOfUuid, "deviceOfUuid"));
   exports.Set("canAccessPeer", Napi::Function::New(env, CanAccessPeer, "canAccessPeer"));
   exports.Set("exportTensor", Napi::Function::New(env, ExportTensor, "exportTensor"));

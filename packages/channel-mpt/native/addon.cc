@@ -2,10 +2,12 @@
 #include <napi.h>
 
 #include "lane_set.h"
+#include "tensorpipe/env_lifecycle.h"
 
 namespace {
 
 Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
+  tensorpipe_js::AddonEnv::Install<tensorpipe_js::AddonEnv>(env);
   exports.Set("LaneSet", tensorpipe_js::LaneSet::Define(env));
   return exports;
 }

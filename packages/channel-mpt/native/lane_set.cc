@@ -87,14 +87,22 @@ LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(inf
   }
   // Kept alive until the thread-safe function is done with it (after close).
   Ref();
+  // Node finalizes the function when the environment goes, possibly
+  // before the lifecycle's teardown, and frees it right after: the threads
+  // that call it are joined first.
   tsfn_ = Napi::ThreadSafeFunction::New(env, info[4].As<Napi::Function>(), "tensorpipe.mpt.LaneSet", 0, 1, this,
-                                        [](Napi::Env, LaneSet* self) { self->Unref(); });
+                                        [](Napi::Env, LaneSet* self) {
+                                          self->Stop();
+                                          self->tsfnGone_ = true;
+                                          self->Unref();
+                                        });
   tsfn_.Unref(env);
   for (auto& lane : lanes_) {
     Lane* l = lane.get();
     l->sender = std::thread([this, l] { SendLoop(l); });
     l->receiver = std::thread([this, l] { RecvLoop(l); });
   }
+  LifecycleOf(env).Own(this);
 }
 
 LaneSet::~LaneSet() { Stop(); }
@@ -332,21 +340,18 @@ void LaneSet::Deliver(Napi::Env env, Napi::Function callback) {
     if (failed_ && !failureDelivered_) fail = failureDelivered_ = true;
   }
   if (stopped_) return;
-  Napi::HandleScope scope(env);
   for (double id : done) {
     ops_.erase(id);
     if (--pending_ == 0) tsfn_.Unref(env);
   }
-  try {
+  FromLoop(env, [&] {
     for (double id : done) callback.Call({Napi::Number::New(env, id), env.Null()});
     if (fail) {
       Napi::Value err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall).Value()
                                                   : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol).Value();
       callback.Call({Napi::Number::New(env, -1), err});
     }
-  } catch (const Napi::Error& e) {
-    napi_fatal_exception(env, e.Value());
-  }
+  });
 }
 
 void LaneSet::Stop() {
@@ -369,13 +374,21 @@ void LaneSet::Stop() {
 // close(): stops the threads and closes the sockets. Operations still
 // pending are never reported: the caller fails them itself.
 Napi::Value LaneSet::Close(const Napi::CallbackInfo& info) {
-  if (stopped_) return info.Env().Undefined();
+  Shutdown();
+  return info.Env().Undefined();
+}
+
+void LaneSet::Shutdown() {
+  if (released_) return;
+  released_ = true;
   Stop();
   ops_.clear();
-  if (pending_ > 0) tsfn_.Unref(info.Env());
+  if (!tsfnGone_) {
+    if (pending_ > 0) tsfn_.Unref(Env());
+    tsfn_.Release();
+  }
   pending_ = 0;
-  tsfn_.Release();
-  return info.Env().Undefined();
+  LifecycleOf(Env()).Released(this);
 }
 
 }  // namespace tensorpipe_js

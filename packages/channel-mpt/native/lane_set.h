@@ -18,13 +18,18 @@
 #include <thread>
 #include <vector>
 
+#include "tensorpipe/env_lifecycle.h"
+
 namespace tensorpipe_js {
 
-class LaneSet : public Napi::ObjectWrap<LaneSet> {
+class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env);
   explicit LaneSet(const Napi::CallbackInfo& info);
   ~LaneSet() override;
+  // The threads write into memory of this environment: they stop and are
+  // joined before it goes.
+  void Teardown() override { Shutdown(); }
 
  private:
   struct Op {
@@ -72,6 +77,8 @@ class LaneSet : public Napi::ObjectWrap<LaneSet> {
   // On the JS thread, from the thread-safe function.
   void Deliver(Napi::Env env, Napi::Function callback);
   void Stop();
+  // Stop(), then forget every operation and let go of the thread-safe function.
+  void Shutdown();
 
   uint64_t maxChunk_;
   std::vector<std::unique_ptr<Lane>> lanes_;
@@ -99,6 +106,8 @@ class LaneSet : public Napi::ObjectWrap<LaneSet> {
   bool signalled_ = false;
 
   bool stopped_ = false;
+  bool released_ = false;
+  bool tsfnGone_ = false;
   Napi::ThreadSafeFunction tsfn_;
 };
 

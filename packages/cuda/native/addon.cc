@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -56,15 +57,29 @@ class StreamTurns {
 
   void Done() {
     std::lock_guard<std::mutex> lock(mu_);
-    serving_++;
-    served_.notify_all();
+    Advance();
+  }
+
+  // A turn whose work will never run (its environment went first): served
+  // as soon as it comes.
+  void Skip(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (serving_ == ticket) Advance();
+    else skipped_.insert(ticket);
   }
 
  private:
+  void Advance() {
+    serving_++;
+    while (skipped_.erase(serving_) != 0) serving_++;
+    served_.notify_all();
+  }
+
   std::mutex mu_;
   std::condition_variable served_;
   uint64_t next_ = 0;
   uint64_t serving_ = 0;
+  std::set<uint64_t> skipped_;
 };
 
 std::mutex turnsMutex;
@@ -208,8 +223,13 @@ Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
 
 enum class Kind { kHtoD, kDtoH, kDtoD, kFill, kReady };
 
-struct Copy {
-  uv_work_t req;
+struct Copy : PoolJob {
+  void Run() override;
+  void Done(int status) override;
+  // Work already on the stream may still write into this environment's
+  // memory: its job waits for it, whatever happens.
+  bool Cancellable() const override { return !queued; }
+
   const Driver* driver;
   Kind kind;
   int device;
@@ -264,30 +284,30 @@ CUresult Enqueue(Copy* c) {
   return d.cuEventRecord(c->event, c->stream);
 }
 
-void RunCopy(uv_work_t* req) {
-  auto* c = static_cast<Copy*>(req->data);
-  const Driver& d = *c->driver;
-  c->call = "cuCtxSetCurrent";
-  c->result = cuda::UseDevice(d, c->device);
-  if (!c->queued) {
-    c->turns->Wait(c->turn);
-    if (c->result == CUDA_SUCCESS) c->result = Enqueue(c);
-    c->turns->Done();
+void Copy::Run() {
+  const Driver& d = *driver;
+  call = "cuCtxSetCurrent";
+  result = cuda::UseDevice(d, device);
+  if (!queued) {
+    turns->Wait(turn);
+    if (result == CUDA_SUCCESS) result = Enqueue(this);
+    turns->Done();
   }
-  if (c->result == CUDA_SUCCESS) {
-    c->call = "cuEventSynchronize";
-    c->result = d.cuEventSynchronize(c->event);
+  if (result == CUDA_SUCCESS) {
+    call = "cuEventSynchronize";
+    result = d.cuEventSynchronize(event);
   }
-  if (c->event != nullptr) d.cuEventDestroy(c->event);
+  if (event != nullptr) d.cuEventDestroy(event);
 }
 
-void CopyDone(uv_work_t* req, int status) {
-  std::unique_ptr<Copy> c(static_cast<Copy*>(req->data));
-  Napi::Env env = c->callback.Env();
-  Napi::HandleScope scope(env);
-  napi_value arg = c->result != CUDA_SUCCESS ? CudaError(env, *c->driver, c->result, c->call).Value() : env.Null();
-  if (status < 0) arg = UvError(env, status, "cuda copy").Value();
-  InvokeCallback(c->callback, *c->asyncContext, {arg});
+void Copy::Done(int status) {
+  if (status == UV_ECANCELED) turns->Skip(turn);
+  Napi::Env env = callback.Env();
+  FromLoop(env, [&] {
+    napi_value arg = result != CUDA_SUCCESS ? CudaError(env, *driver, result, call).Value() : env.Null();
+    if (status < 0) arg = UvError(env, status, "cuda copy").Value();
+    InvokeCallback(callback, *asyncContext, {arg});
+  });
 }
 
 // copy(kind: "htod" | "dtoh" | "dtod" | "fill" | "ready", device, dst, src,
@@ -333,7 +353,6 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   }
   c->callback = Napi::Persistent(info[6].As<Napi::Function>());
   c->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cuda.copy");
-  c->req.data = c.get();
   c->turns = TurnsOf(c->device, c->stream);
   if (c->turns->Idle() && (c->host == nullptr || cuda::IsPinned(d, c->host))) {
     Check(env, d, cuda::UseDevice(d, c->device), "cuCtxSetCurrent");
@@ -348,12 +367,13 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
     // uv_queue_work fails only on a null callback.
     c->turn = c->turns->Take();
   }
-  QueueWork(env, &c->req, RunCopy, CopyDone);
-  c.release();
+  int r = c.release()->Queue(LifecycleOf(env));
+  if (r < 0) throw UvError(env, r, "uv_queue_work");
   return env.Undefined();
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  AddonEnv::Install<AddonEnv>(env);
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
   exports.Set("free", Napi::Function::New(env, Free, "free"));

@@ -37,7 +37,11 @@ function(tensorpipe_addon target)
     "${TENSORPIPE_NAPI_INCLUDE_DIR}"
     "${TENSORPIPE_UV_INCLUDE_DIR}"
     "${TENSORPIPE_NATIVE_COMMON_DIR}/include")
-  target_compile_definitions(${target} PRIVATE NAPI_VERSION=8 NAPI_CPP_EXCEPTIONS NODE_ADDON_API_DISABLE_DEPRECATED)
+  # A worker terminated while it calls into an addon (loading it, say)
+  # cannot take a JS exception any more; without SWALLOW, node-addon-api
+  # turns that into a C++ exception nobody catches, and the process aborts.
+  target_compile_definitions(${target} PRIVATE NAPI_VERSION=8 NAPI_CPP_EXCEPTIONS NODE_ADDON_API_DISABLE_DEPRECATED
+    NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter -fvisibility=hidden)
   target_link_libraries(${target} PRIVATE ${CMAKE_JS_LIB})
 endfunction()

@@ -29,6 +29,10 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
     throw CodedError(env, "ERR_TP_INVALID_ARG", "shm address must have 1 to 106 bytes");
   }
   socklen_t len = AbstractAddress(name, &addr);
+  // Everything that calls into JS comes before the socket exists: a worker
+  // being terminated fails such calls, and the socket would leak.
+  ShmOptions options = OptionsFrom(info[1]);
+  Napi::Function onReady = info[2].As<Napi::Function>();
   int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (sock < 0) throw UvError(env, uv_translate_sys_error(errno), "socket");
   int r;
@@ -41,7 +45,7 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
     ::close(sock);
     throw UvError(env, uv_translate_sys_error(err), "connect");
   }
-  return ShmConnection::Create(env, sock, OptionsFrom(info[1]), info[2].As<Napi::Function>());
+  return ShmConnection::Create(env, sock, options, onReady);
 }
 
 // Whether this process can make what a connection needs; the reason if not.
@@ -68,11 +72,9 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  auto* data = new AddonData();
-  napi_get_uv_event_loop(env, &data->loop);
+  AddonData* data = AddonEnv::Install<AddonData>(env);
   Napi::Function connection = ShmConnection::Define(env);
   data->connectionConstructor = Napi::Persistent(connection);
-  env.SetInstanceData(data);
   exports.Set("ShmConnection", connection);
   exports.Set("ShmListener", ShmListener::Define(env));
   exports.Set("connect", Napi::Function::New(env, Connect, "connect"));

@@ -83,26 +83,36 @@ ShmConnection::ShmConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<
 }
 
 Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady) {
-  Napi::Object object = GetAddonData(env)->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
+  Napi::Object object;
+  try {
+    object = GetAddonData(env)->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
+  } catch (const Napi::Error&) {
+    // A worker being terminated runs no constructor: the socket is still ours to close.
+    ::close(sock);
+    throw;
+  }
   ShmConnection* c = Unwrap(object);
-  c->options_ = options;
-  c->onReady_ = Napi::Persistent(onReady);
+  // Owned from here on: whatever fails next, closing it closes the socket.
+  c->sock_ = sock;
+  LifecycleOf(env).Own(c);
   // Alive while its handles are, whatever JS holds on to.
   c->Ref();
-  int r = c->Begin(sock);
+  c->options_ = options;
+  c->onReady_ = Napi::Persistent(onReady);
+  int r = c->Begin();
   if (r < 0) {
-    Napi::Error err = UvError(env, r, "shm handshake");
-    if (!c->protocolError_.empty()) err.Set("message", Napi::String::New(env, c->protocolError_));
+    std::string message = c->protocolError_;
     c->CloseAll();
+    Napi::Error err = UvError(env, r, "shm handshake");
+    if (!message.empty()) err.Set("message", Napi::String::New(env, message));
     throw err;
   }
   return object;
 }
 
 // Checks who the peer is, makes this side's inbox and sends it over.
-int ShmConnection::Begin(int sock) {
-  sock_ = sock;
-  uv_loop_t* loop = GetAddonData(Env())->loop;
+int ShmConnection::Begin() {
+  uv_loop_t* loop = GetAddonData(Env())->loop();
   for (uv_poll_t** p : {&socketPoll_, &readablePoll_, &writablePoll_}) {
     *p = new uv_poll_t;
     (*p)->data = this;
@@ -169,7 +179,7 @@ int ShmConnection::Begin(int sock) {
 void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ == State::kClosed) return;
-  c->OnSocket();
+  FromLoop(c->Env(), [&] { c->OnSocket(); });
 }
 
 void ShmConnection::OnSocket() {
@@ -269,7 +279,7 @@ Napi::Value ShmConnection::OnFailure(const Napi::CallbackInfo& info) {
 }
 
 void ShmConnection::FinishHandshake() {
-  uv_poll_init(GetAddonData(Env())->loop, writablePoll_, outboxWritableFd_);
+  uv_poll_init(GetAddonData(Env())->loop(), writablePoll_, outboxWritableFd_);
   openHandles_++;
   state_ = State::kOpen;
   Napi::Env env = Env();
@@ -373,8 +383,10 @@ void ShmConnection::ArmWrite() {
 void ShmConnection::OnWritableEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
-  Drain(c->outboxWritableFd_);
-  c->FlushWrites();
+  FromLoop(c->Env(), [&] {
+    Drain(c->outboxWritableFd_);
+    c->FlushWrites();
+  });
 }
 
 // read(target | null, maxLength, callback) -> false when queued, or the
@@ -490,8 +502,10 @@ void ShmConnection::ArmRead() {
 void ShmConnection::OnSpin(uv_idle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
-  if (c->inbox_.header()->head.load(std::memory_order_acquire) != c->inboxTail_) c->PumpReads();
-  else c->ArmRead();
+  FromLoop(c->Env(), [&] {
+    if (c->inbox_.header()->head.load(std::memory_order_acquire) != c->inboxTail_) c->PumpReads();
+    else c->ArmRead();
+  });
 }
 
 void ShmConnection::StopSpinning() {
@@ -502,8 +516,10 @@ void ShmConnection::StopSpinning() {
 void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
-  Drain(c->inboxReadableFd_);
-  c->PumpReads();
+  FromLoop(c->Env(), [&] {
+    Drain(c->inboxReadableFd_);
+    c->PumpReads();
+  });
 }
 
 void ShmConnection::Fail(int status) {
@@ -591,6 +607,7 @@ void ShmConnection::Release() {
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
   if (outboxMap_) munmap(outboxMap_, outboxMapSize_);
   inboxMap_ = outboxMap_ = nullptr;
+  LifecycleOf(Env()).Released(this);
   Unref();
 }
 

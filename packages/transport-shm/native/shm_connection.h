@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ring.h"
+#include "tensorpipe/env_lifecycle.h"
 #include "tensorpipe/frame_io.h"
 
 namespace tensorpipe_js {
@@ -25,7 +26,7 @@ struct ShmOptions {
   uint64_t spinMicros = 200;
 };
 
-class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
+class ShmConnection : public Napi::ObjectWrap<ShmConnection>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env);
   // Takes ownership of a connected Unix socket and starts the handshake;
@@ -33,6 +34,7 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   static Napi::Object Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady);
 
   explicit ShmConnection(const Napi::CallbackInfo& info);
+  void Teardown() override { CloseAll(); }
 
  private:
   enum class State { kHandshake, kOpen, kFailed, kClosed };
@@ -50,7 +52,7 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection> {
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
   Napi::Value OnFailure(const Napi::CallbackInfo& info);
 
-  int Begin(int sock);  // 0 or a libuv error
+  int Begin();  // 0 or a libuv error
   void FinishHandshake();
   void HandshakeFailed(Napi::Value error);
   void OnSocket();

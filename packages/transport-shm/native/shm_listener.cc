@@ -48,6 +48,10 @@ ShmListener::ShmListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmL
     throw CodedError(env, "ERR_TP_INVALID_ARG", "shm listener name must have 1 to 106 bytes");
   }
   socklen_t len = AbstractAddress(name_, &addr);
+  // What may call into JS comes first: a worker being terminated fails such
+  // calls, and a socket made before would leak.
+  onConnection_ = Napi::Persistent(info[2].As<Napi::Function>());
+  asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.ShmListener", info.This().As<Napi::Object>());
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw UvError(env, uv_translate_sys_error(errno), "socket");
   if (bind(fd_, reinterpret_cast<struct sockaddr*>(&addr), len) != 0 || listen(fd_, SOMAXCONN) != 0) {
@@ -55,51 +59,56 @@ ShmListener::ShmListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmL
     ::close(fd_);
     throw UvError(env, uv_translate_sys_error(err), "listen");
   }
-  onConnection_ = Napi::Persistent(info[2].As<Napi::Function>());
-  asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.ShmListener", info.This().As<Napi::Object>());
   poll_ = new uv_poll_t;
   poll_->data = this;
-  uv_poll_init(GetAddonData(env)->loop, poll_, fd_);
+  uv_poll_init(GetAddonData(env)->loop(), poll_, fd_);
   uv_poll_start(poll_, UV_READABLE, OnReadable);
   Ref();
+  LifecycleOf(env).Own(this);
 }
 
 void ShmListener::OnReadable(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<ShmListener*>(handle->data);
   Napi::Env env = self->Env();
-  for (;;) {
-    int sock = accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (sock < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+  FromLoop(env, [&] {
+    for (;;) {
+      int sock = accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (sock < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        InvokeCallback(self->onConnection_, *self->asyncContext_,
+                       {UvError(env, uv_translate_sys_error(errno), "accept").Value()});
+        return;
+      }
       Napi::HandleScope scope(env);
-      InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, uv_translate_sys_error(errno), "accept").Value()});
-      return;
+      try {
+        ShmConnection::Create(env, sock, self->options_, self->onConnection_.Value());
+      } catch (const Napi::Error& e) {
+        InvokeCallback(self->onConnection_, *self->asyncContext_, {e.Value()});
+      }
+      if (self->fd_ < 0 || !CanCallIntoJs(env)) return;
     }
-    Napi::HandleScope scope(env);
-    try {
-      ShmConnection::Create(env, sock, self->options_, self->onConnection_.Value());
-    } catch (const Napi::Error& e) {
-      InvokeCallback(self->onConnection_, *self->asyncContext_, {e.Value()});
-    }
-    if (self->fd_ < 0) return;
-  }
+  });
 }
 
 Napi::Value ShmListener::Address(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), name_); }
 
 Napi::Value ShmListener::Close(const Napi::CallbackInfo& info) {
-  if (poll_ != nullptr) {
-    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
-      auto* self = static_cast<ShmListener*>(h->data);
-      delete reinterpret_cast<uv_poll_t*>(h);
-      ::close(self->fd_);
-      self->fd_ = -1;
-      self->Unref();
-    });
-    poll_ = nullptr;
-  }
+  CloseSocket();
   return info.Env().Undefined();
+}
+
+void ShmListener::CloseSocket() {
+  if (poll_ == nullptr) return;
+  uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
+    auto* self = static_cast<ShmListener*>(h->data);
+    delete reinterpret_cast<uv_poll_t*>(h);
+    ::close(self->fd_);
+    self->fd_ = -1;
+    LifecycleOf(self->Env()).Released(self);
+    self->Unref();
+  });
+  poll_ = nullptr;
 }
 
 }  // namespace tensorpipe_js

@@ -13,14 +13,16 @@
 
 namespace tensorpipe_js {
 
-class ShmListener : public Napi::ObjectWrap<ShmListener> {
+class ShmListener : public Napi::ObjectWrap<ShmListener>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env);
   explicit ShmListener(const Napi::CallbackInfo& info);
+  void Teardown() override { CloseSocket(); }
 
  private:
   Napi::Value Address(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  void CloseSocket();
   static void OnReadable(uv_poll_t* handle, int status, int events);
 
   int fd_ = -1;

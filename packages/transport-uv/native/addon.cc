@@ -24,19 +24,20 @@ struct ConnectRequest {
 void OnConnect(uv_connect_t* req, int status) {
   std::unique_ptr<ConnectRequest> request(static_cast<ConnectRequest*>(req->data));
   Napi::Env env = request->callback.Env();
-  Napi::HandleScope scope(env);
-  UvConnection* connection = UvConnection::Unwrap(request->connection.Value());
-  if (connection->closed()) {
-    InvokeCallback(request->callback, *request->asyncContext, {UvError(env, UV_ECANCELED, "connect").Value()});
-    return;
-  }
-  if (status < 0) {
-    connection->CloseHandle();
-    InvokeCallback(request->callback, *request->asyncContext, {UvError(env, status, "connect").Value()});
-    return;
-  }
-  connection->Start();
-  InvokeCallback(request->callback, *request->asyncContext, {env.Null(), request->connection.Value()});
+  FromLoop(env, [&] {
+    UvConnection* connection = UvConnection::Unwrap(request->connection.Value());
+    if (connection->closed()) {
+      InvokeCallback(request->callback, *request->asyncContext, {UvError(env, UV_ECANCELED, "connect").Value()});
+      return;
+    }
+    if (status < 0) {
+      connection->CloseHandle();
+      InvokeCallback(request->callback, *request->asyncContext, {UvError(env, status, "connect").Value()});
+      return;
+    }
+    connection->Start();
+    InvokeCallback(request->callback, *request->asyncContext, {env.Null(), request->connection.Value()});
+  });
 }
 
 // connect(host, port, bindHost | null, callback(err, connection)) -> the
@@ -49,7 +50,7 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
   int r = ParseIpAddress(host, port, &addr);
   if (r < 0) throw UvError(env, r, "connect (address)");
   Napi::Object object;
-  UvConnection* connection = UvConnection::Create(env, GetAddonData(env)->loop, &object);
+  UvConnection* connection = UvConnection::Create(env, GetAddonData(env)->loop(), &object);
   if (info[2].IsString()) {
     struct sockaddr_storage local;
     r = ParseIpAddress(info[2].As<Napi::String>(), 0, &local);
@@ -74,12 +75,10 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  auto* data = new AddonData();
-  napi_get_uv_event_loop(env, &data->loop);
+  AddonData* data = AddonEnv::Install<AddonData>(env);
   Napi::Function connection = UvConnection::Define(env);
   Napi::Function listener = UvListener::Define(env);
   data->connectionConstructor = Napi::Persistent(connection);
-  env.SetInstanceData(data);
   exports.Set("UvConnection", connection);
   exports.Set("UvListener", listener);
   exports.Set("connect", Napi::Function::New(env, Connect, "connect"));

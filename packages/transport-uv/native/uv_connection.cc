@@ -42,6 +42,7 @@ UvConnection* UvConnection::Create(Napi::Env env, uv_loop_t* loop, Napi::Object*
   c->handle_->data = c;
   // The JS object must outlive the handle, whatever JS holds on to.
   c->Ref();
+  data->lifecycle.Own(c);
   return c;
 }
 
@@ -78,6 +79,7 @@ void UvConnection::OnClose(uv_handle_t* handle) {
   auto* c = static_cast<UvConnection*>(handle->data);
   delete reinterpret_cast<uv_tcp_t*>(handle);
   c->handle_ = nullptr;
+  LifecycleOf(c->Env()).Released(c);
   c->Unref();
 }
 
@@ -119,9 +121,10 @@ void UvConnection::OnWrite(uv_write_t* req, int status) {
   c->writesInFlight_--;
   if (c->state_ == State::kClosed) return;
   Napi::Env env = op->callback.Env();
-  Napi::HandleScope scope(env);
-  napi_value arg = status < 0 ? UvError(env, status, "write").Value() : env.Null();
-  InvokeCallback(op->callback, *c->asyncContext_, {arg});
+  FromLoop(env, [&] {
+    napi_value arg = status < 0 ? UvError(env, status, "write").Value() : env.Null();
+    InvokeCallback(op->callback, *c->asyncContext_, {arg});
+  });
 }
 
 // read(target: ArrayBufferView | null, maxLength: number, callback(err, buf))
@@ -250,23 +253,23 @@ void UvConnection::OnAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
 
 void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   auto* c = static_cast<UvConnection*>(stream->data);
-  if (c->state_ != State::kOpen) return;
-  if (nread > 0) {
-    if (c->direct_) c->reads_.front()->bodyGot += static_cast<uint64_t>(nread);
-    else c->stagingEnd_ += static_cast<size_t>(nread);
-    c->Pump();
-    return;
-  }
-  if (nread == 0) return;
-  Napi::HandleScope scope(c->Env());
-  const FrameRead* front = c->reads_.empty() ? nullptr : c->reads_.front().get();
-  Napi::Value err = c->Fail(front, static_cast<int>(nread));
-  // With no read pending, the next read() learns of it (after any frames
-  // still in the staging buffer).
-  if (front) c->FailFront(err);
-  else if (c->stagingBegin_ == c->stagingEnd_ && !c->onFailure_.IsEmpty()) {
-    InvokeCallback(c->onFailure_, *c->asyncContext_, {err});
-  }
+  if (c->state_ != State::kOpen || nread == 0) return;
+  FromLoop(c->Env(), [&] {
+    if (nread > 0) {
+      if (c->direct_) c->reads_.front()->bodyGot += static_cast<uint64_t>(nread);
+      else c->stagingEnd_ += static_cast<size_t>(nread);
+      c->Pump();
+      return;
+    }
+    const FrameRead* front = c->reads_.empty() ? nullptr : c->reads_.front().get();
+    Napi::Value err = c->Fail(front, static_cast<int>(nread));
+    // With no read pending, the next read() learns of it (after any frames
+    // still in the staging buffer).
+    if (front) c->FailFront(err);
+    else if (c->stagingBegin_ == c->stagingEnd_ && !c->onFailure_.IsEmpty()) {
+      InvokeCallback(c->onFailure_, *c->asyncContext_, {err});
+    }
+  });
 }
 
 // onFailure(callback(err)): see onFailure_.

@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tensorpipe/env_lifecycle.h"
 #include "tensorpipe/frame_io.h"
 
 namespace tensorpipe_js {
 
-class UvConnection : public Napi::ObjectWrap<UvConnection> {
+class UvConnection : public Napi::ObjectWrap<UvConnection>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env);
   // A connection object whose handle is initialised but not yet connected.
@@ -28,6 +29,7 @@ class UvConnection : public Napi::ObjectWrap<UvConnection> {
   void Start();
   void CloseHandle();
   bool closed() const { return state_ == State::kClosed; }
+  void Teardown() override { CloseHandle(); }
 
  private:
   enum class State { kIdle, kOpen, kFailed, kClosed };

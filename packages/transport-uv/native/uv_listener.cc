@@ -28,7 +28,7 @@ UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvList
   onConnection_ = Napi::Persistent(info[2].As<Napi::Function>());
   asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvListener", info.This().As<Napi::Object>());
   handle_ = new uv_tcp_t;
-  uv_tcp_init(GetAddonData(env)->loop, handle_);
+  uv_tcp_init(GetAddonData(env)->loop(), handle_);
   handle_->data = this;
   r = uv_tcp_bind(handle_, reinterpret_cast<struct sockaddr*>(&addr), 0);
   if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), SOMAXCONN, OnConnection);
@@ -38,26 +38,28 @@ UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvList
     throw UvError(env, r, "listen");
   }
   Ref();
+  LifecycleOf(env).Own(this);
 }
 
 void UvListener::OnConnection(uv_stream_t* server, int status) {
   auto* self = static_cast<UvListener*>(server->data);
   Napi::Env env = self->Env();
-  Napi::HandleScope scope(env);
-  if (status < 0) {
-    InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, status, "accept").Value()});
-    return;
-  }
-  Napi::Object object;
-  UvConnection* connection = UvConnection::Create(env, server->loop, &object);
-  int r = uv_accept(server, reinterpret_cast<uv_stream_t*>(connection->handle()));
-  if (r < 0) {
-    connection->CloseHandle();
-    InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, r, "accept").Value()});
-    return;
-  }
-  connection->Start();
-  InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
+  FromLoop(env, [&] {
+    if (status < 0) {
+      InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, status, "accept").Value()});
+      return;
+    }
+    Napi::Object object;
+    UvConnection* connection = UvConnection::Create(env, server->loop, &object);
+    int r = uv_accept(server, reinterpret_cast<uv_stream_t*>(connection->handle()));
+    if (r < 0) {
+      connection->CloseHandle();
+      InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, r, "accept").Value()});
+      return;
+    }
+    connection->Start();
+    InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
+  });
 }
 
 Napi::Value UvListener::Address(const Napi::CallbackInfo& info) {
@@ -70,16 +72,21 @@ Napi::Value UvListener::Address(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value UvListener::Close(const Napi::CallbackInfo& info) {
+  CloseHandle();
+  return info.Env().Undefined();
+}
+
+void UvListener::CloseHandle() {
   if (handle_ != nullptr) {
     uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
     handle_ = nullptr;
   }
-  return info.Env().Undefined();
 }
 
 void UvListener::OnClose(uv_handle_t* handle) {
   auto* self = static_cast<UvListener*>(handle->data);
   delete reinterpret_cast<uv_tcp_t*>(handle);
+  LifecycleOf(self->Env()).Released(self);
   self->Unref();
 }
 

@@ -6,16 +6,20 @@
 
 #include <memory>
 
+#include "tensorpipe/env_lifecycle.h"
+
 namespace tensorpipe_js {
 
-class UvListener : public Napi::ObjectWrap<UvListener> {
+class UvListener : public Napi::ObjectWrap<UvListener>, public EnvResource {
  public:
   static Napi::Function Define(Napi::Env env);
   explicit UvListener(const Napi::CallbackInfo& info);
+  void Teardown() override { CloseHandle(); }
 
  private:
   Napi::Value Address(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  void CloseHandle();
   static void OnConnection(uv_stream_t* server, int status);
   static void OnClose(uv_handle_t* handle);
 

@@ -12,6 +12,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "tensorpipe/env_lifecycle.h"
+
 namespace tensorpipe_js {
 
 // An Error whose `code` is libuv's errno name (ECONNRESET, EOF, ...).
@@ -87,13 +89,38 @@ inline bool GetBytes(Napi::Value value, ByteSpan* out) {
 // Calls a JS callback from a libuv callback: runs microtasks afterwards like
 // any Node callback, and turns a throwing callback into an uncaught exception
 // instead of a C++ crash.
+// Nothing is called once the environment is going (see CanCallIntoJs).
+// Plain Node-API here: node-addon-api turns a failed call into a C++
+// exception, and building that exception aborts when JS cannot run.
 inline void InvokeCallback(Napi::FunctionReference& fn, const Napi::AsyncContext& context,
                            std::initializer_list<napi_value> args) {
-  Napi::Env env = fn.Env();
+  napi_env env = fn.Env();
+  if (!CanCallIntoJs(env)) return;
+  napi_value global;
+  napi_value result;
+  if (napi_get_global(env, &global) != napi_ok) return;
+  napi_status status = napi_make_callback(env, context, global, fn.Value(), args.size(), args.begin(), &result);
+  if (status == napi_ok) return;
+  bool pending = false;
+  napi_value exception;
+  if (napi_is_exception_pending(env, &pending) == napi_ok && pending &&
+      napi_get_and_clear_last_exception(env, &exception) == napi_ok && CanCallIntoJs(env)) {
+    napi_fatal_exception(env, exception);
+  }
+}
+
+// Runs `body` from a libuv callback that makes JS objects (a connection
+// accepted, say): nothing once the environment is going, and an exception
+// from JS being terminated meanwhile ends here instead of unwinding
+// through libuv.
+template <typename F>
+inline void FromLoop(Napi::Env env, F&& body) {
+  if (!CanCallIntoJs(env)) return;
+  Napi::HandleScope scope(env);
   try {
-    fn.MakeCallback(env.Global(), args, context);
+    body();
   } catch (const Napi::Error& e) {
-    napi_fatal_exception(env, e.Value());
+    if (CanCallIntoJs(env)) napi_fatal_exception(env, e.Value());
   }
 }
 
