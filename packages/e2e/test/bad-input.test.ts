@@ -76,11 +76,11 @@ describe("bad input on a listener", () => {
 
   it("drops a frame cut short", async () => {
     const bytes = Buffer.concat([lengthPrefix(100n), Buffer.alloc(10)]);
-    await expectDropped(bytes, { code: ErrorCode.PROTOCOL, message: /truncated frame/ }, true);
+    await expectDropped(bytes, { code: ErrorCode.CONNECTION_RESET, message: /truncated frame/ }, true);
   });
 
   it("drops a header cut short", async () => {
-    await expectDropped(Buffer.from([5, 0, 0]), { code: ErrorCode.PROTOCOL, message: /truncated frame/ }, true);
+    await expectDropped(Buffer.from([5, 0, 0]), { code: ErrorCode.CONNECTION_RESET, message: /truncated frame/ }, true);
   });
 
   it("drops an unknown registration id", async () => {

@@ -536,7 +536,7 @@ void ShmConnection::Fail(int status) {
 Napi::Value ShmConnection::FailureFor(const FrameRead& op) {
   Napi::Env env = Env();
   if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
-  if (failStatus_ == UV_EOF && op.headerGot > 0) return CodedError(env, "ERR_TP_PROTOCOL", op.TruncationMessage()).Value();
+  if (failStatus_ == UV_EOF && op.headerGot > 0) return op.TruncationError(env).Value();
   return UvError(env, failStatus_, "read").Value();
 }
 

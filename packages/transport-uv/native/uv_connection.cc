@@ -218,7 +218,7 @@ Napi::Value UvConnection::FailureFor(const FrameRead& op) {
   Napi::Env env = Env();
   if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
   if (failStatus_ == UV_EOF && (op.headerGot > 0 || stagingBegin_ != stagingEnd_)) {
-    return CodedError(env, "ERR_TP_PROTOCOL", op.TruncationMessage()).Value();
+    return op.TruncationError(env).Value();
   }
   return UvError(env, failStatus_, "read").Value();
 }

@@ -134,6 +134,13 @@ struct FrameRead {
     return bodyGot == frameLength ? Progress::kDone : Progress::kNeedMore;
   }
 
+  // A stream that ended inside this frame. The peer may be hostile, but
+  // far more often it died mid-message (a process killed, a worker
+  // terminated): the connection broke, which is what the code says.
+  Napi::Error TruncationError(Napi::Env env) const {
+    return CodedError(env, "ERR_TP_CONNECTION_RESET", TruncationMessage());
+  }
+
   // Why a stream that ended now leaves this read unfinished.
   std::string TruncationMessage() const {
     return haveHeader ? "truncated frame: peer closed the connection after " + std::to_string(bodyGot) + " of " +

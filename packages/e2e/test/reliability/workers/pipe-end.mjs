@@ -1,0 +1,23 @@
+// One end of a pipe in a worker that the test terminates at a random point
+// (or that calls process.exit() itself after `exitAfterMs`): it listens or
+// connects, then streams both ways until the pipe fails, and reports each
+// step to its parent.
+import { parentPort, workerData } from "node:worker_threads";
+import { createContext } from "@tensorpipe/cli";
+import { streamUntilFailure } from "./stream.mjs";
+
+const { role, url, transport, channel, bytes, exitAfterMs } = workerData;
+if (exitAfterMs !== undefined) setTimeout(() => process.exit(0), exitAfterMs);
+const context = await createContext({ transports: [transport], channels: [channel] });
+let pipe;
+if (role === "listen") {
+  const listener = await context.listen(url);
+  parentPort.postMessage({ step: "listening", address: listener.addresses()[0] });
+  pipe = await listener.accept();
+} else {
+  parentPort.postMessage({ step: "connecting" });
+  pipe = await context.connect(url);
+}
+parentPort.postMessage({ step: "streaming" });
+const codes = await streamUntilFailure(pipe, bytes);
+parentPort.postMessage({ step: "failed", codes });
