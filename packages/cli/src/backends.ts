@@ -16,6 +16,8 @@ export interface BackendOptions {
   lanes?: number;
   /** uv: the network interface to listen and connect on. */
   interface?: string;
+  /** uv: how long a silent peer may go unnoticed, in ms (see UvTransportOptions.peerTimeout). */
+  peerTimeout?: number;
 }
 
 /** A first-party backend package: where it lives and how to make one. */
@@ -37,7 +39,7 @@ export const BACKENDS: readonly BackendSpec[] = [
     name: "uv",
     packageName: "@tensorpipe/transport-uv",
     priority: 1,
-    create: (m, o) => new m.UvTransport(o.interface ? { interface: o.interface } : {}),
+    create: (m, o) => new m.UvTransport({ interface: o.interface, peerTimeout: o.peerTimeout }),
   },
   {
     kind: "channel",
@@ -173,7 +175,9 @@ export function backendsFromArgs(argv: readonly string[]): BackendChoice {
   };
   const list = (flag: string) => value(flag)?.split(",").filter(Boolean);
   const lanes = value("--lanes");
+  const peerTimeout = value("--peer-timeout");
   return {
+    peerTimeout: peerTimeout === undefined ? undefined : Number(peerTimeout),
     transports: list("--transports"),
     channels: list("--channels"),
     lanes: lanes === undefined ? undefined : Number(lanes),

@@ -14,7 +14,7 @@ import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
 import { loadZmq, startZmqServers } from "./zmq-baseline.js";
 
-// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--interface if] [--timeout ms] [--zmq]
+// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--interface if] [--peer-timeout ms] [--timeout ms] [--zmq]
 const host = process.argv[2] ?? "127.0.0.1";
 // With --timeout, every read and write of the peer has that deadline.
 const timeout = process.argv.includes("--timeout") ? Number(process.argv[process.argv.indexOf("--timeout") + 1]) : undefined;

@@ -94,8 +94,17 @@ const errnoText: Record<string, string> = {
   ECONNRESET: "connection reset by peer",
   EPIPE: "peer is gone (broken pipe)",
   ETIMEDOUT: "connection timed out",
+  EHOSTUNREACH: "host is unreachable",
+  ENETUNREACH: "network is unreachable",
   ECANCELED: "operation canceled: connection closed",
 };
+
+/**
+ * Unreachable on a connection that was up (a read or a write) means that it
+ * broke: the kernel reports it when its retransmissions or keepalive probes
+ * got no answer. At connect time it means nobody can be reached there.
+ */
+const brokenOnceUp = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
 
 /**
  * Turns an error reported by a native backend ({ code: "ECONNRESET" | "EOF" |
@@ -108,9 +117,11 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   if (native.startsWith("ERR_TP_")) {
     return new TensorPipeError(native as ErrorCode, e.message ?? native, { where, cause: err });
   }
-  const code = errnoToCode[native] ?? ErrorCode.SYSTEM;
+  const up = brokenOnceUp.has(native) && (e.syscall === "read" || e.syscall === "write");
+  const code = up ? ErrorCode.CONNECTION_RESET : (errnoToCode[native] ?? ErrorCode.SYSTEM);
   const text = errnoText[native] ?? e?.message ?? String(err);
-  return new TensorPipeError(code, e.syscall ? `${e.syscall}: ${text}` : text, {
+  const said = e.syscall && !text.startsWith(`${e.syscall}: `) ? `${e.syscall}: ${text}` : text;
+  return new TensorPipeError(code, said, {
     where,
     errno: native || undefined,
     syscall: e?.syscall,

@@ -3,7 +3,8 @@
  * JSON`): connects, runs a scenario, prints JSON lines. Scenarios:
  * - roundtrip: `messages` echoes of random sizes up to `maxBytes`, checked;
  * - throughput: one-way GB/s of `sizes` into the peer's reused buffer;
- * - stream: large writes until one fails, each with `timeout` ms; prints
+ * - stream: large writes until one fails, each with `timeout` ms (0: none,
+ *   so that only the transport's peerTimeout can end it); prints
  *   "transferring" after the first, then how it ended;
  * - compare: `channels` against each other (compare-channels.ts), over
  *   pipes of their own.
@@ -52,7 +53,7 @@ async function throughput(pipe: Pipe): Promise<void> {
 
 async function stream(pipe: Pipe): Promise<void> {
   const tensor = new Uint8Array(8 << 20).fill(2);
-  const options = { timeout: job.timeout ?? 2000 };
+  const options = job.timeout === 0 ? undefined : { timeout: job.timeout ?? 2000 };
   for (let i = 0; ; i++) {
     const started = Date.now();
     try {

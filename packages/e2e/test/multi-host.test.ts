@@ -32,7 +32,7 @@ describe.skipIf(why !== null)("multi-host", () => {
   const peers: PeerProcess[] = [];
 
   beforeAll(() => {
-    net = TestNetwork.create(3, { lossPercent: 1, delayMs: 1 });
+    net = TestNetwork.create(5, { lossPercent: 1, delayMs: 1 });
     console.log(`test network: ${net.applied.join(", ") || "no loss or delay available"}${TestNetwork.canDelay() ? "" : " (this kernel has no netem: no delay)"}`);
   });
 
@@ -91,6 +91,31 @@ describe.skipIf(why !== null)("multi-host", () => {
     expect(Date.now() - cutAt).toBeLessThan(5000);
     await expect.poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 5000 }).toMatchObject({
       code: "ERR_TP_TIMEOUT",
+    });
+  });
+
+  // No operation has a timeout: only the transport's peer timeout (3 s
+  // here, 30 s by default) can end them, through TCP keepalive and
+  // TCP_USER_TIMEOUT.
+  it.each([
+    ["basic", "d"],
+    ["mpt", "e"],
+  ])("a link cut mid-transfer over %s fails both ends within the peer timeout, with no operation timeout", async (channel, host) => {
+    const peerTimeout = 3000;
+    const peer = await peerOn("a", ["--channels", channel, "--peer-timeout", String(peerTimeout)]);
+    let cutAt = 0;
+    const job = { url: peer.url, transports: ["uv"], channels: [channel], peerTimeout, scenario: "stream", timeout: 0 };
+    const out = await runClient(net, host, job, (o) => {
+      if (o.transferring) {
+        net.cut(host);
+        cutAt = Date.now();
+      }
+    });
+    const ended = out.find((o) => "ended" in o)!;
+    expect(ended).toMatchObject({ ended: "ERR_TP_CONNECTION_RESET", message: expect.stringMatching(/timed out|unreachable/) });
+    expect(Date.now() - cutAt).toBeLessThan(peerTimeout + 3000);
+    await expect.poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 2 * peerTimeout }).toMatchObject({
+      code: "ERR_TP_CONNECTION_RESET",
     });
   });
 });

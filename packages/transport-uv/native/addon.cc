@@ -16,6 +16,7 @@ namespace {
 
 struct ConnectRequest {
   uv_connect_t req;
+  uint32_t peerTimeoutMs = 0;
   Napi::FunctionReference callback;
   Napi::ObjectReference connection;
   std::unique_ptr<Napi::AsyncContext> asyncContext;
@@ -35,17 +36,19 @@ void OnConnect(uv_connect_t* req, int status) {
       InvokeCallback(request->callback, *request->asyncContext, {UvError(env, status, "connect").Value()});
       return;
     }
-    connection->Start();
+    connection->Start(request->peerTimeoutMs);
     InvokeCallback(request->callback, *request->asyncContext, {env.Null(), request->connection.Value()});
   });
 }
 
-// connect(host, port, bindHost | null, callback(err, connection)) -> the
-// connection, so that a caller may close() it to cancel.
+// connect(host, port, bindHost | null, peerTimeoutMs, callback(err,
+// connection)) -> the connection, so that a caller may close() it to cancel.
 Napi::Value Connect(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string host = info[0].As<Napi::String>();
   int port = info[1].As<Napi::Number>().Int32Value();
+  uint32_t peerTimeoutMs = info[3].As<Napi::Number>().Uint32Value();
+  Napi::Function callback = info[4].As<Napi::Function>();
   struct sockaddr_storage addr;
   int r = ParseIpAddress(host, port, &addr);
   if (r < 0) throw UvError(env, r, "connect (address)");
@@ -61,7 +64,8 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
     }
   }
   auto request = std::make_unique<ConnectRequest>();
-  request->callback = Napi::Persistent(info[3].As<Napi::Function>());
+  request->callback = Napi::Persistent(callback);
+  request->peerTimeoutMs = peerTimeoutMs;
   request->connection = Napi::Persistent(object);
   request->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvConnect");
   request->req.data = request.get();

@@ -1,7 +1,11 @@
 #include "uv_connection.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -53,10 +57,34 @@ UvConnection::UvConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Uv
   asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), "tensorpipe.UvConnection", info.This().As<Napi::Object>());
 }
 
-void UvConnection::Start() {
+namespace {
+// Liveness without a byte of our own on the wire: TCP keepalive probes an
+// idle connection (first after half the bound, then three more spread over
+// the rest), and TCP_USER_TIMEOUT fails one whose data stays unacknowledged
+// for the bound. The kernel then reports ETIMEDOUT on the socket. A
+// failure to set them leaves the connection as TCP makes it.
+void SetLiveness(uv_tcp_t* handle, uint32_t ms) {
+  if (ms == 0) return;
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(handle), &fd) != 0) return;
+  int on = 1;
+  int idle = std::max<int>(1, static_cast<int>(ms / 2000));
+  int interval = std::max<int>(1, static_cast<int>((ms - idle * 1000u) / 3000));
+  int count = 3;
+  unsigned int timeout = ms;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
+}
+}  // namespace
+
+void UvConnection::Start(uint32_t peerTimeoutMs) {
   staging_.resize(kStagingSize);
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
+  SetLiveness(handle_, peerTimeoutMs);
   UpdateReading();
 }
 

@@ -25,8 +25,9 @@ class UvConnection : public Napi::ObjectWrap<UvConnection>, public EnvResource {
   explicit UvConnection(const Napi::CallbackInfo& info);
 
   uv_tcp_t* handle() { return handle_; }
-  // Called once the socket is connected or accepted.
-  void Start();
+  // Called once the socket is connected or accepted. A peer that goes
+  // silent fails the connection within about `peerTimeoutMs` (0: never).
+  void Start(uint32_t peerTimeoutMs);
   void CloseHandle();
   bool closed() const { return state_ == State::kClosed; }
   void Teardown() override { CloseHandle(); }

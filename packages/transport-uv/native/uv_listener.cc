@@ -16,8 +16,9 @@ Napi::Function UvListener::Define(Napi::Env env) {
                      });
 }
 
-// new UvListener(host: string, port: number, onConnection(err, connection))
-// binds and listens at once; bind errors throw with their errno code.
+// new UvListener(host: string, port: number, peerTimeoutMs: number,
+// onConnection(err, connection)) binds and listens at once; bind errors
+// throw with their errno code.
 UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvListener>(info) {
   Napi::Env env = info.Env();
   std::string host = info[0].As<Napi::String>();
@@ -25,7 +26,8 @@ UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvList
   struct sockaddr_storage addr;
   int r = ParseIpAddress(host, port, &addr);
   if (r < 0) throw UvError(env, r, "listen (address)");
-  onConnection_ = Napi::Persistent(info[2].As<Napi::Function>());
+  peerTimeoutMs_ = info[2].As<Napi::Number>().Uint32Value();
+  onConnection_ = Napi::Persistent(info[3].As<Napi::Function>());
   asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvListener", info.This().As<Napi::Object>());
   handle_ = new uv_tcp_t;
   uv_tcp_init(GetAddonData(env)->loop(), handle_);
@@ -57,7 +59,7 @@ void UvListener::OnConnection(uv_stream_t* server, int status) {
       InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, r, "accept").Value()});
       return;
     }
-    connection->Start();
+    connection->Start(self->peerTimeoutMs_);
     InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
   });
 }

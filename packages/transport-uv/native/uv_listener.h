@@ -24,6 +24,7 @@ class UvListener : public Napi::ObjectWrap<UvListener>, public EnvResource {
   static void OnClose(uv_handle_t* handle);
 
   uv_tcp_t* handle_ = nullptr;
+  uint32_t peerTimeoutMs_ = 0;
   Napi::FunctionReference onConnection_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
 };

@@ -1,7 +1,7 @@
 import type { Context } from "@tensorpipe/core";
 import { UvTransport, type UvTransportOptions } from "./uv-transport.js";
 
-export { UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";
+export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";
 
 /** Upstream TensorPipe's priority for uv: below shm (and ibv). */
 export const UV_PRIORITY = 1;

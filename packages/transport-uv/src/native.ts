@@ -10,12 +10,14 @@ export interface NativeAddon {
   UvListener: new (
     host: string,
     port: number,
+    peerTimeoutMs: number,
     onConnection: (err: Error | null, connection?: NativeFrameConnection) => void,
   ) => NativeListener;
   connect(
     host: string,
     port: number,
     bindHost: string | null,
+    peerTimeoutMs: number,
     callback: (err: Error | null, connection?: NativeFrameConnection) => void,
   ): NativeFrameConnection;
 }

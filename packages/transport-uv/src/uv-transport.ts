@@ -25,7 +25,20 @@ export interface UvTransportOptions {
   interface?: string;
   /** Address family for the interface's address; 4 unless it has none. */
   family?: 4 | 6;
+  /**
+   * How long a peer may stay silent, in ms, before its connections fail
+   * with ERR_TP_CONNECTION_RESET (errno ETIMEDOUT): a host that lost power,
+   * a cut link, a firewall or NAT that dropped the connection. TCP keepalive
+   * probes idle connections and TCP_USER_TIMEOUT bounds unacknowledged
+   * data, so nothing changes on the wire for the peer (upstream TensorPipe
+   * included). mpt's lanes, taken over from these connections, keep it.
+   * Default 30000; 0 turns it off.
+   */
+  peerTimeout?: number;
 }
+
+/** The default of UvTransportOptions.peerTimeout. */
+export const DEFAULT_PEER_TIMEOUT = 30_000;
 
 /** The address of a network interface by name, IPv4 first unless told. */
 export function interfaceAddress(name: string, family?: 4 | 6): string {
@@ -74,7 +87,15 @@ export class UvTransport implements TransportContext {
   readonly aliases = ["tcp"] as const;
   private closed = false;
 
-  constructor(private readonly options: UvTransportOptions = {}) {}
+  private readonly peerTimeout: number;
+
+  constructor(private readonly options: UvTransportOptions = {}) {
+    const t = options.peerTimeout ?? DEFAULT_PEER_TIMEOUT;
+    if (!Number.isInteger(t) || t < 0 || t > 2 ** 31 - 1) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${t}`);
+    }
+    this.peerTimeout = t;
+  }
 
   isViable(): Viability {
     const { error } = loadAddon();
@@ -108,7 +129,7 @@ export class UvTransport implements TransportContext {
     }
     host = await resolveHost(host);
     try {
-      const native = new addon.UvListener(host, port, (err, conn) => {
+      const native = new addon.UvListener(host, port, this.peerTimeout, (err, conn) => {
         if (err) onError?.(fromNativeError(err, `uv listener on ${address}`));
         else onConnection(new NativeConnection(conn!, "uv"));
       });
@@ -123,7 +144,12 @@ export class UvTransport implements TransportContext {
     const { host, port } = splitHostPort(address);
     const ip = await resolveHost(host);
     const bindHost = this.options.interface ? interfaceAddress(this.options.interface, this.options.family) : null;
-    return connectNative((cb) => addon.connect(ip, port, bindHost, cb), "uv", `uv://${address}`, options?.signal);
+    return connectNative(
+      (cb) => addon.connect(ip, port, bindHost, this.peerTimeout, cb),
+      "uv",
+      `uv://${address}`,
+      options?.signal,
+    );
   }
 
   async close(): Promise<void> {
