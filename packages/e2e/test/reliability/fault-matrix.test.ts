@@ -65,7 +65,9 @@ describe.each(pairs)("peer killed, over %s + %s", async (transport, channel) => 
   it("during the transfer: the pending write and reads reject within 1 s", async () => {
     const { peer, pipe } = await pipeTo();
     const ops = [pipe.write({ tensors: [{ buffer: big, targetDevice: CPU_DEVICE }] }), pipe.readMessage()];
-    await new Promise((r) => setTimeout(r, 15));
+    // Long enough for the transfer to be under way, too short for the echo:
+    // cma moves 64 MiB each way in about 13 ms here, and once it did so in 15.
+    await new Promise((r) => setTimeout(r, 5));
     const started = performance.now();
     peer.child.kill("SIGKILL");
     // The write may have finished before the kill; the echo cannot have.
