@@ -63,40 +63,20 @@ void CloseFd(int* fd) {
 
 }  // namespace
 
-Napi::Function ShmConnection::Define(Napi::Env env) {
-  return DefineClass(env, "ShmConnection",
-                     {
-                         InstanceMethod<&ShmConnection::Write>("write"),
-                         InstanceMethod<&ShmConnection::Read>("read"),
-                         InstanceMethod<&ShmConnection::Close>("close"),
-                         InstanceMethod<&ShmConnection::LocalAddress>("localAddress"),
-                         InstanceMethod<&ShmConnection::RemoteAddress>("remoteAddress"),
-                         InstanceMethod<&ShmConnection::OnFailure>("onFailure"),
-                     });
-}
-
-ShmConnection::ShmConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmConnection>(info) {
-  if (info.Length() != 1 || !info[0].IsExternal()) {
-    throw Napi::TypeError::New(info.Env(), "ShmConnection is created by connect() or a listener");
-  }
-  asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), "tensorpipe.ShmConnection", info.This().As<Napi::Object>());
-}
+Napi::Function ShmConnection::Define(Napi::Env env) { return DefineConnection(env, "ShmConnection"); }
 
 Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady) {
   Napi::Object object;
+  ShmConnection* c;
   try {
-    object = GetAddonData(env)->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
+    c = Make(env, &object);
   } catch (const Napi::Error&) {
     // A worker being terminated runs no constructor: the socket is still ours to close.
     ::close(sock);
     throw;
   }
-  ShmConnection* c = Unwrap(object);
   // Owned from here on: whatever fails next, closing it closes the socket.
   c->sock_ = sock;
-  LifecycleOf(env).Own(c);
-  // Alive while its handles are, whatever JS holds on to.
-  c->Ref();
   c->options_ = options;
   c->onReady_ = Napi::Persistent(onReady);
   int r = c->Begin();
@@ -185,7 +165,7 @@ void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
 void ShmConnection::OnSocket() {
   Napi::Env env = Env();
   Napi::HandleScope scope(env);
-  if (state_ == State::kHandshake) {
+  if (state_ == State::kStarting) {
     Hello hello;
     int received[3] = {-1, -1, -1};
     int count = 0;
@@ -262,20 +242,7 @@ void ShmConnection::OnSocket() {
   PumpReads();
   if (state_ != State::kOpen) return;
   if (n > 0) protocolError_ = "unexpected bytes on the shm control socket";
-  bool idle = reads_.empty() && writes_.empty() &&
-              inbox_.header()->head.load(std::memory_order_acquire) == inboxTail_;
-  Fail(n == 0 ? UV_EOF : uv_translate_sys_error(errno));
-  if (idle && !onFailure_.IsEmpty()) {
-    InvokeCallback(onFailure_, *asyncContext_, {FailureFor(FrameRead())});
-    return;
-  }
-  FailPending();
-}
-
-// onFailure(callback(err)): see onFailure_.
-Napi::Value ShmConnection::OnFailure(const Napi::CallbackInfo& info) {
-  onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
-  return info.Env().Undefined();
+  if (!Broke(n == 0 ? UV_EOF : uv_translate_sys_error(errno))) FailFirstWrite();
 }
 
 void ShmConnection::FinishHandshake() {
@@ -297,7 +264,7 @@ void ShmConnection::HandshakeFailed(Napi::Value error) {
 // once (the callback is then never called), else false.
 Napi::Value ShmConnection::Write(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (state_ == State::kClosed || state_ == State::kHandshake) {
+  if (state_ == State::kClosed || state_ == State::kStarting) {
     throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
   }
   if (state_ == State::kFailed) throw Napi::Error(env, WriteFailure());
@@ -351,7 +318,7 @@ void ShmConnection::FlushWrites() {
     PendingWrite& op = *writes_.front();
     if (!CopyOut(*op.frames)) {
       Fail(0);
-      FailPending();
+      FailFirstWrite();
       return;
     }
     if (!op.frames->Done()) break;
@@ -389,29 +356,6 @@ void ShmConnection::OnWritableEvent(uv_poll_t* handle, int status, int events) {
   });
 }
 
-// read(target | null, maxLength, callback) -> false when queued, or the
-// result at once: true, a Uint8Array or an Error.
-Napi::Value ShmConnection::Read(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (state_ == State::kClosed || state_ == State::kHandshake) {
-    throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
-  }
-  std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
-  if (reads_.empty()) {
-    Progress p = Consume(*op);
-    if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
-    if (p == Progress::kError) {
-      Fail(0);
-      return FailureFor(*op);
-    }
-  }
-  if (state_ == State::kFailed) return FailureFor(*op);
-  op->callback = Napi::Persistent(info[2].As<Napi::Function>());
-  reads_.push_back(std::move(op));
-  ArmRead();
-  return Napi::Boolean::New(env, false);
-}
-
 ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   RingHeader* h = inbox_.header();
   uint64_t head = h->head.load(std::memory_order_acquire);
@@ -444,33 +388,6 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   return p;
 }
 
-void ShmConnection::PumpReads() {
-  if (pumping_) return;
-  pumping_ = true;
-  // Data came: the next wait gets a fresh spell of polling.
-  StopSpinning();
-  if (readablePolling_) uv_poll_stop(readablePoll_);
-  readablePolling_ = false;
-  Napi::Env env = Env();
-  while (!reads_.empty() && state_ == State::kOpen) {
-    Progress p = Consume(*reads_.front());
-    if (p == Progress::kNeedMore) break;
-    std::unique_ptr<FrameRead> op = std::move(reads_.front());
-    reads_.pop_front();
-    Napi::HandleScope scope(env);
-    if (p == Progress::kError) {
-      Fail(0);
-      InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
-      FailPending();
-      break;
-    }
-    napi_value result = GetAddonData(env)->results.Result(env, *op);
-    InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
-  }
-  pumping_ = false;
-  ArmRead();
-}
-
 // Waits for data: first by polling the ring on every loop iteration for a
 // short while (the loop does not block meanwhile, so other work goes on),
 // then by sleeping on the eventfd: tells the peer, then looks again so that
@@ -478,9 +395,7 @@ void ShmConnection::PumpReads() {
 void ShmConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   if (reads_.empty()) {
-    StopSpinning();
-    if (readablePolling_) uv_poll_stop(readablePoll_);
-    readablePolling_ = false;
+    EndWait();
     return;
   }
   if (options_.spinMicros > 0 && !readablePolling_) {
@@ -503,9 +418,20 @@ void ShmConnection::OnSpin(uv_idle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
   FromLoop(c->Env(), [&] {
-    if (c->inbox_.header()->head.load(std::memory_order_acquire) != c->inboxTail_) c->PumpReads();
-    else c->ArmRead();
+    if (c->inbox_.header()->head.load(std::memory_order_acquire) == c->inboxTail_) {
+      c->ArmRead();
+      return;
+    }
+    c->EndWait();
+    c->PumpReads();
   });
+}
+
+// Data came: the next wait gets a fresh spell of polling.
+void ShmConnection::EndWait() {
+  StopSpinning();
+  if (readablePolling_) uv_poll_stop(readablePoll_);
+  readablePolling_ = false;
 }
 
 void ShmConnection::StopSpinning() {
@@ -518,26 +444,17 @@ void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
   if (c->state_ != State::kOpen) return;
   FromLoop(c->Env(), [&] {
     Drain(c->inboxReadableFd_);
+    c->EndWait();
     c->PumpReads();
   });
 }
 
-void ShmConnection::Fail(int status) {
-  if (state_ != State::kOpen) return;
-  state_ = State::kFailed;
-  if (status != 0 && protocolError_.empty()) failStatus_ = status;
+void ShmConnection::StopIo() {
   for (uv_poll_t* p : {readablePoll_, writablePoll_, socketPoll_}) {
     if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_poll_stop(p);
   }
   readablePolling_ = writablePolling_ = false;
   StopSpinning();
-}
-
-Napi::Value ShmConnection::FailureFor(const FrameRead& op) {
-  Napi::Env env = Env();
-  if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
-  if (failStatus_ == UV_EOF && op.headerGot > 0) return op.TruncationError(env).Value();
-  return UvError(env, failStatus_, "read").Value();
 }
 
 Napi::Value ShmConnection::WriteFailure() {
@@ -546,35 +463,21 @@ Napi::Value ShmConnection::WriteFailure() {
   return UvError(env, failStatus_ == UV_EOF ? UV_EPIPE : failStatus_, "write").Value();
 }
 
-// The first pending read and write learn of the failure; JS then closes
-// the connection, which rejects everything else.
-void ShmConnection::FailPending() {
-  Napi::Env env = Env();
-  Napi::HandleScope scope(env);
-  if (!reads_.empty()) {
-    std::unique_ptr<FrameRead> op = std::move(reads_.front());
-    reads_.pop_front();
-    InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
-  }
-  if (!writes_.empty() && state_ != State::kClosed) {
-    std::unique_ptr<PendingWrite> op = std::move(writes_.front());
-    writes_.pop_front();
-    InvokeCallback(op->callback, *asyncContext_, {WriteFailure()});
-  }
-}
-
-Napi::Value ShmConnection::Close(const Napi::CallbackInfo& info) {
-  CloseAll();
-  return info.Env().Undefined();
+// A write waiting for room learns of a failure nobody else was told of;
+// JS then closes the connection, which rejects everything else.
+void ShmConnection::FailFirstWrite() {
+  if (writes_.empty() || state_ == State::kClosed) return;
+  Napi::HandleScope scope(Env());
+  std::unique_ptr<PendingWrite> op = std::move(writes_.front());
+  writes_.pop_front();
+  InvokeCallback(op->callback, *asyncContext_, {WriteFailure()});
 }
 
 void ShmConnection::CloseAll() {
   if (state_ == State::kClosed) return;
-  state_ = State::kClosed;
-  reads_.clear();
+  DropPending();
   writes_.clear();
   onReady_.Reset();
-  onFailure_.Reset();
   StopSpinning();
   int open = openHandles_;
   uv_poll_t* polls[3] = {socketPoll_, readablePoll_, writablePoll_};
@@ -607,8 +510,7 @@ void ShmConnection::Release() {
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
   if (outboxMap_) munmap(outboxMap_, outboxMapSize_);
   inboxMap_ = outboxMap_ = nullptr;
-  LifecycleOf(Env()).Released(this);
-  Unref();
+  Released();
 }
 
 Napi::Value ShmConnection::LocalAddress(const Napi::CallbackInfo& info) {

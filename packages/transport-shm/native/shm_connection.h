@@ -13,8 +13,7 @@
 #include <string>
 
 #include "ring.h"
-#include "tensorpipe/env_lifecycle.h"
-#include "tensorpipe/frame_io.h"
+#include "tensorpipe/framed_connection.h"
 
 namespace tensorpipe_js {
 
@@ -26,19 +25,18 @@ struct ShmOptions {
   uint64_t spinMicros = 200;
 };
 
-class ShmConnection : public Napi::ObjectWrap<ShmConnection>, public EnvResource {
+class ShmConnection : public FramedConnection<ShmConnection> {
  public:
   static Napi::Function Define(Napi::Env env);
   // Takes ownership of a connected Unix socket and starts the handshake;
   // `onReady(err)` or `onReady(null, connection)` follows.
   static Napi::Object Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady);
 
-  explicit ShmConnection(const Napi::CallbackInfo& info);
-  void Teardown() override { CloseAll(); }
+  explicit ShmConnection(const Napi::CallbackInfo& info) : FramedConnection(info, "tensorpipe.ShmConnection") {}
+  void CloseAll();
 
  private:
-  enum class State { kHandshake, kOpen, kFailed, kClosed };
-  using Progress = FrameRead::Progress;
+  friend class FramedConnection<ShmConnection>;
 
   struct PendingWrite {
     std::unique_ptr<FrameWrite> frames;
@@ -46,11 +44,8 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection>, public EnvResource
   };
 
   Napi::Value Write(const Napi::CallbackInfo& info);
-  Napi::Value Read(const Napi::CallbackInfo& info);
-  Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
-  Napi::Value OnFailure(const Napi::CallbackInfo& info);
 
   int Begin();  // 0 or a libuv error
   void FinishHandshake();
@@ -61,22 +56,22 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection>, public EnvResource
   static void OnWritableEvent(uv_poll_t* handle, int status, int events);
   static void OnSpin(uv_idle_t* handle);
   void StopSpinning();
+  void EndWait();
   static void OnHandleClosed(uv_handle_t* handle);
   void Release();
 
+  // The core's byte I/O.
   Progress Consume(FrameRead& op);
-  bool CopyOut(FrameWrite& op);
-  void PumpReads();
-  void FlushWrites();
   void ArmRead();
-  void ArmWrite();
-  void Fail(int status);
-  Napi::Value FailureFor(const FrameRead& op);
-  Napi::Value WriteFailure();
-  void FailPending();
-  void CloseAll();
+  void StopIo();
+  bool HasUnreadBytes() const { return false; }
 
-  State state_ = State::kHandshake;
+  bool CopyOut(FrameWrite& op);
+  void FlushWrites();
+  void ArmWrite();
+  Napi::Value WriteFailure();
+  void FailFirstWrite();
+
   ShmOptions options_;
   int sock_ = -1;
   pid_t peerPid_ = 0;
@@ -110,16 +105,8 @@ class ShmConnection : public Napi::ObjectWrap<ShmConnection>, public EnvResource
   bool writablePolling_ = false;
   int openHandles_ = 0;
 
-  bool pumping_ = false;
-  std::deque<std::unique_ptr<FrameRead>> reads_;
   std::deque<std::unique_ptr<PendingWrite>> writes_;
-  std::string protocolError_;
-  int failStatus_ = 0;
-  // Told when the peer goes away while nothing waits on this connection
-  // and nothing is left in the ring, so that it is not missed.
-  Napi::FunctionReference onFailure_;
   Napi::FunctionReference onReady_;
-  std::unique_ptr<Napi::AsyncContext> asyncContext_;
 };
 
 }  // namespace tensorpipe_js

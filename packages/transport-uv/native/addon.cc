@@ -32,7 +32,7 @@ void OnConnect(uv_connect_t* req, int status) {
       return;
     }
     if (status < 0) {
-      connection->CloseHandle();
+      connection->CloseAll();
       InvokeCallback(request->callback, *request->asyncContext, {UvError(env, status, "connect").Value()});
       return;
     }
@@ -59,7 +59,7 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
     r = ParseIpAddress(info[2].As<Napi::String>(), 0, &local);
     if (r == 0) r = uv_tcp_bind(connection->handle(), reinterpret_cast<struct sockaddr*>(&local), 0);
     if (r < 0) {
-      connection->CloseHandle();
+      connection->CloseAll();
       throw UvError(env, r, "bind");
     }
   }
@@ -71,7 +71,7 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
   request->req.data = request.get();
   r = uv_tcp_connect(&request->req, connection->handle(), reinterpret_cast<struct sockaddr*>(&addr), OnConnect);
   if (r < 0) {
-    connection->CloseHandle();
+    connection->CloseAll();
     throw UvError(env, r, "connect");
   }
   request.release();

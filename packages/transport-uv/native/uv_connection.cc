@@ -25,36 +25,15 @@ constexpr uint64_t kMaxRecv = 1ull << 30;
 }  // namespace
 
 Napi::Function UvConnection::Define(Napi::Env env) {
-  return DefineClass(env, "UvConnection",
-                     {
-                         InstanceMethod<&UvConnection::Write>("write"),
-                         InstanceMethod<&UvConnection::Read>("read"),
-                         InstanceMethod<&UvConnection::Close>("close"),
-                         InstanceMethod<&UvConnection::LocalAddress>("localAddress"),
-                         InstanceMethod<&UvConnection::RemoteAddress>("remoteAddress"),
-                         InstanceMethod<&UvConnection::OnFailure>("onFailure"),
-                         InstanceMethod<&UvConnection::Detach>("detach"),
-                     });
+  return DefineConnection(env, "UvConnection", {InstanceMethod("detach", &UvConnection::Detach)});
 }
 
 UvConnection* UvConnection::Create(Napi::Env env, uv_loop_t* loop, Napi::Object* out) {
-  AddonData* data = GetAddonData(env);
-  *out = data->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
-  UvConnection* c = Unwrap(*out);
+  UvConnection* c = Make(env, out);
   c->handle_ = new uv_tcp_t;
   uv_tcp_init(loop, c->handle_);
   c->handle_->data = c;
-  // The JS object must outlive the handle, whatever JS holds on to.
-  c->Ref();
-  data->lifecycle.Own(c);
   return c;
-}
-
-UvConnection::UvConnection(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvConnection>(info) {
-  if (info.Length() != 1 || !info[0].IsExternal()) {
-    throw Napi::TypeError::New(info.Env(), "UvConnection is created by connect() or a listener");
-  }
-  asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), "tensorpipe.UvConnection", info.This().As<Napi::Object>());
 }
 
 namespace {
@@ -85,20 +64,17 @@ void UvConnection::Start(uint32_t peerTimeoutMs) {
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
   SetLiveness(handle_, peerTimeoutMs);
-  UpdateReading();
+  ArmRead();
 }
 
-void UvConnection::CloseHandle() {
+void UvConnection::CloseAll() {
   if (state_ == State::kClosed) return;
-  state_ = State::kClosed;
-  reads_.clear();
+  DropPending();
   if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
   reading_ = false;
   // Freed now, not when the JS object is collected: closed connections
-  // must not hold native memory the garbage collector cannot see, nor a
-  // strong reference back to the JS objects that hold this one.
+  // must not hold native memory the garbage collector cannot see.
   std::vector<char>().swap(staging_);
-  onFailure_.Reset();
   stagingBegin_ = stagingEnd_ = 0;
   uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
 }
@@ -107,20 +83,14 @@ void UvConnection::OnClose(uv_handle_t* handle) {
   auto* c = static_cast<UvConnection*>(handle->data);
   delete reinterpret_cast<uv_tcp_t*>(handle);
   c->handle_ = nullptr;
-  LifecycleOf(c->Env()).Released(c);
-  c->Unref();
-}
-
-Napi::Value UvConnection::Close(const Napi::CallbackInfo& info) {
-  CloseHandle();
-  return info.Env().Undefined();
+  c->Released();
 }
 
 // write(frames: ArrayBufferView[], callback(err)) -> true when every byte
 // was written at once (the callback is then never called), else false.
 Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (state_ == State::kClosed || state_ == State::kIdle) {
+  if (state_ == State::kClosed || state_ == State::kStarting) {
     throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
   }
   auto op = std::make_unique<WriteOp>();
@@ -155,29 +125,6 @@ void UvConnection::OnWrite(uv_write_t* req, int status) {
   });
 }
 
-// read(target: ArrayBufferView | null, maxLength: number, callback(err, buf))
-// -> false when queued, or the result when the frame was already here:
-// true (read into target), a Uint8Array (fresh memory) or an Error.
-Napi::Value UvConnection::Read(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (state_ == State::kClosed || state_ == State::kIdle) {
-    throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
-  }
-  std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
-  // With nothing queued before it, a frame already read ahead completes
-  // here, even from inside a completion callback: order cannot change.
-  if (reads_.empty()) {
-    Progress p = Consume(*op);
-    if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
-    if (p == Progress::kError) return Fail(nullptr, 0);
-  }
-  if (state_ == State::kFailed) return FailureFor(*op);
-  op->callback = Napi::Persistent(info[2].As<Napi::Function>());
-  reads_.push_back(std::move(op));
-  UpdateReading();
-  return Napi::Boolean::New(env, false);
-}
-
 UvConnection::Progress UvConnection::Consume(FrameRead& op) {
   size_t used = 0;
   Progress p = op.Feed(staging_.data() + stagingBegin_, stagingEnd_ - stagingBegin_, &used, &protocolError_);
@@ -186,40 +133,18 @@ UvConnection::Progress UvConnection::Consume(FrameRead& op) {
   return p;
 }
 
-void UvConnection::Pump() {
-  if (pumping_) return;
-  pumping_ = true;
-  Napi::Env env = Env();
-  while (!reads_.empty() && state_ == State::kOpen) {
-    Progress p = Consume(*reads_.front());
-    if (p == Progress::kNeedMore) break;
-    std::unique_ptr<FrameRead> op = std::move(reads_.front());
-    reads_.pop_front();
-    Napi::HandleScope scope(env);
-    if (p == Progress::kError) {
-      InvokeCallback(op->callback, *asyncContext_, {Fail(nullptr, 0)});
-      break;
-    }
-    napi_value result = GetAddonData(env)->results.Result(env, *op);
-    InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
-  }
-  pumping_ = false;
-  UpdateReading();
-}
-
 // Reads ahead into the staging buffer while it has room, as node:net
 // does: no epoll changes between messages, and a frame that is already
 // here completes without waiting for the loop. A full buffer with nobody
 // reading stops reading, which pushes back on the peer through TCP.
-void UvConnection::UpdateReading() {
+void UvConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   bool want = !reads_.empty() || stagingEnd_ - stagingBegin_ < staging_.size();
   auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
   if (want && !reading_) {
     int r = uv_read_start(stream, OnAlloc, OnRead);
     if (r < 0) {
-      Napi::HandleScope scope(Env());
-      FailFront(Fail(nullptr, r));
+      Broke(r);
       return;
     }
     reading_ = true;
@@ -229,33 +154,9 @@ void UvConnection::UpdateReading() {
   }
 }
 
-// Records why reading ended (a libuv status, or 0 for the protocol error
-// already recorded) and returns the error for `op`.
-Napi::Value UvConnection::Fail(const FrameRead* op, int status) {
-  state_ = State::kFailed;
-  if (reading_) {
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
-    reading_ = false;
-  }
-  if (status != 0 && failStatus_ == 0 && protocolError_.empty()) failStatus_ = status;
-  return op ? FailureFor(*op) : FailureFor(FrameRead());
-}
-
-// A frame cut short by EOF is a protocol error; EOF between frames is EOF.
-Napi::Value UvConnection::FailureFor(const FrameRead& op) {
-  Napi::Env env = Env();
-  if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
-  if (failStatus_ == UV_EOF && (op.headerGot > 0 || stagingBegin_ != stagingEnd_)) {
-    return op.TruncationError(env).Value();
-  }
-  return UvError(env, failStatus_, "read").Value();
-}
-
-void UvConnection::FailFront(Napi::Value error) {
-  if (reads_.empty()) return;
-  std::unique_ptr<FrameRead> op = std::move(reads_.front());
-  reads_.pop_front();
-  InvokeCallback(op->callback, *asyncContext_, {error});
+void UvConnection::StopIo() {
+  if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+  reading_ = false;
 }
 
 void UvConnection::OnAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
@@ -286,24 +187,11 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
     if (nread > 0) {
       if (c->direct_) c->reads_.front()->bodyGot += static_cast<uint64_t>(nread);
       else c->stagingEnd_ += static_cast<size_t>(nread);
-      c->Pump();
+      c->PumpReads();
       return;
     }
-    const FrameRead* front = c->reads_.empty() ? nullptr : c->reads_.front().get();
-    Napi::Value err = c->Fail(front, static_cast<int>(nread));
-    // With no read pending, the next read() learns of it (after any frames
-    // still in the staging buffer).
-    if (front) c->FailFront(err);
-    else if (c->stagingBegin_ == c->stagingEnd_ && !c->onFailure_.IsEmpty()) {
-      InvokeCallback(c->onFailure_, *c->asyncContext_, {err});
-    }
+    c->Broke(static_cast<int>(nread));
   });
-}
-
-// onFailure(callback(err)): see onFailure_.
-Napi::Value UvConnection::OnFailure(const Napi::CallbackInfo& info) {
-  onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
-  return info.Env().Undefined();
 }
 
 // detach() -> { fd, readAhead }: hands the socket over to a caller that
@@ -327,7 +215,7 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("fd", Napi::Number::New(env, copy));
   out.Set("readAhead", readAhead);
-  CloseHandle();
+  CloseAll();
   return out;
 }
 

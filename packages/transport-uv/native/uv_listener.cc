@@ -55,7 +55,7 @@ void UvListener::OnConnection(uv_stream_t* server, int status) {
     UvConnection* connection = UvConnection::Create(env, server->loop, &object);
     int r = uv_accept(server, reinterpret_cast<uv_stream_t*>(connection->handle()));
     if (r < 0) {
-      connection->CloseHandle();
+      connection->CloseAll();
       InvokeCallback(self->onConnection_, *self->asyncContext_, {UvError(env, r, "accept").Value()});
       return;
     }

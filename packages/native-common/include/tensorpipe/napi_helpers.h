@@ -124,14 +124,6 @@ inline void FromLoop(Napi::Env env, F&& body) {
   }
 }
 
-// Runs `work` on the thread pool of Node's own loop, then `done` on the loop.
-inline void QueueWork(Napi::Env env, uv_work_t* req, uv_work_cb work, uv_after_work_cb done) {
-  uv_loop_t* loop;
-  napi_get_uv_event_loop(env, &loop);
-  int r = uv_queue_work(loop, req, work, done);
-  if (r < 0) throw UvError(env, r, "uv_queue_work");
-}
-
 // "127.0.0.1:80" or "[::1]:80" from a socket address.
 inline std::string SockaddrToString(const struct sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN + 1] = {0};

@@ -1,0 +1,210 @@
+// The native connection core every transport shares: the JS object, its
+// queue of frame reads served in order from whatever bytes have arrived,
+// how a failure is told (to the read waiting, or to onFailure when nothing
+// waits), and its place in the environment's lifecycle. A transport
+// derives from FramedConnection<Itself> and supplies its byte I/O:
+//
+//   Progress Consume(FrameRead& op);  // feed `op` from the bytes at hand
+//   void ArmRead();                   // wait for bytes while reads wait
+//   void StopIo();                    // stop waiting for anything (failed)
+//   bool HasUnreadBytes() const;      // bytes of an unfinished frame are here
+//   void CloseAll();                  // close everything (JS close, teardown)
+//   Napi::Value Write(const Napi::CallbackInfo&), LocalAddress, RemoteAddress
+//
+// and calls PumpReads() when bytes arrive, Fail()/Broke() when the byte
+// source ends, and Released() once its last handle is closed.
+#pragma once
+
+#include <napi.h>
+#include <uv.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpipe/addon_data.h"
+#include "tensorpipe/env_lifecycle.h"
+#include "tensorpipe/frame_io.h"
+#include "tensorpipe/napi_helpers.h"
+
+namespace tensorpipe_js {
+
+template <typename T>
+class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
+ public:
+  using Progress = FrameRead::Progress;
+
+  // The methods every transport's connection has, for DefineClass, with
+  // `extra` ones of its own.
+  static Napi::Function DefineConnection(Napi::Env env, const char* name,
+                                         std::vector<typename Napi::ObjectWrap<T>::PropertyDescriptor> extra = {}) {
+    std::vector<typename Napi::ObjectWrap<T>::PropertyDescriptor> methods = {
+        Napi::ObjectWrap<T>::InstanceMethod("write", &T::Write),
+        Napi::ObjectWrap<T>::InstanceMethod("read", &T::Read),
+        Napi::ObjectWrap<T>::InstanceMethod("close", &T::Close),
+        Napi::ObjectWrap<T>::InstanceMethod("localAddress", &T::LocalAddress),
+        Napi::ObjectWrap<T>::InstanceMethod("remoteAddress", &T::RemoteAddress),
+        Napi::ObjectWrap<T>::InstanceMethod("onFailure", &T::OnFailure),
+    };
+    methods.insert(methods.end(), extra.begin(), extra.end());
+    return Napi::ObjectWrap<T>::DefineClass(env, name, methods);
+  }
+
+  FramedConnection(const Napi::CallbackInfo& info, const char* resourceName) : Napi::ObjectWrap<T>(info) {
+    if (info.Length() != 1 || !info[0].IsExternal()) {
+      throw Napi::TypeError::New(info.Env(), std::string(resourceName) + " is made by connect() or a listener");
+    }
+    asyncContext_ = std::make_unique<Napi::AsyncContext>(info.Env(), resourceName, info.This().As<Napi::Object>());
+  }
+
+  void Teardown() override { self().CloseAll(); }
+
+ protected:
+  enum class State { kStarting, kOpen, kFailed, kClosed };
+
+  // A new connection object, owned by the environment and kept alive
+  // (whatever JS holds on to) until Released().
+  static T* Make(Napi::Env env, Napi::Object* out) {
+    *out = GetAddonData(env)->connectionConstructor.New({Napi::External<void>::New(env, nullptr)});
+    T* c = T::Unwrap(*out);
+    LifecycleOf(env).Own(c);
+    c->Ref();
+    return c;
+  }
+
+  // The last handle is closed: nothing of the environment is held any more.
+  void Released() {
+    LifecycleOf(this->Env()).Released(this);
+    this->Unref();
+  }
+
+  // read(target: ArrayBufferView | null, maxLength, callback(err, frame))
+  // -> false when queued, or the result at once: true (read into target),
+  // a Uint8Array (fresh memory) or an Error. With nothing queued before it,
+  // a frame already here completes at once, even from inside a completion
+  // callback: order cannot change.
+  Napi::Value Read(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (state_ == State::kClosed || state_ == State::kStarting) {
+      throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+    }
+    std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
+    if (reads_.empty()) {
+      Progress p = self().Consume(*op);
+      if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
+      if (p == Progress::kError) {
+        Fail(0);
+        return FailureFor(*op);
+      }
+    }
+    if (state_ == State::kFailed) return FailureFor(*op);
+    op->callback = Napi::Persistent(info[2].As<Napi::Function>());
+    reads_.push_back(std::move(op));
+    self().ArmRead();
+    return Napi::Boolean::New(env, false);
+  }
+
+  // onFailure(callback(err)): told when the connection fails while no read
+  // waits and nothing is left to read, so that an idle peer's death is
+  // not missed.
+  Napi::Value OnFailure(const Napi::CallbackInfo& info) {
+    onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    self().CloseAll();
+    return info.Env().Undefined();
+  }
+
+  // Completes, in order, the reads that the bytes at hand finish.
+  void PumpReads() {
+    if (pumping_) return;
+    pumping_ = true;
+    Napi::Env env = this->Env();
+    while (!reads_.empty() && state_ == State::kOpen) {
+      Progress p = self().Consume(*reads_.front());
+      if (p == Progress::kNeedMore) break;
+      std::unique_ptr<FrameRead> op = std::move(reads_.front());
+      reads_.pop_front();
+      Napi::HandleScope scope(env);
+      if (p == Progress::kError) {
+        Fail(0);
+        InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
+        break;
+      }
+      napi_value result = GetAddonData(env)->results.Result(env, *op);
+      InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
+    }
+    pumping_ = false;
+    self().ArmRead();
+  }
+
+  // Reading ended: `status` is a libuv error (UV_EOF...), or 0 for the
+  // protocol error already recorded in protocolError_.
+  void Fail(int status) {
+    if (state_ != State::kOpen) return;
+    state_ = State::kFailed;
+    if (status != 0 && failStatus_ == 0 && protocolError_.empty()) failStatus_ = status;
+    self().StopIo();
+  }
+
+  // The byte source ended or broke while the connection was open: the read
+  // waiting learns of it; with none waiting and nothing left to read,
+  // onFailure does; otherwise the next read() will (after the frames still
+  // here). Returns whether anyone was told.
+  bool Broke(int status) {
+    const bool idle = reads_.empty();
+    Fail(status);
+    Napi::HandleScope scope(this->Env());
+    if (!idle) {
+      FailFront(FailureFor(*reads_.front()));
+      return true;
+    }
+    if (!self().HasUnreadBytes() && !onFailure_.IsEmpty()) {
+      InvokeCallback(onFailure_, *asyncContext_, {FailureFor(FrameRead())});
+      return true;
+    }
+    return false;
+  }
+
+  // A frame cut short by EOF is a broken connection; EOF between frames is EOF.
+  Napi::Value FailureFor(const FrameRead& op) {
+    Napi::Env env = this->Env();
+    if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
+    if (failStatus_ == UV_EOF && (op.headerGot > 0 || self().HasUnreadBytes())) return op.TruncationError(env).Value();
+    return UvError(env, failStatus_, "read").Value();
+  }
+
+  void FailFront(Napi::Value error) {
+    if (reads_.empty()) return;
+    std::unique_ptr<FrameRead> op = std::move(reads_.front());
+    reads_.pop_front();
+    InvokeCallback(op->callback, *asyncContext_, {error});
+  }
+
+  // What closing drops at once: pending reads and the callback above, so
+  // that a closed connection holds nothing of JS.
+  void DropPending() {
+    state_ = State::kClosed;
+    reads_.clear();
+    onFailure_.Reset();
+  }
+
+  State state_ = State::kStarting;
+  std::deque<std::unique_ptr<FrameRead>> reads_;
+  // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
+  std::string protocolError_;
+  int failStatus_ = 0;
+  Napi::FunctionReference onFailure_;
+  std::unique_ptr<Napi::AsyncContext> asyncContext_;
+
+ private:
+  T& self() { return static_cast<T&>(*this); }
+  const T& self() const { return static_cast<const T&>(*this); }
+
+  bool pumping_ = false;
+};
+
+}  // namespace tensorpipe_js
