@@ -105,6 +105,7 @@ const errnoText: Record<string, string> = {
  * got no answer. At connect time it means nobody can be reached there.
  */
 const brokenOnceUp = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
+const dataCalls = new Set(["read", "write", "recv", "send", "recvmsg", "sendmsg", "readv", "writev"]);
 
 /**
  * Turns an error reported by a native backend ({ code: "ECONNRESET" | "EOF" |
@@ -117,7 +118,7 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   if (native.startsWith("ERR_TP_")) {
     return new TensorPipeError(native as ErrorCode, e.message ?? native, { where, cause: err });
   }
-  const up = brokenOnceUp.has(native) && (e.syscall === "read" || e.syscall === "write");
+  const up = brokenOnceUp.has(native) && dataCalls.has(e.syscall ?? "");
   const code = up ? ErrorCode.CONNECTION_RESET : (errnoToCode[native] ?? ErrorCode.SYSTEM);
   const text = errnoText[native] ?? e?.message ?? String(err);
   const said = e.syscall && !text.startsWith(`${e.syscall}: `) ? `${e.syscall}: ${text}` : text;

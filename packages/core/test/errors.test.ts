@@ -10,7 +10,7 @@ describe("errors from native backends", () => {
   });
 
   it("unreachable on a connection that was up is a broken connection (keepalive or retransmissions gave up)", () => {
-    for (const syscall of ["read", "write"]) {
+    for (const syscall of ["read", "write", "recv", "send"]) {
       const e = fromNativeError(native("EHOSTUNREACH", syscall, `${syscall}: host is unreachable`));
       expect(e).toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: `${syscall}: host is unreachable` });
     }
