@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tensorpipe/cuda_napi.h"
 
@@ -156,6 +157,37 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// Copies in flight and the pinned memory whose freeing waits for them.
+// When a worker goes, Node runs its external buffers' finalizers before
+// the copies it waits for have finished: memory they read or write is
+// freed only once the last of them is done.
+struct CudaEnv : AddonEnv {
+  explicit CudaEnv(napi_env env) : AddonEnv(env) {}
+  ~CudaEnv() override { FreeDeferred(); }
+
+  void CopyStarted() { copies++; }
+  void CopyDone() {
+    if (--copies == 0) FreeDeferred();
+  }
+  void FreeHost(void* data) {
+    if (copies > 0) deferred.push_back(data);
+    else Free(data);
+  }
+
+ private:
+  static void Free(void* data) {
+    const Driver* drv = cuda::GetDriver(nullptr);
+    if (drv != nullptr) drv->cuMemFreeHost(data);
+  }
+  void FreeDeferred() {
+    for (void* p : deferred) Free(p);
+    deferred.clear();
+  }
+
+  size_t copies = 0;
+  std::vector<void*> deferred;
+};
+
 // allocHost(bytes) -> ArrayBuffer in pinned memory, freed with it.
 Napi::Value AllocHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -164,10 +196,7 @@ Napi::Value AllocHost(const Napi::CallbackInfo& info) {
   Check(env, d, cuda::UseDevice(d, 0), "cuCtxSetCurrent");
   void* p = nullptr;
   Check(env, d, d.cuMemAllocHost(&p, bytes == 0 ? 1 : bytes), "cuMemAllocHost");
-  return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env, void* data) {
-    const Driver* drv = cuda::GetDriver(nullptr);
-    if (drv != nullptr) drv->cuMemFreeHost(data);
-  });
+  return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env env, void* data) { AddonEnv::Get<CudaEnv>(env)->FreeHost(data); });
 }
 
 // pointerDevice(ptr) -> the GPU index the pointer belongs to, or -1.
@@ -301,6 +330,7 @@ void Copy::Run() {
 }
 
 void Copy::Done(int status) {
+  AddonEnv::Get<CudaEnv>(callback.Env())->CopyDone();
   if (status == UV_ECANCELED) turns->Skip(turn);
   Napi::Env env = callback.Env();
   FromLoop(env, [&] {
@@ -367,13 +397,15 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
     // uv_queue_work fails only on a null callback.
     c->turn = c->turns->Take();
   }
-  int r = c.release()->Queue(LifecycleOf(env));
+  CudaEnv* data = AddonEnv::Get<CudaEnv>(env);
+  int r = c.release()->Queue(data->lifecycle);
   if (r < 0) throw UvError(env, r, "uv_queue_work");
+  data->CopyStarted();
   return env.Undefined();
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  AddonEnv::Install<AddonEnv>(env);
+  AddonEnv::Install<CudaEnv>(env);
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
   exports.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
   exports.Set("free", Napi::Function::New(env, Free, "free"));
