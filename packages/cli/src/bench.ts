@@ -1,10 +1,11 @@
 /**
  * `tensorpipe bench`: a peer process, every viable transport x channel pair
  * to it, a matrix of tensor sizes, and the baselines measured in the same
- * run (memcpy, node:net, zeromq.js) in alternating blocks so that a noisy
+ * run (memcpy on the best number of threads, node:net, zeromq.js) in alternating blocks so that a noisy
  * machine's drift hits every series alike.
  */
 import { writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { type Socket, connect } from "node:net";
 import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
@@ -13,6 +14,7 @@ import { sinkThroughput } from "./sink-throughput.js";
 import { type PeerProcess, spawnPeer } from "./spawn-peer.js";
 import { fmt, median, summarize } from "./stats.js";
 import { svgLinePlot } from "./svg-plot.js";
+import { ParallelMemcpy } from "./memcpy-baseline.js";
 import { ZmqClient, loadZmq } from "./zmq-baseline.js";
 
 const KiB = 1024;
@@ -150,22 +152,14 @@ async function nodeNet(peer: PeerProcess): Promise<Measured> {
   };
 }
 
+/** The machine's limit for a same-machine copy: memcpy on the best number of threads. */
 function memcpy(): Measured {
-  let dst = new Uint8Array(0);
+  const copier = new ParallelMemcpy();
   return {
     name: "memcpy",
     kind: "baseline",
-    async throughput(data, count) {
-      if (dst.length < data.length) dst = new Uint8Array(data.length);
-      const target = dst.subarray(0, data.length);
-      target.set(data);
-      // Small copies are timed in bulk: a single one is below the clock's resolution.
-      const n = Math.max(count, Math.ceil((64 * MiB) / data.length));
-      const t0 = performance.now();
-      for (let i = 0; i < n; i++) target.set(data);
-      return (data.length * n) / ((performance.now() - t0) / 1000) / 1e9;
-    },
-    close: () => undefined,
+    throughput: (data, count) => copier.throughput(data, count),
+    close: () => copier.close(),
   };
 }
 
@@ -194,6 +188,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const measured: Measured[] = [];
   try {
     print(`tensorpipe bench: two processes on this machine (peer pid ${peer.pid}), ${rounds} round(s), medians`);
+    print(
+      `  memcpy: into a reused buffer, the best of 1 to ${Math.min(8, availableParallelism())} threads from ${sizeLabel(ParallelMemcpy.SPLIT_FROM)} up (one thread below)`,
+    );
     for (const t of transports) {
       for (const c of channels) {
         const name = `${t.spec.name}+${c.spec.name}`;
