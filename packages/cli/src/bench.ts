@@ -45,7 +45,10 @@ export interface Cell {
 
 export interface SeriesResult {
   name: string;
-  kind: "pipe" | "baseline";
+  /** user-code: a pipe timed through the code a user writes (README_LOOP), not a tuned loop. */
+  kind: "pipe" | "baseline" | "user-code";
+  /** For user-code: the pair it ran over, whose tuned series it is held against. */
+  over?: string;
   cells: Record<number, Cell>;
 }
 
@@ -77,10 +80,30 @@ export function parseSize(text: string): number {
 /** One thing measured: a pipe or a baseline, with what it does per block. */
 interface Measured {
   name: string;
-  kind: "pipe" | "baseline";
+  kind: SeriesResult["kind"];
+  over?: string;
   roundTrips?(data: Uint8Array, back: Uint8Array, n: number): Promise<number[]>;
   throughput(data: Uint8Array, count: number): Promise<number>;
   close(): Promise<void> | void;
+}
+
+/** The name of the series that times the README's loop. */
+export const README_LOOP = "README loop";
+
+/**
+ * Round trips as the README writes them: a fresh message each time, the
+ * write awaited, then the descriptor, then a read into memory the user keeps.
+ */
+async function readmeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await pipe.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
+    const d = await pipe.readDescriptor();
+    await pipe.read({ payloads: [], tensors: [{ buffer: back.subarray(0, d.tensors[0]!.length) }] });
+    samples.push((performance.now() - t0) * 1000);
+  }
+  return samples;
 }
 
 async function pipeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
@@ -163,6 +186,41 @@ function memcpy(): Measured {
   };
 }
 
+/**
+ * The README's loop over a pipe negotiated as a user's would be, with
+ * every viable backend: shm between two processes here, else uv.
+ */
+async function readmeLoop(
+  options: BenchOptions,
+  transports: string[],
+  channels: string[],
+  peer: PeerProcess,
+): Promise<{ pair: string; measured: Measured } | undefined> {
+  const scheme = transports.includes("shm") ? "shm" : transports[0];
+  const url = peer.urls.find((u) => u.startsWith(`${scheme}://`));
+  if (!url || channels.length === 0) return undefined;
+  const context = await createContext({ ...options, transports, channels });
+  let pipe: Pipe;
+  try {
+    pipe = await context.connect(url);
+  } catch (e) {
+    await context.close();
+    throw e;
+  }
+  const pair = `${pipe.transport}+${pipe.channelFor(CPU_DEVICE, CPU_DEVICE)}`;
+  return {
+    pair,
+    measured: {
+      name: README_LOOP,
+      kind: "user-code",
+      over: pair,
+      roundTrips: (data, back, n) => readmeRoundTrips(pipe, data, back, n),
+      throughput: (data, count) => sinkThroughput(pipe, data, count),
+      close: () => context.close(),
+    },
+  };
+}
+
 export async function runBench(options: BenchOptions = {}): Promise<BenchResult> {
   const print = options.print ?? ((line: string) => console.log(line));
   const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);
@@ -217,6 +275,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         }
       }
     }
+    const userCode = await readmeLoop(options, transports.map((t) => t.spec.name), channels.map((c) => c.spec.name), peer);
+    if (userCode) {
+      print(`  ${README_LOOP}: the README's round trip over what negotiation picks by default (${userCode.pair})`);
+      measured.push(userCode.measured);
+    }
     measured.push(memcpy(), await nodeNet(peer));
     if (options.noZmq) skipped.push({ name: "zeromq", reason: "--no-zmq" });
     else {
@@ -262,6 +325,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     const series: SeriesResult[] = measured.map((m) => ({
       name: m.name,
       kind: m.kind,
+      ...(m.over ? { over: m.over } : {}),
       cells: Object.fromEntries(
         sizes.map((size) => {
           const acc = samples.get(`${m.name}/${size}`)!;
@@ -296,6 +360,13 @@ function ratiosOf(series: readonly SeriesResult[], sizes: readonly number[]): Re
       if (bp50 !== undefined) ratios[`${p.name} ${sizeLabel(small)} RTT p50 / ${b.name}`] = p.cells[small]!.p50! / bp50;
     }
   }
+  // The README's loop against the tuned loop over the same pair, and its own tail.
+  for (const u of series.filter((s) => s.kind === "user-code")) {
+    const p50 = u.cells[small]!.p50!;
+    const tuned = series.find((s) => s.name === u.over)?.cells[small]!.p50;
+    if (tuned !== undefined) ratios[`${u.name} ${sizeLabel(small)} RTT p50 / tuned loop`] = p50 / tuned;
+    ratios[`${u.name} ${sizeLabel(small)} RTT p99 / its p50`] = u.cells[small]!.p99! / p50;
+  }
   return ratios;
 }
 
@@ -304,6 +375,8 @@ const TARGETS: Record<string, string> = {
   "uv+basic 64 MiB GB/s / node:net": ">= 1.3",
   "uv+basic 8 B RTT p50 / node:net": "<= 1.0",
   "shm+cma 64 MiB GB/s / memcpy": ">= 0.9",
+  [`${README_LOOP} 8 B RTT p50 / tuned loop`]: "<= 1.2",
+  [`${README_LOOP} 8 B RTT p99 / its p50`]: "<= 4",
 };
 
 function report(result: BenchResult, print: (line: string) => void): void {

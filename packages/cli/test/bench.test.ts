@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { findBackends, runBench } from "../src/index.js";
+import { README_LOOP, findBackends, runBench } from "../src/index.js";
 
 const run = promisify(execFile);
 const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
@@ -31,6 +31,13 @@ describe("tensorpipe bench", () => {
     expect(result.sizes).toEqual([8, 64 * 1024]);
     expect(result.series.filter((s) => s.kind === "pipe").map((s) => s.name).sort()).toEqual(pairs.sort());
     expect(result.series.filter((s) => s.kind === "baseline").map((s) => s.name)).toEqual(["memcpy", "node:net", "zeromq"]);
+    // The README's own loop, over the pair a user's pipe gets (shm here), held against the tuned loop over it.
+    const readme = result.series.find((s) => s.kind === "user-code")!;
+    expect(readme).toMatchObject({ name: README_LOOP, over: expect.stringMatching(/^shm\+/) });
+    expect(pairs).toContain(readme.over);
+    expect(result.ratios[`${README_LOOP} 8 B RTT p50 / tuned loop`]).toBeGreaterThan(0);
+    expect(result.ratios[`${README_LOOP} 8 B RTT p99 / its p50`]).toBeGreaterThanOrEqual(1);
+    expect(lines.join("\n")).toMatch(/README loop 8 B RTT p50 \/ tuned loop +\d+\.\d+x \(target <= 1\.2\)/);
     for (const s of result.series) {
       for (const size of result.sizes) {
         const cell = s.cells[size]!;
@@ -52,6 +59,6 @@ describe("tensorpipe bench", () => {
     const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "4K", "--transports", "uv", "--channels", "basic", "--no-zmq", "--svg", join(dir, "cli.svg"), "--json", json]);
     expect(stdout).toContain("skipped zeromq: --no-zmq");
     const result = JSON.parse(readFileSync(json, "utf8")) as { series: { name: string }[] };
-    expect(result.series.map((s) => s.name)).toEqual(["uv+basic", "memcpy", "node:net"]);
+    expect(result.series.map((s) => s.name)).toEqual(["uv+basic", README_LOOP, "memcpy", "node:net"]);
   });
 });
