@@ -1,7 +1,7 @@
 import type { Context } from "@tensorpipe/core";
 import { CmaChannelContext, type CmaChannelOptions } from "./cma-channel.js";
 
-export { CmaChannel, CmaChannelContext, type CmaChannelOptions } from "./cma-channel.js";
+export { CmaChannel, CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./cma-channel.js";
 
 /** Above basic: preferred whenever both ends share machine, user and pid namespace. */
 export const CMA_PRIORITY = 20;

@@ -2,7 +2,7 @@ import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
-import { CmaChannel, CmaChannelContext } from "../src/index.js";
+import { CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
 
 const MiB = 1024 * 1024;
 
@@ -36,7 +36,35 @@ describe("cma channel", () => {
     expect(ctx.isViable()).toEqual({ viable: true });
     const [d] = ctx.deviceDescriptors();
     expect(d!.device).toEqual({ type: "cpu", index: 0 });
-    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}:pid:\\[\\d+\\]:user:\\[\\d+\\]:${process.getuid!()}$`));
+    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}:pid:\\[\\d+\\]:user:\\[\\d+\\]:${process.getuid!()}:inline:auto$`));
+  });
+
+  it("pairs only ends that cut tensors at the same size", () => {
+    const describe = (o = {}) => new CmaChannelContext(o).deviceDescriptors()[0]!.descriptor;
+    const ctx = new CmaChannelContext();
+    expect(ctx.canCommunicateWithRemote(describe(), describe())).toBe(true);
+    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe({ inlineMax: 1024 }))).toBe(true);
+    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe())).toBe(false);
+    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe({ inlineMax: 2048 }))).toBe(false);
+  });
+
+  it("by default sends through the transport up to 4 MiB over shm and 128 KiB over TCP", async () => {
+    expect([defaultInlineMax("shm"), defaultInlineMax("uv")]).toEqual([4 * MiB, 128 * 1024]);
+    for (const [transport, size, inline] of [
+      ["shm", 4 * MiB, true],
+      ["shm", 4 * MiB + 1, false],
+      ["uv", 128 * 1024, true],
+      ["uv", 128 * 1024 + 1, false],
+    ] as const) {
+      const { here, there } = await connections();
+      const sender = new CmaChannelContext().createChannel(here, "connect", { transport });
+      const sent = sender.send(patterned(size, 3), size);
+      // Inline, the first connection carries the tensor itself; else where to read it from.
+      const frame = await there[0]!.read(8 * MiB);
+      expect(frame.byteLength === size, `${transport} ${size}`).toBe(inline);
+      if (!inline) await there[1]!.write([new Uint8Array(0)]);
+      await sent;
+    }
   });
 
   it("copies a tensor straight into the receiver's memory and frees the sender after", async () => {

@@ -6,6 +6,7 @@ import {
   type Context,
   type DeviceDescriptor,
   type Endpoint,
+  type PipeInfo,
   type Viability,
   notViable,
 } from "@tensorpipe/core";
@@ -77,8 +78,8 @@ export class CudaBasicChannelContext implements ChannelContext {
     return this.cpu.canCommunicateWithRemote(localDescriptor.slice(PREFIX.length), remoteDescriptor.slice(PREFIX.length));
   }
 
-  createChannel(connections: readonly Connection[], endpoint: Endpoint): Channel {
-    return new CudaBasicChannel(this.cpu.createChannel(connections, endpoint), this.sendPool, this.recvPool);
+  createChannel(connections: readonly Connection[], endpoint: Endpoint, pipe?: PipeInfo): Channel {
+    return new CudaBasicChannel(this.cpu.createChannel(connections, endpoint, pipe), this.sendPool, this.recvPool);
   }
 
   close(): Promise<void> {

@@ -16,6 +16,12 @@ export interface DeviceDescriptor {
 
 export type Endpoint = "listen" | "connect";
 
+/** What a channel may want to know of the pipe it serves. */
+export interface PipeInfo {
+  /** The pipe's transport ("uv", "shm"), the same at both ends. */
+  transport: string;
+}
+
 export interface ChannelContext {
   isViable(): Viability;
   /** The devices this channel can serve here, each with its descriptor. */
@@ -29,8 +35,12 @@ export interface ChannelContext {
   acceptsConnectionCount?(count: number): boolean;
   /** Default rule: the descriptors are equal. */
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean;
-  /** Builds one end of a channel over connections opened for it, in order. */
-  createChannel(connections: readonly Connection[], endpoint: Endpoint): Channel;
+  /**
+   * Builds one end of a channel over connections opened for it, in order.
+   * `pipe` is the same at both ends: a choice made from it (how small a
+   * tensor goes through the transport, say) is made alike at both ends.
+   */
+  createChannel(connections: readonly Connection[], endpoint: Endpoint, pipe?: PipeInfo): Channel;
   close(): Promise<void>;
 }
 

@@ -227,7 +227,7 @@ export class Context implements PipeAcceptor {
       for (const [name, ids] of answer.channelRegistrationIds) {
         const conns = channelConnections.slice(next, next + ids.length);
         next += ids.length;
-        channels.set(name, this.channels.get(name)!.context.createChannel(conns, "connect"));
+        channels.set(name, this.channels.get(name)!.context.createChannel(conns, "connect", { transport: answer.transport }));
       }
       return this.adopt(
         new Pipe({
@@ -318,7 +318,10 @@ export class Context implements PipeAcceptor {
       if (mainReg) main.close();
       const channels = new Map<string, Channel>();
       for (const [name, regs] of channelRegs) {
-        channels.set(name, this.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen"));
+        channels.set(
+          name,
+          this.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", { transport: transport.name }),
+        );
         i += regs.length;
       }
       return this.adopt(

@@ -35,7 +35,7 @@ export {
   connectNative,
 } from "./native-connection.js";
 export { nativeAddonLoader, addonCandidates } from "./native-addon.js";
-export type { ChannelContext, Channel, DeviceDescriptor, Endpoint } from "./channel.js";
+export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo } from "./channel.js";
 export { type Viability, VIABLE, notViable } from "./viability.js";
 export {
   ErrorCode,
