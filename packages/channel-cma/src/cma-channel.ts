@@ -106,9 +106,20 @@ export class CmaChannel implements Channel {
     private readonly tuning: Tuning,
   ) {}
 
-  async send(buffer: TensorBuffer, length: number): Promise<void> {
-    const bytes = cpuBytes(buffer, length, "cma");
+  send(buffer: TensorBuffer, length: number): Promise<void> {
+    let bytes: Uint8Array;
+    try {
+      bytes = cpuBytes(buffer, length, "cma");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    // Inline tensors take the transport's own path, with no promise of ours around it.
     if (length <= this.tuning.inlineMax) return this.descriptors.write([bytes]);
+    return this.sendByAddress(bytes, length);
+  }
+
+  /** Announces where the tensor lives and waits for the peer's answer that it has copied it. */
+  private async sendByAddress(bytes: Uint8Array, length: number): Promise<void> {
     const address = this.addon.addressOf(bytes, this.tuning.hugePages);
     const [, answer] = await Promise.all([
       this.descriptors.write([encodeSource(process.pid, address, length)]),
