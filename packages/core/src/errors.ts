@@ -100,7 +100,7 @@ const errnoText: Record<string, string> = {
 };
 
 /**
- * Unreachable on a connection that was up (a read or a write) means that it
+ * Unreachable on a connection that was up (a read or write call) means that it
  * broke: the kernel reports it when its retransmissions or keepalive probes
  * got no answer. At connect time it means nobody can be reached there.
  */

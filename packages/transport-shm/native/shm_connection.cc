@@ -492,18 +492,18 @@ void ShmConnection::CloseAll() {
     uv_close(reinterpret_cast<uv_handle_t*>(spinIdle_), OnHandleClosed);
     spinIdle_ = nullptr;
   }
-  if (open == 0) Release();
+  if (open == 0) FreeDescriptorsAndMappings();
 }
 
 void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (handle->type == UV_IDLE) delete reinterpret_cast<uv_idle_t*>(handle);
   else delete reinterpret_cast<uv_poll_t*>(handle);
-  if (--c->openHandles_ == 0) c->Release();
+  if (--c->openHandles_ == 0) c->FreeDescriptorsAndMappings();
 }
 
 // Once libuv lets go of every handle: descriptors and mappings go too.
-void ShmConnection::Release() {
+void ShmConnection::FreeDescriptorsAndMappings() {
   for (int* fd : {&sock_, &inboxMemfd_, &inboxReadableFd_, &inboxWritableFd_, &outboxReadableFd_, &outboxWritableFd_}) {
     CloseFd(fd);
   }

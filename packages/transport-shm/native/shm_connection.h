@@ -58,7 +58,7 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   void StopSpinning();
   void EndWait();
   static void OnHandleClosed(uv_handle_t* handle);
-  void Release();
+  void FreeDescriptorsAndMappings();
 
   // The core's byte I/O.
   Progress Consume(FrameRead& op);

@@ -40,7 +40,7 @@ class EnvResource {
 
 class EnvLifecycle {
  public:
-  explicit EnvLifecycle(napi_env env) : env_(env) {
+  explicit EnvLifecycle(napi_env env) {
     napi_get_uv_event_loop(env, &loop_);
     napi_add_async_cleanup_hook(env, OnCleanup, this, &hook_);
   }
@@ -59,9 +59,6 @@ class EnvLifecycle {
     resources_.erase(r);
     if (tearingDown_ && resources_.empty()) Finish();
   }
-
-  // How many resources are alive: for tests of the teardown.
-  size_t size() const { return resources_.size(); }
 
  private:
   static void OnCleanup(napi_async_cleanup_hook_handle, void* arg) {
@@ -82,7 +79,6 @@ class EnvLifecycle {
     napi_remove_async_cleanup_hook(hook);
   }
 
-  napi_env env_;
   uv_loop_t* loop_ = nullptr;
   napi_async_cleanup_hook_handle hook_ = nullptr;
   bool tearingDown_ = false;
