@@ -157,35 +157,48 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// Copies in flight and the pinned memory whose freeing waits for them.
-// When a worker goes, Node runs its external buffers' finalizers before
-// the copies it waits for have finished: memory they read or write is
-// freed only once the last of them is done.
+// The host memory of copies in flight, and the pinned allocations whose
+// freeing waits for them. When a worker goes, Node runs its external
+// buffers' finalizers before the copies it waits for have finished: an
+// allocation a copy still reads or writes is freed once no copy uses it.
 struct CudaEnv : AddonEnv {
   explicit CudaEnv(napi_env env) : AddonEnv(env) {}
-  ~CudaEnv() override { FreeDeferred(); }
-
-  void CopyStarted() { copies++; }
-  void CopyDone() {
-    if (--copies == 0) FreeDeferred();
+  ~CudaEnv() override {
+    for (const auto& [data, length] : deferred) Free(data);
   }
-  void FreeHost(void* data) {
-    if (copies > 0) deferred.push_back(data);
+
+  void CopyStarted(char* host) {
+    if (host != nullptr) inFlight.insert(host);
+  }
+  void CopyDone(char* host) {
+    if (host == nullptr) return;
+    inFlight.erase(inFlight.find(host));
+    for (auto it = deferred.begin(); it != deferred.end();) {
+      if (InUse(it->first, it->second)) {
+        ++it;
+        continue;
+      }
+      Free(it->first);
+      it = deferred.erase(it);
+    }
+  }
+  void FreeHost(char* data, size_t length) {
+    if (InUse(data, length)) deferred.emplace_back(data, length);
     else Free(data);
   }
 
  private:
+  bool InUse(char* data, size_t length) const {
+    auto it = inFlight.lower_bound(data);
+    return it != inFlight.end() && *it < data + length;
+  }
   static void Free(void* data) {
     const Driver* drv = cuda::GetDriver(nullptr);
     if (drv != nullptr) drv->cuMemFreeHost(data);
   }
-  void FreeDeferred() {
-    for (void* p : deferred) Free(p);
-    deferred.clear();
-  }
 
-  size_t copies = 0;
-  std::vector<void*> deferred;
+  std::multiset<char*> inFlight;
+  std::vector<std::pair<char*, size_t>> deferred;
 };
 
 // allocHost(bytes) -> ArrayBuffer in pinned memory, freed with it.
@@ -196,7 +209,13 @@ Napi::Value AllocHost(const Napi::CallbackInfo& info) {
   Check(env, d, cuda::UseDevice(d, 0), "cuCtxSetCurrent");
   void* p = nullptr;
   Check(env, d, d.cuMemAllocHost(&p, bytes == 0 ? 1 : bytes), "cuMemAllocHost");
-  return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env env, void* data) { AddonEnv::Get<CudaEnv>(env)->FreeHost(data); });
+  return Napi::ArrayBuffer::New(
+      env, p, bytes,
+      [](Napi::Env env, void* data, size_t* length) {
+        AddonEnv::Get<CudaEnv>(env)->FreeHost(static_cast<char*>(data), *length);
+        delete length;
+      },
+      new size_t(bytes == 0 ? 1 : bytes));
 }
 
 // pointerDevice(ptr) -> the GPU index the pointer belongs to, or -1.
@@ -330,7 +349,7 @@ void Copy::Run() {
 }
 
 void Copy::Done(int status) {
-  AddonEnv::Get<CudaEnv>(callback.Env())->CopyDone();
+  AddonEnv::Get<CudaEnv>(callback.Env())->CopyDone(host);
   if (status == UV_ECANCELED) turns->Skip(turn);
   Napi::Env env = callback.Env();
   FromLoop(env, [&] {
@@ -398,9 +417,13 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
     c->turn = c->turns->Take();
   }
   CudaEnv* data = AddonEnv::Get<CudaEnv>(env);
+  char* hostMemory = c->host;
+  data->CopyStarted(hostMemory);
   int r = c.release()->Queue(data->lifecycle);
-  if (r < 0) throw UvError(env, r, "uv_queue_work");
-  data->CopyStarted();
+  if (r < 0) {
+    data->CopyDone(hostMemory);
+    throw UvError(env, r, "uv_queue_work");
+  }
   return env.Undefined();
 }
 
