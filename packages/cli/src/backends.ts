@@ -97,15 +97,29 @@ function isMissing(e: unknown, packageName: string): boolean {
   );
 }
 
-function versionOf(entryUrl: string): string | undefined {
-  for (let dir = dirname(fileURLToPath(entryUrl)); dir !== dirname(dir); dir = dirname(dir)) {
+/** The directory of an installed package (where its package.json is), or undefined. */
+export function packageRoot(packageName: string): string | undefined {
+  let entry: string;
+  try {
+    entry = fileURLToPath(import.meta.resolve(packageName));
+  } catch {
+    return undefined;
+  }
+  for (let dir = dirname(entry); dir !== dirname(dir); dir = dirname(dir)) {
     try {
-      return (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { version?: string }).version;
+      const json = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { name?: string };
+      if (json.name === packageName) return dir;
     } catch {
       // not this directory
     }
   }
   return undefined;
+}
+
+function versionOf(packageName: string): string | undefined {
+  const root = packageRoot(packageName);
+  if (!root) return undefined;
+  return (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version?: string }).version;
 }
 
 /** Loads each backend package that is installed and asks it whether it can work here. */
@@ -123,7 +137,7 @@ export async function findBackends(options: BackendOptions = {}, specs: readonly
       );
       continue;
     }
-    const version = versionOf(import.meta.resolve(spec.packageName));
+    const version = versionOf(spec.packageName);
     try {
       const instance = spec.create(module, options);
       found.push({ spec, installed: true, version, instance, viability: instance.isViable() });

@@ -30,13 +30,27 @@ describe("tensorpipe bench", () => {
     const pairs = viable("transport").flatMap((t) => viable("channel").map((c) => `${t}+${c}`));
     expect(result.sizes).toEqual([8, 64 * 1024]);
     expect(result.series.filter((s) => s.kind === "pipe").map((s) => s.name).sort()).toEqual(pairs.sort());
-    expect(result.series.filter((s) => s.kind === "baseline").map((s) => s.name)).toEqual(["memcpy", "node:net", "zeromq"]);
+    expect(result.series.filter((s) => s.kind === "baseline").map((s) => s.name)).toEqual([
+      "memcpy",
+      "shm ring (C)",
+      "TCP (C)",
+      "node:net",
+      "zeromq",
+    ]);
     // The README's own loop, over the pair a user's pipe gets (shm here), held against the tuned loop over it.
     const readme = result.series.find((s) => s.kind === "user-code")!;
     expect(readme).toMatchObject({ name: README_LOOP, over: expect.stringMatching(/^shm\+/) });
     expect(pairs).toContain(readme.over);
     expect(result.ratios[`${README_LOOP} 8 B RTT p50 / tuned loop`]).toBeGreaterThan(0);
     expect(result.ratios[`${README_LOOP} 8 B RTT p99 / its p50`]).toBeGreaterThanOrEqual(1);
+    expect(result.ratios[`${README_LOOP} 8 B RTT p50 / shm ring (C)`]).toBeGreaterThan(0);
+    // The pair negotiation picks is one of the pairs measured: never above the best of them.
+    for (const size of ["8 B", "64 KiB"]) {
+      const ratio = result.ratios[`default pair ${size} GB/s / best pair`];
+      expect(ratio, size).toBeGreaterThan(0);
+      expect(ratio, size).toBeLessThanOrEqual(1);
+    }
+    expect(lines.join("\n")).toMatch(/default pair 64 KiB GB\/s \/ best pair +\d+\.\d+x \(target >= 0\.9\)/);
     expect(lines.join("\n")).toMatch(/README loop 8 B RTT p50 \/ tuned loop +\d+\.\d+x \(target <= 1\.2\)/);
     for (const s of result.series) {
       for (const size of result.sizes) {
@@ -59,6 +73,6 @@ describe("tensorpipe bench", () => {
     const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "4K", "--transports", "uv", "--channels", "basic", "--no-zmq", "--svg", join(dir, "cli.svg"), "--json", json]);
     expect(stdout).toContain("skipped zeromq: --no-zmq");
     const result = JSON.parse(readFileSync(json, "utf8")) as { series: { name: string }[] };
-    expect(result.series.map((s) => s.name)).toEqual(["uv+basic", README_LOOP, "memcpy", "node:net"]);
+    expect(result.series.map((s) => s.name)).toEqual(["uv+basic", README_LOOP, "memcpy", "shm ring (C)", "TCP (C)", "node:net"]);
   });
 });

@@ -4,7 +4,10 @@
 // the bytes it sends, never this process's memory.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +23,30 @@ struct RingHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
 
 constexpr size_t kRingHeaderSize = 4096;
+
+// The transport's defaults: bytes per direction, and how long a waiting
+// side polls the ring before it sleeps on its eventfd.
+constexpr uint64_t kDefaultRingSize = 4 << 20;
+constexpr uint64_t kDefaultSpinMicros = 200;
+
+// Wake-ups go through eventfds, and only to a side that said it sleeps: a
+// side that finds nothing to do first polls the ring a while, then sets
+// its waiting flag, looks once more and sleeps on its eventfd.
+inline void SignalEventfd(int fd) {
+  uint64_t one = 1;
+  ssize_t r;
+  do {
+    r = ::write(fd, &one, sizeof(one));
+  } while (r < 0 && errno == EINTR);
+}
+
+inline void DrainEventfd(int fd) {
+  uint64_t value;
+  ssize_t r;
+  do {
+    r = ::read(fd, &value, sizeof(value));
+  } while (r < 0 && errno == EINTR);
+}
 
 class RingView {
  public:
@@ -37,6 +64,33 @@ class RingView {
     uint64_t first = n < size_ - at ? n : size_ - at;
     std::memcpy(data_ + at, src, first);
     if (n > first) std::memcpy(data_, src + first, n - first);
+  }
+
+  // Writer: bytes up to `head` are there to read; wakes a sleeping reader.
+  void PublishHead(uint64_t head, int readerWakeFd) const {
+    header_->head.store(head, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (header_->readerWaiting.exchange(0) != 0) SignalEventfd(readerWakeFd);
+  }
+
+  // Reader: bytes up to `tail` are free again; wakes a writer waiting for room.
+  void PublishTail(uint64_t tail, int writerWakeFd) const {
+    header_->tail.store(tail, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (header_->writerWaiting.exchange(0) != 0) SignalEventfd(writerWakeFd);
+  }
+
+  // A reader about to sleep says so; true when bytes came meanwhile, which
+  // no writer will signal.
+  bool ReaderSleeps(uint64_t tail) const {
+    header_->readerWaiting.store(1, std::memory_order_seq_cst);
+    return header_->head.load(std::memory_order_seq_cst) != tail;
+  }
+
+  // A writer about to sleep for room says so; true when room came meanwhile.
+  bool WriterSleeps(uint64_t head) const {
+    header_->writerWaiting.store(1, std::memory_order_seq_cst);
+    return head - header_->tail.load(std::memory_order_seq_cst) < size_;
   }
 
   // The (up to two) contiguous segments of [pos, pos + n).

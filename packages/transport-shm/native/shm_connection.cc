@@ -32,22 +32,6 @@ Napi::Error SysError(Napi::Env env, int err, const char* syscall) {
   return UvError(env, uv_translate_sys_error(err), syscall);
 }
 
-void Signal(int fd) {
-  uint64_t one = 1;
-  ssize_t r;
-  do {
-    r = ::write(fd, &one, sizeof(one));
-  } while (r < 0 && errno == EINTR);
-}
-
-void Drain(int fd) {
-  uint64_t value;
-  ssize_t r;
-  do {
-    r = ::read(fd, &value, sizeof(value));
-  } while (r < 0 && errno == EINTR);
-}
-
 bool IsEventfd(int fd) {
   char path[64];
   char target[64] = {0};
@@ -304,11 +288,7 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
     room -= n;
     op.Advance(n);
   }
-  if (outboxHead_ != before) {
-    h->head.store(outboxHead_, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (h->readerWaiting.exchange(0) != 0) Signal(outboxReadableFd_);
-  }
+  if (outboxHead_ != before) outbox_.PublishHead(outboxHead_, outboxReadableFd_);
   return true;
 }
 
@@ -339,10 +319,7 @@ void ShmConnection::ArmWrite() {
     writablePolling_ = false;
     return;
   }
-  RingHeader* h = outbox_.header();
-  h->writerWaiting.store(1, std::memory_order_seq_cst);
-  uint64_t tail = h->tail.load(std::memory_order_seq_cst);
-  if (outboxHead_ - tail < outbox_.size()) Signal(outboxWritableFd_);
+  if (outbox_.WriterSleeps(outboxHead_)) SignalEventfd(outboxWritableFd_);
   if (!writablePolling_) uv_poll_start(writablePoll_, UV_READABLE, OnWritableEvent);
   writablePolling_ = true;
 }
@@ -351,7 +328,7 @@ void ShmConnection::OnWritableEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
   FromLoop(c->Env(), [&] {
-    Drain(c->outboxWritableFd_);
+    DrainEventfd(c->outboxWritableFd_);
     c->FlushWrites();
   });
 }
@@ -381,9 +358,7 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   }
   if (consumed > 0) {
     inboxTail_ += consumed;
-    h->tail.store(inboxTail_, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (h->writerWaiting.exchange(0) != 0) Signal(inboxWritableFd_);
+    inbox_.PublishTail(inboxTail_, inboxWritableFd_);
   }
   return p;
 }
@@ -407,9 +382,7 @@ void ShmConnection::ArmRead() {
     if (uv_hrtime() < spinDeadline_) return;
     StopSpinning();
   }
-  RingHeader* h = inbox_.header();
-  h->readerWaiting.store(1, std::memory_order_seq_cst);
-  if (h->head.load(std::memory_order_seq_cst) != inboxTail_) Signal(inboxReadableFd_);
+  if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(inboxReadableFd_);
   if (!readablePolling_) uv_poll_start(readablePoll_, UV_READABLE, OnReadableEvent);
   readablePolling_ = true;
 }
@@ -443,7 +416,7 @@ void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
   FromLoop(c->Env(), [&] {
-    Drain(c->inboxReadableFd_);
+    DrainEventfd(c->inboxReadableFd_);
     c->EndWait();
     c->PumpReads();
   });

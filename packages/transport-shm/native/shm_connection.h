@@ -18,11 +18,11 @@
 namespace tensorpipe_js {
 
 struct ShmOptions {
-  uint64_t ringSize = 4 << 20;
+  uint64_t ringSize = kDefaultRingSize;
   bool allowOtherUsers = false;
   // How long a waiting read polls the ring from the loop before it sleeps
   // on the eventfd: a wake-up through the kernel costs tens of microseconds.
-  uint64_t spinMicros = 200;
+  uint64_t spinMicros = kDefaultSpinMicros;
 };
 
 class ShmConnection : public FramedConnection<ShmConnection> {

@@ -1,0 +1,56 @@
+/**
+ * The machine's limit for the exchange a transport does: the small C
+ * programs the transport packages build beside their addons
+ * (native/baseline), run as two processes with no Node between them.
+ * "shm ring (C)" moves frames over the shm transport's own rings and
+ * wake-ups; "TCP (C)" over one loopback TCP connection.
+ */
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { packageRoot } from "./backends.js";
+
+const run = promisify(execFile);
+
+export interface CBaselineSpec {
+  name: string;
+  packageName: string;
+  program: string;
+}
+
+export const C_BASELINES: readonly CBaselineSpec[] = [
+  { name: "shm ring (C)", packageName: "@tensorpipe/transport-shm", program: "shm_ring_baseline" },
+  { name: "TCP (C)", packageName: "@tensorpipe/transport-uv", program: "tcp_baseline" },
+];
+
+export class CBaseline {
+  private constructor(
+    readonly name: string,
+    private readonly path: string,
+  ) {}
+
+  /** The program built in the package's tree, or why there is none. */
+  static find(spec: CBaselineSpec): CBaseline | { missing: string } {
+    const root = packageRoot(spec.packageName);
+    if (!root) return { missing: `${spec.packageName} is not installed` };
+    const path = join(root, "build", "Release", spec.program);
+    if (!existsSync(path)) return { missing: `${spec.program} is built only from source (${path} is missing)` };
+    return new CBaseline(spec.name, path);
+  }
+
+  /** Round trips of `size`-byte frames, in microseconds. */
+  async roundTrips(size: number, n: number): Promise<number[]> {
+    return (await this.exec("pingpong", size, n) as { us: number[] }).us;
+  }
+
+  /** GB/s of `count` frames of `size` bytes one way, the last acknowledged. */
+  async throughput(size: number, count: number): Promise<number> {
+    return (await this.exec("stream", size, count) as { gbps: number }).gbps;
+  }
+
+  private async exec(mode: string, size: number, count: number): Promise<unknown> {
+    const { stdout } = await run(this.path, [mode, String(size), String(count)], { maxBuffer: 64 * 1024 * 1024, timeout: 120_000 });
+    return JSON.parse(stdout);
+  }
+}

@@ -1,0 +1,169 @@
+// The frame of the small C programs `tensorpipe bench` holds transports
+// against: two processes (the one timing and a forked peer) exchanging
+// frames laid out as the transports lay them (8-byte length, then the
+// bytes), written from one buffer and read into another reused buffer.
+//
+//   <program> pingpong SIZE COUNT [...]  -> {"us":[...]}  round trips, peer echoes
+//   <program> stream SIZE COUNT [...]    -> {"gbps":x}   one way, peer acks the last
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tensorpipe_js::baseline {
+
+inline uint64_t Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+[[noreturn]] inline void Die(const char* what) {
+  std::perror(what);
+  std::exit(1);
+}
+
+// One process's end of the exchange: byte I/O, blocking until done.
+class End {
+ public:
+  virtual ~End() = default;
+  virtual void Write(const char* p, uint64_t n) = 0;
+  virtual void Read(char* p, uint64_t n) = 0;
+
+  virtual void WriteFrame(const char* p, uint64_t n) {
+    Write(reinterpret_cast<const char*>(&n), 8);
+    Write(p, n);
+  }
+
+  void ReadFrame(char* p, uint64_t n) {
+    uint64_t length;
+    Read(reinterpret_cast<char*>(&length), 8);
+    if (length != n) {
+      std::fprintf(stderr, "frame of %llu bytes where %llu were expected\n", static_cast<unsigned long long>(length),
+                   static_cast<unsigned long long>(n));
+      std::exit(1);
+    }
+    Read(p, n);
+  }
+};
+
+struct Args {
+  std::string mode;
+  uint64_t size = 0;
+  uint64_t count = 0;
+  // What follows COUNT, for the program's own settings.
+  std::vector<std::string> rest;
+};
+
+inline Args ParseArgs(int argc, char** argv, const char* extraUsage) {
+  Args a;
+  if (argc >= 4) {
+    a.mode = argv[1];
+    a.size = std::strtoull(argv[2], nullptr, 10);
+    a.count = std::strtoull(argv[3], nullptr, 10);
+    for (int i = 4; i < argc; i++) a.rest.push_back(argv[i]);
+  }
+  if ((a.mode != "pingpong" && a.mode != "stream") || a.count == 0) {
+    std::fprintf(stderr, "usage: %s pingpong|stream SIZE COUNT %s\n", argv[0], extraUsage);
+    std::exit(2);
+  }
+  return a;
+}
+
+// A peer that fails (a check, a call) ends this process too, instead of
+// leaving it waiting for bytes that never come.
+inline void OnChildExit(int) {
+  int status;
+  if (waitpid(-1, &status, WNOHANG) > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    static const char kMessage[] = "the peer process failed\n";
+    ssize_t ignored = write(2, kMessage, sizeof(kMessage) - 1);
+    (void)ignored;
+    _exit(1);
+  }
+}
+
+// Forks; the child makes its end with `peerEnd` and serves, this process
+// makes its end with `timedEnd`, measures and prints. The exit status says
+// whether the peer finished too.
+inline int Run(const Args& a, const std::function<std::unique_ptr<End>()>& peerEnd,
+               const std::function<std::unique_ptr<End>()>& timedEnd) {
+  // A pattern both processes know: what arrives last is checked against it.
+  std::vector<char> out(a.size);
+  for (uint64_t i = 0; i < a.size; i++) out[i] = static_cast<char>(i * 31 + 7);
+  std::vector<char> in(a.size);
+  auto check = [&](const char* where) {
+    if (std::memcmp(in.data(), out.data(), a.size) != 0) {
+      std::fprintf(stderr, "%s: the bytes that arrived differ from those sent\n", where);
+      std::exit(1);
+    }
+  };
+  char ack = 1;
+  signal(SIGCHLD, OnChildExit);
+  pid_t child = fork();
+  if (child < 0) Die("fork");
+  // Everything runs twice, the first time untimed: a fresh connection
+  // starts with small socket buffers and cold pages, where the pipes it is
+  // held against have been warmed up.
+  if (child == 0) {
+    std::unique_ptr<End> end = peerEnd();
+    for (int pass = 0; pass < 2; pass++) {
+      if (a.mode == "pingpong") {
+        for (uint64_t i = 0; i < a.count; i++) {
+          end->ReadFrame(in.data(), a.size);
+          end->WriteFrame(in.data(), a.size);
+        }
+      } else {
+        for (uint64_t i = 0; i < a.count; i++) end->ReadFrame(in.data(), a.size);
+        check("peer");
+        end->WriteFrame(&ack, 1);
+      }
+    }
+    _exit(0);
+  }
+  std::unique_ptr<End> end = timedEnd();
+  std::vector<double> us(a.count);
+  double gbps = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (a.mode == "pingpong") {
+      for (uint64_t i = 0; i < a.count; i++) {
+        uint64_t t0 = Now();
+        end->WriteFrame(out.data(), a.size);
+        end->ReadFrame(in.data(), a.size);
+        us[i] = static_cast<double>(Now() - t0) / 1000.0;
+      }
+      check("echo");
+    } else {
+      uint64_t t0 = Now();
+      for (uint64_t i = 0; i < a.count; i++) end->WriteFrame(out.data(), a.size);
+      end->ReadFrame(&ack, 1);
+      gbps = static_cast<double>(a.size) * a.count / (static_cast<double>(Now() - t0) / 1e9) / 1e9;
+    }
+  }
+  if (a.mode == "pingpong") {
+    std::printf("{\"us\":[");
+    for (uint64_t i = 0; i < a.count; i++) std::printf(i ? ",%.3f" : "%.3f", us[i]);
+    std::printf("]}\n");
+  } else {
+    std::printf("{\"gbps\":%.6f}\n", gbps);
+  }
+  end.reset();
+  signal(SIGCHLD, SIG_DFL);
+  int status;
+  // ECHILD: the handler reaped a peer that had finished well.
+  if (waitpid(child, &status, 0) < 0) return errno == ECHILD ? 0 : 1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+}  // namespace tensorpipe_js::baseline
