@@ -9,6 +9,7 @@ import {
   VIABLE,
   type Viability,
   cpuBytes,
+  writeFrame,
 } from "@tensorpipe/core";
 
 const DONE = Promise.resolve();
@@ -26,7 +27,7 @@ export class BasicChannel implements Channel {
   send(buffer: TensorBuffer, length: number): Promise<void> {
     if (length === 0) return DONE;
     try {
-      return this.connection.write([cpuBytes(buffer, length, "basic")]);
+      return writeFrame(this.connection, cpuBytes(buffer, length, "basic"));
     } catch (e) {
       return Promise.reject(e);
     }

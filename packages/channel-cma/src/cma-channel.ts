@@ -19,6 +19,7 @@ import {
   hostIdentity,
   notViable,
   protocolError,
+  writeFrame,
 } from "@tensorpipe/core";
 import { type NativeAddon, loadAddon } from "./native.js";
 
@@ -114,7 +115,7 @@ export class CmaChannel implements Channel {
       return Promise.reject(e);
     }
     // Inline tensors take the transport's own path, with no promise of ours around it.
-    if (length <= this.tuning.inlineMax) return this.descriptors.write([bytes]);
+    if (length <= this.tuning.inlineMax) return writeFrame(this.descriptors, bytes);
     return this.sendByAddress(bytes, length);
   }
 

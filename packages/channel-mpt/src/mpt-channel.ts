@@ -1,4 +1,4 @@
-import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes } from "@tensorpipe/core";
+import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes, writeFrame } from "@tensorpipe/core";
 import { type BulkLanes, openBulkLanes } from "./bulk-lanes.js";
 
 /**
@@ -37,7 +37,7 @@ export class MptChannel implements Channel {
   send(buffer: TensorBuffer, length: number): Promise<void> {
     try {
       const bytes = cpuBytes(buffer, length, "mpt");
-      if (!this.bulk || length < this.minSplit) return this.small.write([bytes]);
+      if (!this.bulk || length < this.minSplit) return writeFrame(this.small, bytes);
       return this.bulk.then((lanes) => lanes.send(bytes));
     } catch (e) {
       return Promise.reject(e);

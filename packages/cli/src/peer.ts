@@ -10,7 +10,7 @@
  * - with --zmq and zeromq installed, its echo and sink sockets (zmq-baseline.ts).
  */
 import { createServer } from "node:net";
-import { type Allocation, CPU_DEVICE, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe } from "@tensorpipe/core";
 import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
 import { loadZmq, startZmqServers } from "./zmq-baseline.js";
 
@@ -32,12 +32,7 @@ async function serve(pipe: Pipe): Promise<void> {
   // a buffer is taken again once the read that used it is done.
   const sinks = [0, 1].map(() => ({ buffer: new Uint8Array(0), read: Promise.resolve() }));
   let turn = 0;
-  const buffers = new Map<string, Uint8Array>();
-  const reusable = (slot: string, length: number) => {
-    let b = buffers.get(slot);
-    if (!b || b.length < length) buffers.set(slot, (b = new Uint8Array(length)));
-    return b.subarray(0, length);
-  };
+  const echoes = new Echoes();
   for (;;) {
     let d;
     try {
@@ -62,27 +57,70 @@ async function serve(pipe: Pipe): Promise<void> {
       );
       continue;
     }
-    // Each echo is written back before the next read: its memory can be reused.
-    const allocation: Allocation = {
-      payloads: d.payloads.map((p, i) => ({ data: reusable(`p${i}`, p.length) })),
-      tensors: d.tensors.map((t, i) => ({ buffer: reusable(`t${i}`, t.length) })),
-    };
+    // Each echo is written back before the next read: its memory, and the
+    // objects describing it, are reused while messages keep their shape.
+    const echo = echoes.for(d);
     try {
-      await pipe.read(allocation, ops);
-      await pipe.write({
-        metadata: d.metadata,
-        payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
-        tensors: d.tensors.map((t, i) => ({
-          buffer: allocation.tensors[i]!.buffer,
-          metadata: t.metadata,
-          ...(t.targetDevice ? { targetDevice: CPU_DEVICE } : {}),
-        })),
-      }, ops);
+      await pipe.read(echo.allocation, ops);
+      await pipe.write(echo.message, ops);
     } catch (e) {
       end(e);
       return;
     }
   }
+}
+
+/**
+ * The allocation an echoed message is read into and the message that
+ * sends it back, rebuilt only when a message differs in shape from the one
+ * before (counts, lengths, metadata, targets): a tuned peer's loop makes no
+ * garbage per message.
+ */
+class Echoes {
+  private readonly memory: Uint8Array[] = [];
+  private last?: Descriptor;
+  private echo?: { allocation: Allocation; message: Message };
+
+  for(d: Descriptor): { allocation: Allocation; message: Message } {
+    if (this.echo && this.last && sameShape(this.last, d)) return this.echo;
+    let slot = 0;
+    const reusable = (length: number) => {
+      let b = this.memory[slot];
+      if (!b || b.length < length) this.memory[slot] = b = new Uint8Array(length);
+      slot++;
+      return b.subarray(0, length);
+    };
+    const allocation: Allocation = {
+      payloads: d.payloads.map((p) => ({ data: reusable(p.length) })),
+      tensors: d.tensors.map((t) => ({ buffer: reusable(t.length) })),
+    };
+    const message: Message = {
+      metadata: d.metadata,
+      payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
+      tensors: d.tensors.map((t, i) => ({
+        buffer: allocation.tensors[i]!.buffer,
+        metadata: t.metadata,
+        ...(t.targetDevice ? { targetDevice: CPU_DEVICE } : {}),
+      })),
+    };
+    this.last = d;
+    return (this.echo = { allocation, message });
+  }
+}
+
+function sameShape(a: Descriptor, b: Descriptor): boolean {
+  if (a.metadata !== b.metadata || a.payloads.length !== b.payloads.length || a.tensors.length !== b.tensors.length) {
+    return false;
+  }
+  for (let i = 0; i < a.payloads.length; i++) {
+    if (a.payloads[i]!.length !== b.payloads[i]!.length || a.payloads[i]!.metadata !== b.payloads[i]!.metadata) return false;
+  }
+  for (let i = 0; i < a.tensors.length; i++) {
+    const x = a.tensors[i]!;
+    const y = b.tensors[i]!;
+    if (x.length !== y.length || x.metadata !== y.metadata || !x.targetDevice !== !y.targetDevice) return false;
+  }
+  return true;
 }
 
 /** Tells the parent, one JSON line on stdout, how a pipe ended. */

@@ -19,6 +19,7 @@ export function abortError(signal: AbortSignal, what: string): TensorPipeError {
 
 /** Merges `signal` and `timeout` into one signal (or none). */
 export function operationSignal(options: OperationOptions | undefined): AbortSignal | undefined {
+  if (options === undefined) return undefined;
   const signals: AbortSignal[] = [];
   if (options?.signal) signals.push(options.signal);
   if (options?.timeout !== undefined) {

@@ -84,7 +84,8 @@ export function cpuBytes(buffer: TensorBuffer, length: number, channel: string):
   if (!isCpuBuffer(buffer)) {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, `${channel} channel moves CPU memory only, got ${buffer.device.type}`);
   }
-  return asBytes(buffer).subarray(0, length);
+  const bytes = asBytes(buffer);
+  return bytes.byteLength === length ? bytes : bytes.subarray(0, length);
 }
 
 /** A byte view over the CPU memory of a TypedArray or DataView. */

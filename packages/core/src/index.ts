@@ -28,7 +28,7 @@ export {
   cpuBytes,
 } from "./device.js";
 export { hostIdentity } from "./host-identity.js";
-export type { TransportContext, TransportListener, Connection, DetachedSocket } from "./transport.js";
+export { type TransportContext, type TransportListener, type Connection, type DetachedSocket, DONE, writeFrame } from "./transport.js";
 export {
   NativeConnection,
   type NativeFrameConnection,

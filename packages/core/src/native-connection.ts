@@ -1,7 +1,7 @@
 import { raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
-import type { Connection, DetachedSocket } from "./transport.js";
+import { type Connection, DONE, type DetachedSocket, type FrameCallback } from "./transport.js";
 
 /**
  * What a native addon's connection object offers (see native-common's
@@ -41,11 +41,12 @@ export class NativeConnection implements Connection {
   readonly localAddress: string;
   readonly remoteAddress: string;
   private readonly pendingWrites: Deferred<void>[] = [];
-  private readonly pendingReads: Deferred<Uint8Array | undefined>[] = [];
+  // A read waits as a promise (read, readInto) or as a callback (readFrame).
+  private readonly pendingReads: (Deferred<Uint8Array | undefined> | FrameCallback)[] = [];
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
   private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
-  private readonly onRead = (err: Error | null, frame?: Uint8Array) => this.complete(this.pendingReads, err, frame);
+  private readonly onRead = (err: Error | null, frame?: Uint8Array) => this.completeRead(err, frame);
 
   constructor(
     private readonly native: NativeFrameConnection,
@@ -69,11 +70,26 @@ export class NativeConnection implements Connection {
     }
   }
 
+  private completeRead(err: Error | null, frame?: Uint8Array): void {
+    const waiting = this.pendingReads[0];
+    if (typeof waiting !== "function") {
+      this.complete(this.pendingReads as Deferred<Uint8Array | undefined>[], err, frame);
+      return;
+    }
+    this.pendingReads.shift();
+    if (err) {
+      this.close(err);
+      waiting(this.failure!);
+    } else {
+      waiting(null, frame);
+    }
+  }
+
   write(frames: readonly ArrayBufferView[]): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
     try {
       // true: the kernel took every byte at once and no callback follows.
-      if (this.native.write(frames as ArrayBufferView[], this.onWrite)) return Promise.resolve();
+      if (this.native.write(frames as ArrayBufferView[], this.onWrite)) return DONE;
     } catch (e) {
       this.close(e as Error);
       return Promise.reject(this.failure);
@@ -87,8 +103,27 @@ export class NativeConnection implements Connection {
     return this.startRead(null, maxLength) as Promise<Uint8Array>;
   }
 
+  /** DONE when the frame was already here and has landed in `target`. */
   readInto(target: ArrayBufferView): Promise<void> {
     return this.startRead(target, 0) as Promise<void>;
+  }
+
+  readFrame(maxLength: number, callback: FrameCallback): void {
+    if (this.failure) {
+      callback(this.failure);
+      return;
+    }
+    let r: boolean | Uint8Array | Error;
+    try {
+      r = this.native.read(null, maxLength, this.onRead);
+    } catch (e) {
+      r = e as Error;
+    }
+    if (r === false) this.pendingReads.push(callback);
+    else if (r instanceof Error) {
+      this.close(r);
+      callback(this.failure!);
+    } else callback(null, r as Uint8Array);
   }
 
   private startRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
@@ -108,7 +143,7 @@ export class NativeConnection implements Connection {
       this.close(r);
       return Promise.reject(this.failure);
     }
-    return Promise.resolve(r === true ? undefined : r);
+    return r === true ? (DONE as Promise<undefined>) : Promise.resolve(r);
   }
 
   async detach(): Promise<DetachedSocket | null> {
@@ -136,7 +171,12 @@ export class NativeConnection implements Connection {
       : closedError(`${this.transport} connection`);
     this.native.close();
     for (const d of this.pendingWrites.splice(0)) d.reject(this.failure);
-    for (const d of this.pendingReads.splice(0)) d.reject(this.failure);
+    const failure = this.failure;
+    for (const d of this.pendingReads.splice(0)) {
+      // A callback hears of it as a promise would: not inside close().
+      if (typeof d === "function") queueMicrotask(() => d(failure));
+      else d.reject(failure);
+    }
     this.closedDeferred.resolve(error ? this.failure : undefined);
   }
 }

@@ -22,17 +22,29 @@ export const Nop = {
 const utf8 = new TextEncoder();
 const utf8Decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Appends libnop-encoded values to a growable buffer. */
+/**
+ * Appends libnop-encoded values to a growable buffer. A writer may be
+ * reused frame after frame (reset, write, finish): a hot path then encodes
+ * with no allocation at all, as long as whoever took the last frame lets go
+ * of it before the next reset (else say so with hold()).
+ */
 export class NopWriter {
-  private buf: Uint8Array;
-  private view: DataView;
+  private buf!: Uint8Array;
+  private view!: DataView;
   private pos = 0;
+  private last?: Uint8Array;
+  private held = false;
 
   constructor(initialCapacity = 256) {
-    // allocUnsafe carves small buffers out of Node's shared pool: no
-    // ArrayBuffer per encoded frame. Every byte returned is written first.
-    this.buf = Buffer.allocUnsafe(initialCapacity);
-    this.view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
+    this.use(Buffer.allocUnsafe(initialCapacity));
+  }
+
+  // allocUnsafe carves small buffers out of Node's shared pool: no
+  // ArrayBuffer per encoded frame. Every byte returned is written first.
+  private use(buf: Uint8Array): void {
+    this.buf = buf;
+    this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    this.last = undefined;
   }
 
   private reserve(n: number): void {
@@ -41,8 +53,28 @@ export class NopWriter {
     while (cap < this.pos + n) cap *= 2;
     const next = Buffer.allocUnsafe(cap);
     next.set(this.buf.subarray(0, this.pos));
-    this.buf = next;
-    this.view = new DataView(next.buffer, next.byteOffset, next.byteLength);
+    this.use(next);
+  }
+
+  /** Starts a new frame, in the same memory unless the last frame is held. */
+  reset(): this {
+    if (this.held) this.use(Buffer.allocUnsafe(this.buf.length));
+    this.held = false;
+    this.pos = 0;
+    return this;
+  }
+
+  /** The last frame finish() returned is still in use: the next one goes elsewhere. */
+  hold(): void {
+    this.held = true;
+  }
+
+  /** Copies `bytes` as they are: a value encoded once ahead of time. */
+  raw(bytes: Uint8Array): this {
+    this.reserve(bytes.length);
+    this.buf.set(bytes, this.pos);
+    this.pos += bytes.length;
+    return this;
   }
 
   byte(b: number): this {
@@ -150,8 +182,10 @@ export class NopWriter {
     return this;
   }
 
+  /** The frame written since the last reset: the same view when its length has not changed. */
   finish(): Uint8Array {
-    return this.buf.subarray(0, this.pos);
+    if (this.last?.length !== this.pos) this.last = this.buf.subarray(0, this.pos);
+    return this.last;
   }
 }
 
@@ -162,13 +196,24 @@ export class NopWriter {
  */
 export class NopReader {
   private pos = 0;
-  private readonly view: DataView;
+  // Made on the first multi-byte integer: small frames seldom have one.
+  private dataView?: DataView;
 
   constructor(
     private readonly buf: Uint8Array,
     private readonly what = "frame",
-  ) {
-    this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  ) {}
+
+  private get view(): DataView {
+    return (this.dataView ??= new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength));
+  }
+
+  /** True (and consumed) if the next bytes are `bytes`: a value encoded once ahead of time. */
+  skip(bytes: Uint8Array): boolean {
+    if (this.remaining < bytes.length) return false;
+    for (let i = 0; i < bytes.length; i++) if (this.buf[this.pos + i] !== bytes[i]) return false;
+    this.pos += bytes.length;
+    return true;
   }
 
   get remaining(): number {

@@ -7,13 +7,14 @@ import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import type { Channel } from "./channel.js";
 import { Deferred } from "./deferred.js";
 import type { Device, TensorBuffer } from "./device.js";
-import { bufferDevice, CPU_DEVICE, deviceKey } from "./device.js";
+import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
-import type { Allocation, Descriptor, Message, ReceivedMessage } from "./message.js";
+import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
 import { pairKey } from "./negotiation.js";
+import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
-import { decodeDescriptor, decodeDescriptorReply, encodeDescriptor, encodeDescriptorReply } from "./protocol.js";
-import type { Connection } from "./transport.js";
+import { decodeDescriptor, decodeDescriptorReply, encodeDescriptorReply, writeDevice } from "./protocol.js";
+import { type Connection, DONE } from "./transport.js";
 
 export interface PipeOptions {
   /** Largest descriptor frame accepted from the peer. */
@@ -32,8 +33,9 @@ export interface PipeParts {
   options: PipeOptions;
 }
 
+/** Tensors of a message that wait for the peer's DescriptorReply, or for an earlier message's. */
 interface PendingTensorSend {
-  tensors: { buffer: TensorBuffer; length: number; targetDevice?: Device }[];
+  tensors: readonly MessageTensor[];
   missingTargets: number;
   replyDevices?: Device[];
   done: Deferred<void>;
@@ -42,6 +44,16 @@ interface PendingTensorSend {
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
 }
+
+function tensorLength(t: MessageTensor): number {
+  const length = t.length ?? t.buffer.byteLength;
+  if (!Number.isSafeInteger(length) || length < 0 || length > t.buffer.byteLength) {
+    throw invalid(`tensor length ${length} does not fit its ${t.buffer.byteLength}-byte buffer`);
+  }
+  return length;
+}
+
+const noop = (): void => undefined;
 
 export class Pipe implements AsyncIterable<ReceivedMessage> {
   readonly transport: string;
@@ -54,7 +66,13 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private readonly reply: Connection;
   private readonly channels: Map<string, Channel>;
   private readonly channelByPair = new Map<string, Channel>();
+  /** The channel from CPU to CPU, found without building a key. */
+  private cpuChannel?: Channel;
   private readonly options: PipeOptions;
+  // Reused message after message while writes finish at once (DONE): the
+  // hot path then allocates nothing for the descriptor and its frames.
+  private readonly encoder = new NopWriter(256);
+  private mainFrames: ArrayBufferView[] = [];
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<TensorPipeError>();
 
@@ -67,7 +85,50 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private current?: Descriptor;
   /** Set when the peer ended the stream cleanly between messages. */
   private ended?: TensorPipeError;
-  private readonly inFlightReads = new Set<Promise<unknown>>();
+  private readsInFlight = 0;
+  // Bound once, not per message.
+  private readonly failOperation = (e: unknown): never => this.onOperationError(e);
+  private readonly readSettled = (): void => {
+    this.readsInFlight--;
+    this.maybeFinishEnded();
+  };
+  private readonly readFailed = (e: unknown): never => {
+    this.readsInFlight--;
+    try {
+      return this.onOperationError(e);
+    } finally {
+      this.maybeFinishEnded();
+    }
+  };
+  private readonly onDescriptor = (err: Error | null, bytes?: Uint8Array): void => {
+    if (err) {
+      this.onDescriptorError(err);
+      return;
+    }
+    this.onDescriptorFrame(bytes!);
+  };
+  private readonly onDescriptorFrame = (bytes: Uint8Array): void => {
+    if (this.failure) return;
+    let d: Descriptor;
+    try {
+      d = decodeDescriptor(bytes);
+    } catch (e) {
+      this.fail(e);
+      return;
+    }
+    const waiter = this.descriptorWaiters.shift();
+    if (waiter) {
+      this.current = d;
+      waiter.resolve(d);
+    } else {
+      this.prefetched = d;
+    }
+  };
+  private readonly onDescriptorError = (e: unknown): void => {
+    const err = this.describe(e);
+    if (err.code === ErrorCode.PEER_CLOSED) this.endStream(err);
+    else this.fail(err);
+  };
 
   constructor(parts: PipeParts) {
     this.transport = parts.transport;
@@ -82,6 +143,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       const channel = this.channels.get(p.channel);
       if (channel) this.channelByPair.set(pairKey(p.local, p.remote), channel);
     }
+    this.cpuChannel = this.channelByPair.get(pairKey(CPU_DEVICE, CPU_DEVICE));
     this.fetchDescriptor();
     // A connection that fails while idle: the peer is gone even if nobody
     // is reading or writing right now.
@@ -104,62 +166,125 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    */
   write(message: Message, options?: OperationOptions): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
-    let descriptor: Descriptor;
-    let send: PendingTensorSend;
+    let missingTargets: number;
     try {
-      ({ descriptor, send } = this.prepareWrite(message));
+      missingTargets = this.encodeDescriptor(message);
     } catch (e) {
       return Promise.reject(e);
     }
-    const frames: ArrayBufferView[] = [encodeDescriptor(descriptor)];
-    for (const p of message.payloads ?? []) frames.push(p.data);
-    let all: Promise<void>;
-    if (send.tensors.length > 0) {
+    const tensors = message.tensors;
+    let tensorsSent: Promise<void> | undefined = DONE;
+    if (tensors !== undefined && tensors.length > 0) {
       // Tensors whose target is known go out before the descriptor: when the
       // reader learns of them, their bytes are already at its end.
-      this.tensorSends.push(send);
-      this.issueTensorSends();
-      all = Promise.all([this.main.write(frames), send.done.promise]).then(() => undefined);
-      if (send.missingTargets > 0) this.readReplies();
-    } else {
-      all = this.main.write(frames);
+      if (missingTargets === 0 && this.tensorSends.length === 0) {
+        tensorsSent = this.sendTensors(tensors);
+      } else {
+        const send: PendingTensorSend = { tensors, missingTargets, done: new Deferred() };
+        this.tensorSends.push(send);
+        this.issueTensorSends();
+        if (missingTargets > 0) this.readReplies();
+        tensorsSent = send.done.promise;
+      }
     }
-    return this.guard(
-      all.catch((e) => this.onOperationError(e)),
-      options,
-      "pipe write",
-    );
+    if (tensorsSent === undefined) return Promise.reject(this.failure);
+    const written = this.writeMain(message.payloads);
+    let all: Promise<void>;
+    if (tensorsSent === DONE) all = written;
+    else if (written === DONE) all = tensorsSent;
+    else all = Promise.all([written, tensorsSent]).then(noop);
+    if (all === DONE) return options === undefined ? DONE : this.guard(DONE, options, "pipe write");
+    return this.guard(all.catch(this.failOperation), options, "pipe write");
   }
 
-  private prepareWrite(message: Message): { descriptor: Descriptor; send: PendingTensorSend } {
-    const descriptor: Descriptor = { metadata: message.metadata ?? "", payloads: [], tensors: [] };
-    for (const p of message.payloads ?? []) {
+  /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
+  private encodeDescriptor(message: Message): number {
+    const payloads = message.payloads;
+    const tensors = message.tensors;
+    const w = this.encoder.reset();
+    w.structure(3)
+      .string(message.metadata ?? "")
+      .array(payloads?.length ?? 0);
+    for (const p of payloads ?? []) {
       if (!ArrayBuffer.isView(p?.data)) throw invalid("each payload needs data: an ArrayBufferView");
-      descriptor.payloads.push({ length: p.data.byteLength, metadata: p.metadata ?? "" });
+      w.structure(2).uint(p.data.byteLength).string(p.metadata ?? "");
     }
-    const send: PendingTensorSend = { tensors: [], missingTargets: 0, done: new Deferred() };
-    for (const t of message.tensors ?? []) {
+    w.array(tensors?.length ?? 0);
+    let missingTargets = 0;
+    for (const t of tensors ?? []) {
       if (!t?.buffer) throw invalid("each tensor needs a buffer");
       const sourceDevice = bufferDevice(t.buffer);
-      const length = t.length ?? t.buffer.byteLength;
-      if (!Number.isSafeInteger(length) || length < 0 || length > t.buffer.byteLength) {
-        throw invalid(`tensor length ${length} does not fit its ${t.buffer.byteLength}-byte buffer`);
-      }
+      w.structure(4).uint(tensorLength(t));
+      writeDevice(w, sourceDevice);
       if (t.targetDevice) {
-        if (!this.channelByPair.has(pairKey(sourceDevice, t.targetDevice))) {
+        if (!this.channelBetween(sourceDevice, t.targetDevice)) {
           throw new TensorPipeError(
             ErrorCode.NEGOTIATION,
             `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(t.targetDevice)} at the peer`,
           );
         }
-        descriptor.tensors.push({ length, sourceDevice, targetDevice: t.targetDevice, metadata: t.metadata ?? "" });
+        writeDevice(w, t.targetDevice);
       } else {
-        send.missingTargets++;
-        descriptor.tensors.push({ length, sourceDevice, metadata: t.metadata ?? "" });
+        missingTargets++;
+        w.empty();
       }
-      send.tensors.push({ buffer: t.buffer, length, targetDevice: t.targetDevice });
+      w.string(t.metadata ?? "");
     }
-    return { descriptor, send };
+    return missingTargets;
+  }
+
+  /** The descriptor and the payloads, on the main connection. */
+  private writeMain(payloads: readonly MessagePayload[] | undefined): Promise<void> {
+    // Written in place: an array emptied and refilled would get a fresh backing store each time.
+    const frames = this.mainFrames;
+    let n = 0;
+    frames[n++] = this.encoder.finish();
+    if (payloads) for (const p of payloads) frames[n++] = p.data;
+    if (frames.length !== n) frames.length = n;
+    const written = this.main.write(frames);
+    if (written === DONE) {
+      // Not kept alive by the pipe: the payloads are the caller's.
+      for (let i = 1; i < n; i++) frames[i] = frames[0]!;
+    } else {
+      // The connection holds on to them until the write settles.
+      this.mainFrames = [];
+      this.encoder.hold();
+    }
+    return written;
+  }
+
+  /**
+   * Hands each tensor to its channel, the target from the tensor or else
+   * from `replyDevices` in order. DONE when every channel finished at once;
+   * undefined when the peer asked for a device no channel serves (the pipe
+   * has failed).
+   */
+  private sendTensors(tensors: readonly MessageTensor[], replyDevices?: readonly Device[]): Promise<void> | undefined {
+    let pending: Promise<void>[] | undefined;
+    let r = 0;
+    for (const t of tensors) {
+      const source = bufferDevice(t.buffer);
+      const target = t.targetDevice ?? replyDevices![r++]!;
+      const channel = this.channelBetween(source, target);
+      if (!channel) {
+        this.fail(
+          new TensorPipeError(
+            ErrorCode.NEGOTIATION,
+            `peer asked for a tensor on ${deviceKey(target)} but no channel joins ${deviceKey(source)} to it`,
+          ),
+        );
+        return undefined;
+      }
+      const sent = channel.send(t.buffer, t.length ?? t.buffer.byteLength);
+      if (sent !== DONE) (pending ??= []).push(sent);
+    }
+    if (pending === undefined) return DONE;
+    return pending.length === 1 ? pending[0]! : Promise.all(pending).then(noop);
+  }
+
+  private channelBetween(local: Device, remote: Device): Channel | undefined {
+    if (local === CPU_DEVICE && remote === CPU_DEVICE) return this.cpuChannel;
+    return this.channelByPair.get(pairKey(local, remote));
   }
 
   /** Hands tensors to channels in message order, waiting for replies where needed. */
@@ -168,24 +293,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       const head = this.tensorSends[0]!;
       if (head.missingTargets > 0 && !head.replyDevices) return;
       this.tensorSends.shift();
-      let r = 0;
-      const sends: Promise<void>[] = [];
-      for (const t of head.tensors) {
-        const target = t.targetDevice ?? head.replyDevices![r++]!;
-        const source = bufferDevice(t.buffer);
-        const channel = this.channelByPair.get(pairKey(source, target));
-        if (!channel) {
-          this.fail(
-            new TensorPipeError(
-              ErrorCode.NEGOTIATION,
-              `peer asked for a tensor on ${deviceKey(target)} but no channel joins ${deviceKey(source)} to it`,
-            ),
-          );
-          return;
-        }
-        sends.push(channel.send(t.buffer, t.length));
+      const sent = this.sendTensors(head.tensors, head.replyDevices);
+      if (sent === undefined) {
+        head.done.reject(this.failure);
+        return;
       }
-      head.done.resolve(Promise.all(sends).then(() => undefined));
+      head.done.resolve(sent);
     }
   }
 
@@ -226,18 +339,21 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   readDescriptor(options?: OperationOptions): Promise<Descriptor> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.ended && !this.prefetched) return Promise.reject(this.ended);
-    const waiter = new Deferred<Descriptor>();
+    let got: Promise<Descriptor>;
+    let waiter: Deferred<Descriptor> | undefined;
     if (this.prefetched && !this.current && this.descriptorWaiters.length === 0) {
       this.current = this.prefetched;
       this.prefetched = undefined;
-      waiter.resolve(this.current);
+      got = Promise.resolve(this.current);
     } else {
+      waiter = new Deferred<Descriptor>();
       this.descriptorWaiters.push(waiter);
+      got = waiter.promise;
     }
-    const signal = operationSignal(options);
+    if (options === undefined) return got;
     // No bytes are consumed by a waiting readDescriptor, so abandoning it leaves the pipe intact.
-    return raceSignal(waiter.promise, signal, "readDescriptor", () => {
-      const i = this.descriptorWaiters.indexOf(waiter);
+    return raceSignal(got, operationSignal(options), "readDescriptor", () => {
+      const i = waiter ? this.descriptorWaiters.indexOf(waiter) : -1;
       if (i >= 0) this.descriptorWaiters.splice(i, 1);
     });
   }
@@ -250,62 +366,71 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.failure) return Promise.reject(this.failure);
     const d = this.current;
     if (!d) return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
-    const targets: Device[] = [];
+    let targets: Device[] | undefined;
     try {
-      this.checkAllocation(d, allocation, targets);
+      targets = this.checkAllocation(d, allocation);
     } catch (e) {
       return Promise.reject(e);
     }
     this.current = undefined;
-    const reads: Promise<void>[] = d.payloads.map((_, i) => this.main.readInto(allocation.payloads[i]!.data));
-    if (targets.length > 0) reads.push(this.reply.write([encodeDescriptorReply({ targetDevices: targets })]));
-    d.tensors.forEach((t, i) => {
+    // Reads that finished at once (DONE) need nothing more.
+    let pending: Promise<void>[] | undefined;
+    for (let i = 0; i < d.payloads.length; i++) {
+      const got = this.main.readInto(allocation.payloads[i]!.data);
+      if (got !== DONE) (pending ??= []).push(got);
+    }
+    if (targets) (pending ??= []).push(this.reply.write([encodeDescriptorReply({ targetDevices: targets })]));
+    for (let i = 0; i < d.tensors.length; i++) {
+      const t = d.tensors[i]!;
       const buffer = allocation.tensors[i]!.buffer;
-      const channel = this.channelByPair.get(pairKey(bufferDevice(buffer), t.sourceDevice))!;
-      reads.push(channel.recv(buffer, t.length));
-    });
+      const got = this.channelBetween(bufferDevice(buffer), t.sourceDevice)!.recv(buffer, t.length);
+      if (got !== DONE) (pending ??= []).push(got);
+    }
+    // Counted before the next descriptor is asked for: that may fail the stream at once.
+    if (pending !== undefined) this.readsInFlight++;
     this.fetchDescriptor();
-    const all = (reads.length === 1 ? reads[0]! : Promise.all(reads).then(() => undefined)).catch((e) =>
-      this.onOperationError(e),
-    );
-    this.inFlightReads.add(all);
-    const settled = () => {
-      this.inFlightReads.delete(all);
+    if (pending === undefined) {
       this.maybeFinishEnded();
-    };
-    all.then(settled, settled);
+      return options === undefined ? DONE : this.guard(DONE, options, "pipe read");
+    }
+    const all = (pending.length === 1 ? pending[0]! : Promise.all(pending)).then(this.readSettled, this.readFailed);
     return this.guard(all, options, "pipe read");
   }
 
-  private checkAllocation(d: Descriptor, a: Allocation, targets: Device[]): void {
+  /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
+  private checkAllocation(d: Descriptor, a: Allocation): Device[] | undefined {
     if (a?.payloads?.length !== d.payloads.length || a?.tensors?.length !== d.tensors.length) {
       throw invalid(
         `allocation has ${a?.payloads?.length} payload(s) and ${a?.tensors?.length} tensor(s); the message has ${d.payloads.length} and ${d.tensors.length}`,
       );
     }
-    d.payloads.forEach((p, i) => {
+    for (let i = 0; i < d.payloads.length; i++) {
+      const p = d.payloads[i]!;
       const data = a.payloads[i]!.data;
       if (!ArrayBuffer.isView(data) || data.byteLength !== p.length) {
         throw invalid(`payload ${i} needs exactly ${p.length} bytes, got ${data?.byteLength}`);
       }
-    });
-    d.tensors.forEach((t, i) => {
+    }
+    let targets: Device[] | undefined;
+    for (let i = 0; i < d.tensors.length; i++) {
+      const t = d.tensors[i]!;
       const buffer = a.tensors[i]!.buffer;
       if (!buffer || buffer.byteLength < t.length) {
         throw invalid(`tensor ${i} needs ${t.length} bytes, got ${buffer?.byteLength}`);
       }
       const device = bufferDevice(buffer);
-      if (t.targetDevice && deviceKey(t.targetDevice) !== deviceKey(device)) {
+      if (t.targetDevice && !sameDevice(t.targetDevice, device)) {
         throw invalid(`tensor ${i} was sent to ${deviceKey(t.targetDevice)}; the allocation is on ${deviceKey(device)}`);
       }
-      if (!this.channelByPair.has(pairKey(device, t.sourceDevice))) {
+      if (!this.channelBetween(device, t.sourceDevice)) {
         throw new TensorPipeError(
           ErrorCode.NEGOTIATION,
           `no channel joins ${deviceKey(t.sourceDevice)} at the peer to ${deviceKey(device)} here (tensor ${i})`,
         );
       }
-      if (!t.targetDevice) targets.push(device);
-    });
+      if (!t.targetDevice) (targets ??= []).push(device);
+    }
+    return targets;
   }
 
   /** Reads the next message into fresh CPU memory. */
@@ -348,30 +473,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   private fetchDescriptor(): void {
     if (this.failure) return;
-    this.main.read(this.options.maxDescriptorLength).then(
-      (bytes) => {
-        if (this.failure) return;
-        let d: Descriptor;
-        try {
-          d = decodeDescriptor(bytes);
-        } catch (e) {
-          this.fail(e);
-          return;
-        }
-        const waiter = this.descriptorWaiters.shift();
-        if (waiter) {
-          this.current = d;
-          waiter.resolve(d);
-        } else {
-          this.prefetched = d;
-        }
-      },
-      (e) => {
-        const err = this.describe(e);
-        if (err.code === ErrorCode.PEER_CLOSED) this.endStream(err);
-        else this.fail(err);
-      },
-    );
+    const max = this.options.maxDescriptorLength;
+    if (this.main.readFrame) this.main.readFrame(max, this.onDescriptor);
+    else this.main.read(max).then(this.onDescriptorFrame, this.onDescriptorError);
   }
 
   /** The peer closed between messages: readers learn it, in-flight reads may still finish. */
@@ -384,7 +488,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
-    if (this.ended && this.inFlightReads.size === 0 && !this.prefetched && !this.current) this.fail(this.ended);
+    if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended);
   }
 
   // ---- failure ----
@@ -402,6 +506,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Cancelling an operation under way breaks the stream, so it fails the pipe. */
   private guard<T>(p: Promise<T>, options: OperationOptions | undefined, what: string): Promise<T> {
+    if (options === undefined) return p;
     const signal = operationSignal(options);
     return raceSignal(p, signal, what, (err) => this.fail(err));
   }

@@ -3,7 +3,7 @@
  * exactly as the C++ library does (see shared/protocol/PROTOCOL.md).
  */
 import type { Device } from "./device.js";
-import { deviceKey } from "./device.js";
+import { CPU_DEVICE, deviceKey } from "./device.js";
 import type { Descriptor } from "./message.js";
 import { NopReader, NopWriter } from "./nop.js";
 
@@ -43,11 +43,17 @@ export interface DescriptorReply {
   targetDevices: Device[];
 }
 
-function writeDevice(w: NopWriter, d: Device): void {
-  w.structure(2).string(d.type).int(d.index);
+// The CPU device as libnop writes it: most devices on the wire are this one.
+const CPU_ENCODED = Uint8Array.from(new NopWriter(8).structure(2).string("cpu").int(0).finish());
+
+export function writeDevice(w: NopWriter, d: Device): void {
+  if (d === CPU_DEVICE) w.raw(CPU_ENCODED);
+  else w.structure(2).string(d.type).int(d.index);
 }
 
+/** The device at the reader; the CPU is always the one CPU_DEVICE object. */
 function readDevice(r: NopReader): Device {
+  if (r.skip(CPU_ENCODED)) return CPU_DEVICE;
   r.structure(2, "Device");
   const type = r.string();
   const index = r.int(32);
@@ -203,24 +209,29 @@ export function encodeDescriptor(d: Descriptor): Uint8Array {
   return w.finish();
 }
 
+function sized<T>(n: number): T[] {
+  return n === 0 ? [] : new Array<T>(n);
+}
+
 export function decodeDescriptor(bytes: Uint8Array): Descriptor {
   const r = new NopReader(bytes, "Descriptor");
   r.structure(3, "Descriptor");
   const metadata = r.string();
-  const payloads: Descriptor["payloads"] = [];
-  for (let n = r.array(); n > 0; n--) {
+  // Arrays of the exact size: one pushed onto from empty gets room for 17.
+  const payloads: Descriptor["payloads"] = sized(r.array());
+  for (let i = 0; i < payloads.length; i++) {
     r.structure(2, "Payload");
     const length = r.uint(64);
-    payloads.push({ length, metadata: r.string() });
+    payloads[i] = { length, metadata: r.string() };
   }
-  const tensors: Descriptor["tensors"] = [];
-  for (let n = r.array(); n > 0; n--) {
+  const tensors: Descriptor["tensors"] = sized(r.array());
+  for (let i = 0; i < tensors.length; i++) {
     r.structure(4, "Tensor");
     const length = r.uint(64);
     const sourceDevice = readDevice(r);
     const targetDevice = r.empty() ? undefined : readDevice(r);
     const metadata = r.string();
-    tensors.push(targetDevice ? { length, sourceDevice, targetDevice, metadata } : { length, sourceDevice, metadata });
+    tensors[i] = targetDevice ? { length, sourceDevice, targetDevice, metadata } : { length, sourceDevice, metadata };
   }
   r.end();
   return { metadata, payloads, tensors };

@@ -35,6 +35,31 @@ export interface TransportListener {
 }
 
 /**
+ * What a Connection's write or readInto may return when it finished before
+ * returning: every byte has left (or reached) the caller's memory, so the
+ * views and the array that held them are free at once. Returning one shared
+ * settled promise costs no allocation per frame, and callers that see it
+ * reuse their own scratch memory.
+ */
+export const DONE: Promise<void> = Promise.resolve();
+
+let oneFrame: ArrayBufferView[] = [];
+const NO_BYTES = new Uint8Array(0);
+
+/**
+ * `connection.write([frame])` with no array per call: the array is reused
+ * while writes finish at once (DONE), replaced when a write holds on to it.
+ */
+export function writeFrame(connection: Connection, frame: ArrayBufferView): Promise<void> {
+  const frames = oneFrame;
+  frames[0] = frame;
+  const written = connection.write(frames);
+  if (written === DONE) frames[0] = NO_BYTES;
+  else oneFrame = [];
+  return written;
+}
+
+/**
  * A bidirectional stream of frames. Operations complete in the order they
  * were issued. On failure every pending and later operation rejects with the
  * same TensorPipeError.
@@ -42,11 +67,19 @@ export interface TransportListener {
 export interface Connection {
   /**
    * Writes each view as one frame, in order, straight from its memory. The
-   * caller must not modify the views until the promise settles.
+   * caller must not modify the views or the array until the promise settles
+   * (at once when it is DONE).
    */
   write(frames: readonly ArrayBufferView[]): Promise<void>;
   /** Reads the next frame into fresh memory; a longer frame than `maxLength` is a protocol error. */
   read(maxLength: number): Promise<Uint8Array>;
+  /**
+   * read() with a callback instead of a promise, for a caller that reads
+   * frame after frame and wants no allocation per frame for it. The
+   * callback may run before readFrame returns, when the frame is already
+   * here. Optional: callers fall back to read().
+   */
+  readFrame?(maxLength: number, callback: FrameCallback): void;
   /** Reads the next frame straight into `target`, whose size must equal the frame's. */
   readInto(target: ArrayBufferView): Promise<void>;
   /** Closes the connection; pending operations reject with `error` or ERR_TP_CLOSED. */
@@ -66,6 +99,8 @@ export interface Connection {
    */
   detach?(): Promise<DetachedSocket | null>;
 }
+
+export type FrameCallback = (err: Error | null, frame?: Uint8Array) => void;
 
 /** A stream socket taken over from a Connection (see Connection.detach). */
 export interface DetachedSocket {

@@ -54,3 +54,24 @@ describe("libnop integers", () => {
     expect(new NopReader(new NopWriter(4).string(s).finish()).string()).toBe(s);
   });
 });
+
+describe("a NopWriter reused frame after frame", () => {
+  it("writes into the same memory, and the same view while the length holds", () => {
+    const w = new NopWriter(16);
+    const first = w.reset().uint(1).string("ab").finish();
+    const second = w.reset().uint(2).string("cd").finish();
+    expect(second).toBe(first);
+    expect(hex(second)).toBe("02bd026364");
+    expect(w.reset().uint(3).finish()).toHaveLength(1);
+  });
+
+  it("leaves a held frame as it was: the next one goes into fresh memory", () => {
+    const w = new NopWriter(16);
+    const held = w.reset().uint(1).string("ab").finish();
+    w.hold();
+    const next = w.reset().uint(2).string("cd").finish();
+    expect(hex(held)).toBe("01bd026162");
+    expect(hex(next)).toBe("02bd026364");
+    expect(next.buffer === held.buffer && next.byteOffset === held.byteOffset).toBe(false);
+  });
+});

@@ -1,0 +1,94 @@
+import { describe, expect, it } from "vitest";
+import { DONE, NativeConnection, type NativeFrameConnection, writeFrame } from "../src/index.js";
+
+type ReadCallback = (err: Error | null, frame?: Uint8Array) => void;
+
+/** A native connection whose writes finish at once until told otherwise, and whose reads are served by hand. */
+class FakeNative implements NativeFrameConnection {
+  finishWrites = true;
+  readonly written: ArrayBufferView[][] = [];
+  readonly writeCallbacks: ((err: Error | null) => void)[] = [];
+  readonly ready: Uint8Array[] = [];
+  readCallback?: ReadCallback;
+  closed = false;
+
+  write(frames: ArrayBufferView[], callback: (err: Error | null) => void): boolean {
+    this.written.push(frames);
+    if (!this.finishWrites) this.writeCallbacks.push(callback);
+    return this.finishWrites;
+  }
+  read(_target: ArrayBufferView | null, _max: number, callback: ReadCallback): boolean | Uint8Array | Error {
+    this.readCallback = callback;
+    return this.ready.shift() ?? false;
+  }
+  close(): void {
+    this.closed = true;
+  }
+  localAddress(): string {
+    return "here";
+  }
+  remoteAddress(): string {
+    return "there";
+  }
+}
+
+describe("NativeConnection's hot path", () => {
+  it("answers a write that finished at once with DONE, and a queued one with its own promise", async () => {
+    const native = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    expect(c.write([new Uint8Array(1)])).toBe(DONE);
+    native.finishWrites = false;
+    const queued = c.write([new Uint8Array(1)]);
+    expect(queued).not.toBe(DONE);
+    native.writeCallbacks.shift()!(null);
+    await expect(queued).resolves.toBeUndefined();
+  });
+
+  it("writeFrame reuses its array while writes finish at once, and leaves one that a write holds alone", () => {
+    const native = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    const a = new Uint8Array([1]);
+    const b = new Uint8Array([2]);
+    writeFrame(c, a);
+    writeFrame(c, b);
+    expect(native.written[0]).toBe(native.written[1]);
+    // Let go of once written: the caller's memory is not kept alive.
+    expect(native.written[1]![0]).not.toBe(b);
+    native.finishWrites = false;
+    const held = new Uint8Array([3]);
+    void writeFrame(c, held);
+    native.finishWrites = true;
+    writeFrame(c, new Uint8Array([4]));
+    expect(native.written[2]).not.toBe(native.written[3]);
+    expect(native.written[2]![0]).toBe(held);
+  });
+
+  it("readFrame calls back at once for a frame already here, later for one to come, in order with read()", async () => {
+    const native = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    const got: number[] = [];
+    native.ready.push(new Uint8Array([1]));
+    c.readFrame(64, (err, frame) => got.push(err ? -1 : frame![0]!));
+    expect(got).toEqual([1]);
+    c.readFrame(64, (err, frame) => got.push(err ? -1 : frame![0]!));
+    const promised = c.read(64);
+    native.readCallback!(null, new Uint8Array([2]));
+    native.readCallback!(null, new Uint8Array([3]));
+    expect(got).toEqual([1, 2]);
+    expect((await promised)[0]).toBe(3);
+  });
+
+  it("tells a waiting readFrame of a failure after close() returns, as a promise would", async () => {
+    const native = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    const errors: (Error | null)[] = [];
+    c.readFrame(64, (err) => errors.push(err));
+    c.close(Object.assign(new Error("reset"), { code: "ECONNRESET" }));
+    expect(errors).toEqual([]);
+    await Promise.resolve();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ code: "ERR_TP_CONNECTION_RESET" });
+    c.readFrame(64, (err) => errors.push(err));
+    expect(errors[1]).toBe(errors[0]);
+  });
+});
