@@ -240,7 +240,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const rounds = options.rounds ?? (options.quick ? 1 : 3);
   const budget = options.quick ? 8 * MiB : 256 * MiB;
   const rttCount = (size: number) => Math.max(3, Math.min(options.quick ? 100 : 1000, Math.floor(budget / 2 / size)));
-  const bulkCount = (size: number) => Math.max(2, Math.min(2000, Math.floor(budget / size)));
+  // Small messages are many: enough of them that a block lasts long enough
+  // for the machine's noise to average out (10,000 of 4 KiB take ~50 ms).
+  const bulkCount = (size: number) => Math.max(2, Math.min(options.quick ? 2000 : 10_000, Math.floor(budget / size)));
 
   const skipped: BenchResult["skipped"] = [];
   const found = await findBackends(options);
@@ -324,17 +326,33 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       const data = new Uint8Array(size).fill(1);
       const back = new Uint8Array(size);
       for (const m of measured) {
-        await m.roundTrips?.(data, back, Math.min(20, rttCount(size)));
-        await m.throughput(data, Math.min(2, bulkCount(size)));
+        // Warm: the JIT, the rings and socket buffers, the pages on both ends.
+        await m.roundTrips?.(data, back, Math.min(200, rttCount(size)));
+        await m.throughput(data, Math.min(1000, bulkCount(size)));
       }
+      const acc = (m: Measured) => {
+        const key = `${m.name}/${size}`;
+        let a = samples.get(key);
+        if (!a) samples.set(key, (a = { rtt: [], gbps: [] }));
+        return a;
+      };
+      // Round trips go in short turns across the series: how fast a process
+      // wakes up depends on what the machine did just before (a C baseline
+      // leaves its cores warm), and the turns spread that over every series.
+      const turns = rttCount(size) >= 100 ? 10 : 1;
       for (let r = 0; r < rounds; r++) {
-        for (const m of measured) {
+        // Each round starts with another series: none always runs first.
+        const start = (r * Math.ceil(measured.length / rounds)) % measured.length;
+        const order = [...measured.slice(start), ...measured.slice(0, start)];
+        for (let t = 0; t < turns; t++) {
+          for (const m of order) {
+            bar.show(`${m.name} ${sizeLabel(size)} round trips (round ${r + 1}/${rounds})`);
+            if (m.roundTrips) acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
+          }
+        }
+        for (const m of order) {
           bar.show(`${m.name} ${sizeLabel(size)} (round ${r + 1}/${rounds})`);
-          const key = `${m.name}/${size}`;
-          const acc = samples.get(key) ?? { rtt: [], gbps: [] };
-          if (m.roundTrips) acc.rtt.push(...(await m.roundTrips(data, back, rttCount(size))));
-          acc.gbps.push(await m.throughput(data, bulkCount(size)));
-          samples.set(key, acc);
+          acc(m).gbps.push(await m.throughput(data, bulkCount(size)));
           bar.tick(`${m.name} ${sizeLabel(size)}`);
         }
       }
