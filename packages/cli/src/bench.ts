@@ -238,7 +238,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const print = options.print ?? ((line: string) => console.log(line));
   const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);
   const rounds = options.rounds ?? (options.quick ? 1 : 3);
-  const budget = options.quick ? 8 * MiB : 256 * MiB;
+  // Bytes per throughput block: a block of large tensors lasts 50-500 ms.
+  const budget = options.quick ? 8 * MiB : 1024 * MiB;
   const rttCount = (size: number) => Math.max(3, Math.min(options.quick ? 100 : 1000, Math.floor(budget / 2 / size)));
   // Small messages are many: enough of them that a block lasts long enough
   // for the machine's noise to average out (10,000 of 4 KiB take ~50 ms).
@@ -341,13 +342,18 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       // leaves its cores warm), and the turns spread that over every series.
       const turns = rttCount(size) >= 100 ? 10 : 1;
       for (let r = 0; r < rounds; r++) {
-        // Each round starts with another series: none always runs first.
-        const start = (r * Math.ceil(measured.length / rounds)) % measured.length;
-        const order = [...measured.slice(start), ...measured.slice(0, start)];
+        // Each round in another order: what ran just before a series (the C
+        // baselines' processes, memcpy's threads) leaves the machine in a state
+        // that favours or slows it, and no series may always follow the same one.
+        const order = shuffled(measured, size * 31 + r);
         for (let t = 0; t < turns; t++) {
           for (const m of order) {
             bar.show(`${m.name} ${sizeLabel(size)} round trips (round ${r + 1}/${rounds})`);
-            if (m.roundTrips) acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
+            if (!m.roundTrips) continue;
+            // The first round trips of a turn wake a pipe that sat idle
+            // through the other series' turns: not what a loop sees.
+            if (turns > 1) await m.roundTrips(data, back, 3);
+            acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
           }
         }
         for (const m of order) {
@@ -383,6 +389,25 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     for (const m of measured) await m.close();
     await peer.stop();
   }
+}
+
+/** `items` in an order drawn from `seed`: the same for the same seed. */
+function shuffled<T>(items: readonly T[], seed: number): T[] {
+  const out = [...items];
+  let state = seed >>> 0;
+  const next = () => {
+    // mulberry32
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(next() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
 }
 
 /** Each pipe against each baseline at the largest size (GB/s) and the smallest (round trip p50). */
