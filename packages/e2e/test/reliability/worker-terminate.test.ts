@@ -56,7 +56,9 @@ class PipeEndWorker {
     this.worker.on("error", () => undefined);
   }
 
-  async until<S extends Step["step"]>(step: S, timeoutMs = 10_000): Promise<Extract<Step, { step: S }>> {
+  // The first step waits on a worker that loads Node, the package graph and
+  // the addons: under the full suite on two cores that once took over 10 s.
+  async until<S extends Step["step"]>(step: S, timeoutMs = 30_000): Promise<Extract<Step, { step: S }>> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const found = this.steps.find((s) => s.step === step);
