@@ -39,7 +39,9 @@ function fail(message: string): never {
 const list = (s: string | undefined) => s?.split(",").map((x) => x.trim()).filter(Boolean);
 
 async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
+  const [command, ...given] = argv;
+  // `pnpm bench -- --quick` hands the script the "--" itself.
+  const rest = given[0] === "--" ? given.slice(1) : given;
   if (command === undefined || command === "help" || command === "--help" || command === "-h") {
     process.stdout.write(`${USAGE}\n`);
     return 0;

@@ -55,6 +55,9 @@ describe("tensorpipe doctor", () => {
     const json = JSON.parse((await run(process.execPath, [main, "doctor", "--json"])).stdout) as DoctorReport;
     expect(json.backends).toEqual(report.backends);
     expect(json.usable).toBe(true);
+    // `pnpm doctor -- --json` hands the "--" on.
+    const viaPnpm = JSON.parse((await run(process.execPath, [main, "doctor", "--", "--json"])).stdout) as DoctorReport;
+    expect(viaPnpm.backends).toEqual(report.backends);
   });
 
   it("exits 2 with the usage on a bad command or option", async () => {
