@@ -7,7 +7,6 @@
  * user would pick instead (node:net, zeromq.js).
  */
 import { writeFileSync } from "node:fs";
-import { availableParallelism } from "node:os";
 import { type Socket, connect } from "node:net";
 import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
@@ -263,7 +262,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   try {
     print(`tensorpipe bench: two processes on this machine (peer pid ${peer.pid}), ${rounds} round(s), medians`);
     print(
-      `  memcpy: into a reused buffer, the best of 1 to ${Math.min(8, availableParallelism())} threads from ${sizeLabel(ParallelMemcpy.SPLIT_FROM)} up (one thread below)`,
+      `  memcpy: into a reused buffer, the best of 1 to ${ParallelMemcpy.MAX_THREADS} threads from ${sizeLabel(ParallelMemcpy.SPLIT_FROM)} up (one thread below)`,
     );
     for (const t of transports) {
       for (const c of channels) {

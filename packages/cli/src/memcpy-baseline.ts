@@ -33,8 +33,10 @@ export class ParallelMemcpy {
 
   /** Copies of at least this size are split over threads; smaller ones run on this thread. */
   static readonly SPLIT_FROM = MiB;
+  /** The most threads tried unless told otherwise. */
+  static readonly MAX_THREADS = Math.min(8, availableParallelism());
 
-  constructor(readonly maxThreads = Math.min(8, availableParallelism())) {
+  constructor(readonly maxThreads = ParallelMemcpy.MAX_THREADS) {
     this.workers = Array.from({ length: maxThreads }, () => new Worker(COPIER, { eval: true }));
   }
 

@@ -113,12 +113,7 @@ export class NativeConnection implements Connection {
       callback(this.failure);
       return;
     }
-    let r: boolean | Uint8Array | Error;
-    try {
-      r = this.native.read(null, maxLength, this.onRead);
-    } catch (e) {
-      r = e as Error;
-    }
+    const r = this.nativeRead(null, maxLength);
     if (r === false) this.pendingReads.push(callback);
     else if (r instanceof Error) {
       this.close(r);
@@ -126,14 +121,18 @@ export class NativeConnection implements Connection {
     } else callback(null, r as Uint8Array);
   }
 
+  /** The native read's answer, a throw turned into the Error it carries. */
+  private nativeRead(target: ArrayBufferView | null, maxLength: number): boolean | Uint8Array | Error {
+    try {
+      return this.native.read(target, maxLength, this.onRead);
+    } catch (e) {
+      return e as Error;
+    }
+  }
+
   private startRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
     if (this.failure) return Promise.reject(this.failure);
-    let r: boolean | Uint8Array | Error;
-    try {
-      r = this.native.read(target, maxLength, this.onRead);
-    } catch (e) {
-      r = e as Error;
-    }
+    const r = this.nativeRead(target, maxLength);
     if (r === false) {
       const d = new Deferred<Uint8Array | undefined>();
       this.pendingReads.push(d);

@@ -13,7 +13,15 @@ import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, Re
 import { pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
-import { decodeDescriptor, decodeDescriptorReply, encodeDescriptorReply, writeDevice } from "./protocol.js";
+import {
+  decodeDescriptor,
+  decodeDescriptorReply,
+  encodeDescriptorReply,
+  writeDescriptorHead,
+  writePayloadDescriptor,
+  writeTensorCount,
+  writeTensorDescriptor,
+} from "./protocol.js";
 import { type Connection, DONE } from "./transport.js";
 
 export interface PipeOptions {
@@ -193,8 +201,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (tensorsSent === DONE) all = written;
     else if (written === DONE) all = tensorsSent;
     else all = Promise.all([written, tensorsSent]).then(noop);
-    if (all === DONE) return options === undefined ? DONE : this.guard(DONE, options, "pipe write");
-    return this.guard(all.catch(this.failOperation), options, "pipe write");
+    return this.guard(all === DONE ? DONE : all.catch(this.failOperation), options, "pipe write");
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -202,33 +209,25 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const payloads = message.payloads;
     const tensors = message.tensors;
     const w = this.encoder.reset();
-    w.structure(3)
-      .string(message.metadata ?? "")
-      .array(payloads?.length ?? 0);
+    writeDescriptorHead(w, message.metadata ?? "", payloads?.length ?? 0);
     for (const p of payloads ?? []) {
       if (!ArrayBuffer.isView(p?.data)) throw invalid("each payload needs data: an ArrayBufferView");
-      w.structure(2).uint(p.data.byteLength).string(p.metadata ?? "");
+      writePayloadDescriptor(w, p.data.byteLength, p.metadata ?? "");
     }
-    w.array(tensors?.length ?? 0);
+    writeTensorCount(w, tensors?.length ?? 0);
     let missingTargets = 0;
     for (const t of tensors ?? []) {
       if (!t?.buffer) throw invalid("each tensor needs a buffer");
       const sourceDevice = bufferDevice(t.buffer);
-      w.structure(4).uint(tensorLength(t));
-      writeDevice(w, sourceDevice);
-      if (t.targetDevice) {
-        if (!this.channelBetween(sourceDevice, t.targetDevice)) {
-          throw new TensorPipeError(
-            ErrorCode.NEGOTIATION,
-            `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(t.targetDevice)} at the peer`,
-          );
-        }
-        writeDevice(w, t.targetDevice);
-      } else {
-        missingTargets++;
-        w.empty();
+      const length = tensorLength(t);
+      if (t.targetDevice && !this.channelBetween(sourceDevice, t.targetDevice)) {
+        throw new TensorPipeError(
+          ErrorCode.NEGOTIATION,
+          `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(t.targetDevice)} at the peer`,
+        );
       }
-      w.string(t.metadata ?? "");
+      if (!t.targetDevice) missingTargets++;
+      writeTensorDescriptor(w, length, sourceDevice, t.targetDevice, t.metadata ?? "");
     }
     return missingTargets;
   }
@@ -391,7 +390,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.fetchDescriptor();
     if (pending === undefined) {
       this.maybeFinishEnded();
-      return options === undefined ? DONE : this.guard(DONE, options, "pipe read");
+      return this.guard(DONE, options, "pipe read");
     }
     const all = (pending.length === 1 ? pending[0]! : Promise.all(pending)).then(this.readSettled, this.readFailed);
     return this.guard(all, options, "pipe read");

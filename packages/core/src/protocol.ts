@@ -46,7 +46,7 @@ export interface DescriptorReply {
 // The CPU device as libnop writes it: most devices on the wire are this one.
 const CPU_ENCODED = Uint8Array.from(new NopWriter(8).structure(2).string("cpu").int(0).finish());
 
-export function writeDevice(w: NopWriter, d: Device): void {
+function writeDevice(w: NopWriter, d: Device): void {
   if (d === CPU_DEVICE) w.raw(CPU_ENCODED);
   else w.structure(2).string(d.type).int(d.index);
 }
@@ -194,18 +194,44 @@ export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
   };
 }
 
+/*
+ * A Descriptor's layout, piece by piece, in the order written: its head,
+ * each payload, the tensor count, each tensor. Pipe writes a message's
+ * descriptor straight from the message with these, with no Descriptor
+ * object in between; encodeDescriptor writes one from a Descriptor.
+ */
+export function writeDescriptorHead(w: NopWriter, metadata: string, payloadCount: number): void {
+  w.structure(3).string(metadata).array(payloadCount);
+}
+
+export function writePayloadDescriptor(w: NopWriter, length: number, metadata: string): void {
+  w.structure(2).uint(length).string(metadata);
+}
+
+export function writeTensorCount(w: NopWriter, count: number): void {
+  w.array(count);
+}
+
+export function writeTensorDescriptor(
+  w: NopWriter,
+  length: number,
+  sourceDevice: Device,
+  targetDevice: Device | undefined,
+  metadata: string,
+): void {
+  w.structure(4).uint(length);
+  writeDevice(w, sourceDevice);
+  if (targetDevice) writeDevice(w, targetDevice);
+  else w.empty();
+  w.string(metadata);
+}
+
 export function encodeDescriptor(d: Descriptor): Uint8Array {
   const w = new NopWriter(64 + d.metadata.length);
-  w.structure(3).string(d.metadata).array(d.payloads.length);
-  for (const p of d.payloads) w.structure(2).uint(p.length).string(p.metadata);
-  w.array(d.tensors.length);
-  for (const t of d.tensors) {
-    w.structure(4).uint(t.length);
-    writeDevice(w, t.sourceDevice);
-    if (t.targetDevice) writeDevice(w, t.targetDevice);
-    else w.empty();
-    w.string(t.metadata);
-  }
+  writeDescriptorHead(w, d.metadata, d.payloads.length);
+  for (const p of d.payloads) writePayloadDescriptor(w, p.length, p.metadata);
+  writeTensorCount(w, d.tensors.length);
+  for (const t of d.tensors) writeTensorDescriptor(w, t.length, t.sourceDevice, t.targetDevice, t.metadata);
   return w.finish();
 }
 
