@@ -1,10 +1,32 @@
 import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
+import { loadAddon } from "../src/native.js";
 
 const MiB = 1024 * 1024;
+const HUGE_PAGE = 2 * MiB;
+
+/** KiB of [address, address + length) that sit in huge pages, from /proc/self/smaps. */
+function hugeKiB(address: bigint, length: number): number {
+  let kib = 0;
+  for (const vma of readFileSync("/proc/self/smaps", "utf8").split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)) {
+    const [begin, end] = vma.slice(0, vma.indexOf(" ")).split("-").map((h) => BigInt(`0x${h}`));
+    if (begin! >= address + BigInt(length) || end! <= address) continue;
+    kib += Number(/AnonHugePages:\s+(\d+)/.exec(vma)?.[1] ?? 0);
+  }
+  return kib;
+}
+
+const thp = (() => {
+  try {
+    return readFileSync("/sys/kernel/mm/transparent_hugepage/enabled", "utf8");
+  } catch {
+    return "";
+  }
+})();
 
 describe("cma channel", () => {
   const transport = new UvTransport();
@@ -80,6 +102,32 @@ describe("cma channel", () => {
     await receiver.recv(target, target.length);
     await sending;
     expect(hasPattern(target, 5)).toBe(true);
+  });
+
+  // MADV_COLLAPSE gives up on pages pinned meanwhile, as they are while the
+  // peer reads them: the buffer must still end up in huge pages.
+  it.skipIf(!/\[(always|madvise)\]/.test(thp))("turns a buffer sent again and again into huge pages, though it is read meanwhile", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here);
+    const receiver = channel(there);
+    const src = patterned(32 * MiB, 6);
+    const targets = [0, 1, 2, 3].map(() => new Uint8Array(src.length));
+    const address = loadAddon().addon!.addressOf(src, false);
+    const aligned = (address + BigInt(HUGE_PAGE - 1)) & ~BigInt(HUGE_PAGE - 1);
+    const interior = Math.floor((Number(address - aligned) + src.length) / HUGE_PAGE) * HUGE_PAGE;
+    const transfer = (target: Uint8Array) => Promise.all([sender.send(src, src.length), receiver.recv(target, target.length)]);
+    // The first collapse races four reads of the buffer.
+    await Promise.all(targets.map(transfer));
+    await expect
+      .poll(
+        async () => {
+          await transfer(targets[0]!);
+          return hugeKiB(aligned, interior);
+        },
+        { timeout: 20_000, interval: 200 },
+      )
+      .toBe(interior / 1024);
+    expect(targets.every((t) => hasPattern(t, 6))).toBe(true);
   });
 
   it("answers completions in order even when a later copy ends first", async () => {
