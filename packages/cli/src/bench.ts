@@ -342,12 +342,13 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       // leaves its cores warm), and the turns spread that over every series.
       const turns = rttCount(size) >= 100 ? 10 : 1;
       for (let r = 0; r < rounds; r++) {
-        // Each round in another order: what ran just before a series (the C
+        // Each turn in another order: what ran just before a series (the C
         // baselines' processes, memcpy's threads) leaves the machine in a state
-        // that favours or slows it, and no series may always follow the same one.
-        const order = shuffled(measured, size * 31 + r);
+        // that favours or slows it, and no series may always follow the same
+        // one, not even for the ten turns of a round.
+        const orderOf = (turn: number, stream: number) => shuffled(measured, ((size * 31 + r) * 64 + turn) * 2 + stream);
         for (let t = 0; t < turns; t++) {
-          for (const m of order) {
+          for (const m of orderOf(t, 0)) {
             bar.show(`${m.name} ${sizeLabel(size)} round trips (round ${r + 1}/${rounds})`);
             if (!m.roundTrips) continue;
             // The first round trips of a turn wake a pipe that sat idle
@@ -356,20 +357,21 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
             acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
           }
         }
-        // Streams of small messages go in turns too, for the same reason:
-        // series that take one path (shm+cma and shm+basic below cma's
-        // inline size) came out up to 1.4x apart when each ran in one block.
-        const bulkTurns = bulkCount(size) >= 1000 ? 10 : 1;
+        // Streams go in turns too, for the same reason: series that take
+        // one path (shm+cma and shm+basic below cma's inline size) came out
+        // up to 1.4x apart when each ran in one block, and one 64 MiB block
+        // of shm+cma ran at 0.65 to 1.0x memcpy's.
+        const bulkTurns = bulkCount(size) >= 1000 ? 10 : bulkCount(size) >= 12 ? 3 : 1;
         const seconds = new Map<Measured, number>();
         for (let t = 0; t < bulkTurns; t++) {
-          for (const m of order) {
+          for (const m of orderOf(t, 1)) {
             bar.show(`${m.name} ${sizeLabel(size)} (round ${r + 1}/${rounds})`);
             // Every turn moves as many bytes: the round's rate is their harmonic mean.
             const gbps = await m.throughput(data, Math.ceil(bulkCount(size) / bulkTurns));
             seconds.set(m, (seconds.get(m) ?? 0) + 1 / gbps);
           }
         }
-        for (const m of order) {
+        for (const m of measured) {
           acc(m).gbps.push(bulkTurns / seconds.get(m)!);
           bar.tick(`${m.name} ${sizeLabel(size)}`);
         }
