@@ -8,7 +8,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { type Socket, connect } from "node:net";
-import { type Allocation, CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Context, type ContextStats, type Pipe } from "@tensorpipe/core";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
 import { ProgressBar, type ProgressStream } from "./progress-bar.js";
 import { sinkThroughput } from "./sink-throughput.js";
@@ -61,6 +61,8 @@ export interface BenchResult {
   /** Pairs and baselines left out, and why. */
   skipped: { name: string; reason: string }[];
   ratios: Record<string, number>;
+  /** What each pipe series' context carried over the whole run (pipe.stats() summed by context.stats()). */
+  stats: Record<string, ContextStats>;
 }
 
 export function sizeLabel(size: number): string {
@@ -86,6 +88,8 @@ interface Measured {
   over?: string;
   roundTrips?(data: Uint8Array, back: Uint8Array, n: number): Promise<number[]>;
   throughput(data: Uint8Array, count: number): Promise<number>;
+  /** For pipes: what their context carried. */
+  stats?(): ContextStats;
   close(): Promise<void> | void;
 }
 
@@ -228,6 +232,7 @@ async function readmeLoop(
       over: pair,
       roundTrips: (data, back, n) => readmeRoundTrips(pipe, data, back, n),
       throughput: (data, count) => sinkThroughput(pipe, data, count),
+      stats: () => context.stats(),
       close: () => context.close(),
     },
   };
@@ -282,6 +287,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
             kind: "pipe",
             roundTrips: (data, back, n) => pipeRoundTrips(pipe, data, back, n),
             throughput: (data, count) => sinkThroughput(pipe, data, count),
+            stats: () => context.stats(),
             close: () => context.close(),
           });
         } catch (e) {
@@ -391,7 +397,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         }),
       ),
     }));
-    const result: BenchResult = { sizes, rounds, series, skipped, ratios: ratiosOf(series, sizes) };
+    const stats: BenchResult["stats"] = {};
+    for (const m of measured) if (m.stats) stats[m.name] = m.stats();
+    const result: BenchResult = { sizes, rounds, series, skipped, ratios: ratiosOf(series, sizes), stats };
     report(result, print);
     if (options.svgPath) {
       writeFileSync(options.svgPath, plot(result));

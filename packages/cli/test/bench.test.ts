@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { README_LOOP, findBackends, runBench } from "../src/index.js";
+import { type BenchResult, README_LOOP, findBackends, runBench } from "../src/index.js";
 
 const run = promisify(execFile);
 const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
@@ -72,7 +72,13 @@ describe("tensorpipe bench", () => {
     const json = join(dir, "out.json");
     const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "4K", "--transports", "uv", "--channels", "basic", "--no-zmq", "--svg", join(dir, "cli.svg"), "--json", json]);
     expect(stdout).toContain("skipped zeromq: --no-zmq");
-    const result = JSON.parse(readFileSync(json, "utf8")) as { series: { name: string }[] };
+    const result = JSON.parse(readFileSync(json, "utf8")) as BenchResult;
     expect(result.series.map((s) => s.name)).toEqual(["uv+basic", README_LOOP, "memcpy", "shm ring (C)", "TCP (C)", "node:net"]);
+    // What the pipes carried: every message of the run, each way, through basic.
+    expect(Object.keys(result.stats)).toEqual(["uv+basic", README_LOOP]);
+    const stats = result.stats["uv+basic"]!;
+    expect(stats).toMatchObject({ pipesOpened: 1, errors: {}, connectionErrors: {} });
+    expect(stats.messagesSent).toBeGreaterThan(100);
+    expect(stats.channels.basic!.bytesSent).toBe(stats.channels.basic!.tensorsSent * 4096);
   });
 });

@@ -3,6 +3,8 @@ import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl, splitHostPort } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
 import { AUTH_ENTRY, type AuthOptions, SharedSecretAuth } from "./auth.js";
+import { debugLog } from "./debug.js";
+import { deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import { Listener, type PipeAcceptor } from "./listener.js";
 import {
@@ -15,6 +17,7 @@ import {
 } from "./negotiation.js";
 import { Pipe } from "./pipe.js";
 import {
+  type Brochure,
   type BrochureAnswer,
   ConnectionKind,
   decodeBrochure,
@@ -23,8 +26,20 @@ import {
   encodeBrochureAnswer,
   encodePacket,
 } from "./protocol.js";
+import { type ContextStats, PipeCounters } from "./stats.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
+
+const log = debugLog("negotiation");
+
+/** A brochure in one line: each backend offered, with its descriptors. */
+function describeBrochure(b: Brochure): string {
+  const transports = [...b.transportDomainDescriptors].filter(([name]) => name !== AUTH_ENTRY);
+  const channels = [...b.channelDeviceDescriptors].map(
+    ([name, devices]) => `${name} [${[...devices.values()].map((d) => `${deviceKey(d.device)} "${d.descriptor}"`).join(", ")}]`,
+  );
+  return `transports ${transports.map(([n, d]) => `${n} "${d}"`).join(", ") || "none"}; channels ${channels.join(", ") || "none"}`;
+}
 
 export interface ContextOptions {
   /** Sent to listeners in the first packet; upstream's context name. */
@@ -68,6 +83,9 @@ export class Context implements PipeAcceptor {
   private readonly channels = new Map<string, Registered<ChannelContext>>();
   private readonly listeners = new Set<Listener>();
   private readonly pipes = new Set<Pipe>();
+  /** What ended pipes carried. */
+  private readonly ended = new PipeCounters();
+  private pipesOpened = 0;
   private closing = false;
   private closed?: Promise<void>;
 
@@ -181,6 +199,10 @@ export class Context implements PipeAcceptor {
       const brochure = buildBrochure(byPriority(this.transports.values()), byPriority(this.channels.values()));
       const hello = this.auth?.clientHello();
       if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
+      if (log.enabled) {
+        log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
+        for (const b of this.backends()) if (!b.viability.viable) log("not offering %s %s: %s", b.kind, b.name, b.viability.reason);
+      }
       const sentHello = main.write([encodePacket({ kind: "spontaneous", contextName: this.name }), encodeBrochure(brochure)]);
       let answer: BrochureAnswer;
       try {
@@ -201,6 +223,10 @@ export class Context implements PipeAcceptor {
       }
       if (hello) this.auth!.verifyServer(hello.nonce, answer.channelDeviceDescriptors.get(AUTH_ENTRY));
       answer.channelDeviceDescriptors.delete(AUTH_ENTRY);
+      if (log.enabled) {
+        const chose = answer.channelForDevicePair.map((p) => `${deviceKey(p.local)}->${deviceKey(p.remote)}: ${p.channel}`);
+        log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, chose.join(", ") || "none");
+      }
       const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
       const chosen = this.transports.get(answer.transport)!.context;
       // The listener names itself as it sees itself; where that is the
@@ -237,12 +263,17 @@ export class Context implements PipeAcceptor {
           channels,
           pairs,
           peer: url,
+          side: "connect",
           options: { maxDescriptorLength: this.maxControlFrameLength },
         }),
       );
     };
     return raceSignal(handshake(), signal, `connect to ${url}`, abandon).catch((e) => {
       const err = fromNativeError(e, url);
+      if (log.enabled) {
+        const cause = err.cause instanceof Error ? ` (cause: ${err.cause.message})` : "";
+        log("connect to %s failed: %s: %s%s", url, err.code, err.message, cause);
+      }
       abandon(err);
       throw err;
     });
@@ -258,7 +289,10 @@ export class Context implements PipeAcceptor {
   async acceptPipe(listener: Listener, cameOn: string, main: Connection): Promise<Pipe> {
     const brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
     const nonce = this.auth?.verifyClient(brochure.transportDomainDescriptors.get(AUTH_ENTRY));
-    const transport = chooseTransport(byPriority(this.transports.values()), listener.listeningTransports(), brochure);
+    const from = main.remoteAddress;
+    if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
+    const note = log.enabled ? (name: string, why: string) => log("%s: %s: %s", from, name, why) : undefined;
+    const transport = chooseTransport(byPriority(this.transports.values()), listener.listeningTransports(), brochure, note);
     if (!transport) {
       throw new TensorPipeError(
         ErrorCode.NEGOTIATION,
@@ -266,7 +300,7 @@ export class Context implements PipeAcceptor {
         { where: main.remoteAddress },
       );
     }
-    const choice = chooseChannels(byPriority(this.channels.values()), brochure);
+    const choice = chooseChannels(byPriority(this.channels.values()), brochure, note);
     const registrations: ReturnType<Listener["register"]>[] = [];
     const transportRegistrationIds = new Map<number, number>();
     const register = () => {
@@ -332,6 +366,7 @@ export class Context implements PipeAcceptor {
           channels,
           pairs: choice.pairs,
           peer: pipeMain.remoteAddress,
+          side: "listen",
           options: { maxDescriptorLength: this.maxControlFrameLength },
         }),
       );
@@ -350,8 +385,24 @@ export class Context implements PipeAcceptor {
       throw closedError("context");
     }
     this.pipes.add(pipe);
-    pipe.closed.then(() => this.pipes.delete(pipe));
+    this.pipesOpened++;
+    pipe.closed.then(() => {
+      this.pipes.delete(pipe);
+      this.ended.add(pipe.counters);
+    });
     return pipe;
+  }
+
+  /** What every pipe of this context carried, open and ended, and what its listeners dropped. */
+  stats(): ContextStats {
+    const sum = new PipeCounters();
+    sum.add(this.ended);
+    for (const p of this.pipes) sum.add(p.counters);
+    const connectionErrors: Record<string, number> = {};
+    for (const l of this.listeners) {
+      for (const [code, n] of l.connectionErrors) connectionErrors[code] = (connectionErrors[code] ?? 0) + n;
+    }
+    return { ...sum.snapshot(), pipesOpened: this.pipesOpened, pipesOpen: this.pipes.size, connectionErrors };
   }
 
   /**

@@ -2,6 +2,15 @@ export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } f
 export { Listener, type ListenerEvents } from "./listener.js";
 export { type AuthOptions, SharedSecretAuth, AUTH_ENTRY } from "./auth.js";
 export { Pipe } from "./pipe.js";
+export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";
+export { type DebugLog, debugLog } from "./debug.js";
+export {
+  diagnostics,
+  type PipeOpenMessage,
+  type PipeCloseMessage,
+  type ListenerErrorMessage,
+  type MessageSizesMessage,
+} from "./diagnostics.js";
 export type {
   Message,
   MessagePayload,
@@ -59,4 +68,5 @@ export {
   byPriority,
   type Registered,
   type ChannelChoice,
+  type Verdict,
 } from "./negotiation.js";

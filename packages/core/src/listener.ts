@@ -1,11 +1,15 @@
 import { randomInt } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { debugLog } from "./debug.js";
 import { Deferred } from "./deferred.js";
+import { diagnostics } from "./diagnostics.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Pipe } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
 import type { Connection, TransportListener } from "./transport.js";
+
+const log = debugLog("listener");
 
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;
@@ -37,6 +41,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private nextRegistrationId = 0;
   private closedError?: TensorPipeError;
   private readonly pending = new Set<Connection>();
+  /** @internal Connections dropped before they became pipes, by error code. */
+  readonly connectionErrors = new Map<string, number>();
 
   constructor(private readonly acceptor: PipeAcceptor) {
     super();
@@ -87,14 +93,25 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
         this.pending.delete(connection);
         const err = fromNativeError(e, connection.remoteAddress);
         connection.close(err);
-        if (!this.closedError) this.emit("connectionError", err, connection.remoteAddress);
+        if (!this.closedError) this.dropped(err, connection.remoteAddress);
       },
     );
   }
 
   /** @internal Called by a transport that failed to accept a connection. */
   reportAcceptError(error: Error): void {
-    if (!this.closedError) this.emit("connectionError", fromNativeError(error, "accept"), "");
+    if (!this.closedError) this.dropped(fromNativeError(error, "accept"), "");
+  }
+
+  /** Counts, logs, publishes and emits a connection that will not become a pipe. */
+  private dropped(error: TensorPipeError, remoteAddress: string): void {
+    this.connectionErrors.set(error.code, (this.connectionErrors.get(error.code) ?? 0) + 1);
+    if (log.enabled) {
+      const cause = error.cause instanceof Error ? ` (cause: ${error.cause.message})` : "";
+      log("dropped a connection from %s: %s: %s%s", remoteAddress || "accept", error.code, error.message, cause);
+    }
+    if (diagnostics.listenerError.hasSubscribers) diagnostics.listenerError.publish({ listener: this, error, remoteAddress });
+    this.emit("connectionError", error, remoteAddress);
   }
 
   /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */

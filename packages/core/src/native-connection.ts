@@ -1,4 +1,5 @@
 import { raceSignal } from "./abort.js";
+import { type DebugLog, debugLog } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type Connection, DONE, type DetachedSocket, type FrameCallback } from "./transport.js";
@@ -31,6 +32,14 @@ export interface NativeFrameConnection {
   detach?(): DetachedSocket;
 }
 
+// One log per transport ("tensorpipe:uv", "tensorpipe:shm", ...).
+const logs = new Map<string, DebugLog>();
+function logOf(transport: string): DebugLog {
+  let log = logs.get(transport);
+  if (!log) logs.set(transport, (log = debugLog(transport)));
+  return log;
+}
+
 /**
  * A Connection over a native frame connection: one callback per kind and a
  * FIFO of promises serve every operation. The first error closes the
@@ -57,6 +66,8 @@ export class NativeConnection implements Connection {
     this.localAddress = native.localAddress();
     this.remoteAddress = native.remoteAddress();
     native.onFailure?.((err) => this.close(err));
+    const log = logOf(transport);
+    if (log.enabled) log("connection %s <-> %s open", this.localAddress || "?", this.remoteAddress || "?");
   }
 
   private complete<T>(queue: Deferred<T>[], err: Error | null, value: T): void {
@@ -177,6 +188,11 @@ export class NativeConnection implements Connection {
       else d.reject(failure);
     }
     this.closedDeferred.resolve(error ? this.failure : undefined);
+    const log = logOf(this.transport);
+    if (log.enabled) {
+      const why = error ? `${this.failure.code}: ${this.failure.message}${this.failure.errno ? ` [${this.failure.errno}]` : ""}` : "closed here";
+      log("connection %s <-> %s closed: %s", this.localAddress || "?", this.remoteAddress || "?", why);
+    }
   }
 }
 
@@ -203,6 +219,9 @@ export async function connectNative(
     const conn = await raceSignal(connected, signal, `connect to ${url}`, () => native?.close());
     return new NativeConnection(conn, transport);
   } catch (e) {
-    throw fromNativeError(e, url);
+    const err = fromNativeError(e, url);
+    const log = logOf(transport);
+    if (log.enabled) log("connect to %s failed: %s: %s%s", url, err.code, err.message, err.errno ? ` [${err.errno}]` : "");
+    throw err;
   }
 }

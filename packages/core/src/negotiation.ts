@@ -10,6 +10,9 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 import type { TransportContext } from "./transport.js";
 
+/** Told why each backend was or was not chosen (for debug logs). */
+export type Verdict = (name: string, verdict: string) => void;
+
 export interface Registered<T> {
   priority: number;
   name: string;
@@ -52,11 +55,29 @@ export function chooseTransport(
   transports: readonly Registered<TransportContext>[],
   listening: ReadonlySet<string>,
   brochure: Brochure,
+  note?: Verdict,
 ): Registered<TransportContext> | undefined {
   for (const t of transports) {
-    if (!listening.has(t.name) || !t.context.isViable().viable) continue;
+    const viability = t.context.isViable();
+    if (!viability.viable) {
+      note?.(t.name, `not viable here: ${viability.reason}`);
+      continue;
+    }
+    if (!listening.has(t.name)) {
+      note?.(t.name, "not listened on");
+      continue;
+    }
     const remote = brochure.transportDomainDescriptors.get(t.name);
-    if (remote !== undefined && remote === t.context.domainDescriptor()) return t;
+    if (remote === undefined) {
+      note?.(t.name, "the peer does not offer it");
+      continue;
+    }
+    const local = t.context.domainDescriptor();
+    if (remote === local) {
+      note?.(t.name, `chosen (priority ${t.priority})`);
+      return t;
+    }
+    note?.(t.name, `domains differ ("${local}" here, "${remote}" there)`);
   }
   return undefined;
 }
@@ -73,21 +94,41 @@ export interface ChannelChoice {
  * In priority order, every (local device, remote device) pair whose
  * descriptors match and that no better channel took gets that channel.
  */
-export function chooseChannels(channels: readonly Registered<ChannelContext>[], brochure: Brochure): ChannelChoice {
+export function chooseChannels(
+  channels: readonly Registered<ChannelContext>[],
+  brochure: Brochure,
+  note?: Verdict,
+): ChannelChoice {
   const taken = new Set<string>();
   const choice: ChannelChoice = { selected: [], deviceDescriptors: new Map(), pairs: [] };
   for (const c of channels) {
+    const viability = c.context.isViable();
+    if (!viability.viable) {
+      note?.(c.name, `not viable here: ${viability.reason}`);
+      continue;
+    }
     const remoteDevices = brochure.channelDeviceDescriptors.get(c.name);
-    if (!remoteDevices || !c.context.isViable().viable) continue;
+    if (!remoteDevices) {
+      note?.(c.name, "the peer does not offer it");
+      continue;
+    }
     const localDevices = localDeviceDescriptors(c.context);
     let needed = false;
     for (const local of localDevices.values()) {
       for (const remote of remoteDevices.values()) {
         const key = pairKey(local.device, remote.device);
-        if (taken.has(key)) continue;
-        if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) continue;
+        const pair = `${deviceKey(local.device)}->${deviceKey(remote.device)}`;
+        if (taken.has(key)) {
+          note?.(c.name, `${pair}: taken by a channel of higher priority`);
+          continue;
+        }
+        if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
+          note?.(c.name, `${pair}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)`);
+          continue;
+        }
         taken.add(key);
         choice.pairs.push({ local: local.device, remote: remote.device, channel: c.name });
+        note?.(c.name, `${pair}: chosen (priority ${c.priority})`);
         needed = true;
       }
     }

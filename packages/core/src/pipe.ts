@@ -5,7 +5,9 @@
  */
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import type { Channel } from "./channel.js";
+import { debugLog } from "./debug.js";
 import { Deferred } from "./deferred.js";
+import { type MessageSizesMessage, diagnostics } from "./diagnostics.js";
 import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
@@ -22,7 +24,10 @@ import {
   writeTensorCount,
   writeTensorDescriptor,
 } from "./protocol.js";
+import { type ChannelStats, PipeCounters, type PipeStats } from "./stats.js";
 import { type Connection, DONE } from "./transport.js";
+
+const log = debugLog("pipe");
 
 export interface PipeOptions {
   /** Largest descriptor frame accepted from the peer. */
@@ -38,6 +43,8 @@ export interface PipeParts {
   pairs: DevicePairChoice[];
   /** The peer, for error messages: a URL or an address. */
   peer: string;
+  /** Which end of the handshake this was. */
+  side: "connect" | "listen";
   options: PipeOptions;
 }
 
@@ -76,6 +83,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private readonly channelByPair = new Map<string, Channel>();
   /** The channel from CPU to CPU, found without building a key. */
   private cpuChannel?: Channel;
+  /** @internal Live counters; stats() copies them. */
+  readonly counters = new PipeCounters();
+  private readonly channelCounters = new Map<Channel, ChannelStats>();
+  /** Payload and tensor bytes of the message encodeDescriptor took last. */
+  private encodedBytes = 0;
   private readonly options: PipeOptions;
   // Reused message after message while writes finish at once (DONE): the
   // hot path then allocates nothing for the descriptor and its frames.
@@ -152,11 +164,24 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (channel) this.channelByPair.set(pairKey(p.local, p.remote), channel);
     }
     this.cpuChannel = this.channelByPair.get(pairKey(CPU_DEVICE, CPU_DEVICE));
+    for (const [name, channel] of this.channels) this.channelCounters.set(channel, this.counters.channel(name));
     this.fetchDescriptor();
     // A connection that fails while idle: the peer is gone even if nobody
     // is reading or writing right now.
     this.main.closed.then((e) => e && !this.failure && this.endStream(this.describe(e)));
     this.reply.closed.then((e) => e && !this.failure && this.tensorSends.length > 0 && this.fail(e));
+    if (log.enabled) {
+      const pairs = parts.pairs.map((p) => `${deviceKey(p.local)}->${deviceKey(p.remote)}: ${p.channel}`).join(", ");
+      log("pipe to %s open (%s side): transport %s, channels %s", this.peer, parts.side, this.transport, pairs || "none");
+    }
+    if (diagnostics.pipeOpen.hasSubscribers) {
+      diagnostics.pipeOpen.publish({ pipe: this, side: parts.side, peer: this.peer, transport: this.transport, channels: parts.pairs });
+    }
+  }
+
+  /** Messages and bytes each way so far, by channel, and errors by code. */
+  stats(): PipeStats {
+    return this.counters.snapshot();
   }
 
   /** The channel name used for tensors from `local` here to `remote` there. */
@@ -178,8 +203,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       missingTargets = this.encodeDescriptor(message);
     } catch (e) {
-      return Promise.reject(e);
+      return this.refuse(e);
     }
+    this.counters.messagesSent++;
+    this.counters.bytesSent += this.encodedBytes;
+    if (diagnostics.messageWrite.hasSubscribers) diagnostics.messageWrite.publish(this.sizesOf(message));
     const tensors = message.tensors;
     let tensorsSent: Promise<void> | undefined = DONE;
     if (tensors !== undefined && tensors.length > 0) {
@@ -209,10 +237,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const payloads = message.payloads;
     const tensors = message.tensors;
     const w = this.encoder.reset();
+    let bytes = 0;
     writeDescriptorHead(w, message.metadata ?? "", payloads?.length ?? 0);
     for (const p of payloads ?? []) {
       if (!ArrayBuffer.isView(p?.data)) throw invalid("each payload needs data: an ArrayBufferView");
       writePayloadDescriptor(w, p.data.byteLength, p.metadata ?? "");
+      bytes += p.data.byteLength;
     }
     writeTensorCount(w, tensors?.length ?? 0);
     let missingTargets = 0;
@@ -228,7 +258,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       }
       if (!t.targetDevice) missingTargets++;
       writeTensorDescriptor(w, length, sourceDevice, t.targetDevice, t.metadata ?? "");
+      bytes += length;
     }
+    this.encodedBytes = bytes;
     return missingTargets;
   }
 
@@ -274,7 +306,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         );
         return undefined;
       }
-      const sent = channel.send(t.buffer, t.length ?? t.buffer.byteLength);
+      const length = t.length ?? t.buffer.byteLength;
+      const counted = this.channelCounters.get(channel)!;
+      counted.tensorsSent++;
+      counted.bytesSent += length;
+      const sent = channel.send(t.buffer, length);
       if (sent !== DONE) (pending ??= []).push(sent);
     }
     if (pending === undefined) return DONE;
@@ -369,20 +405,29 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       targets = this.checkAllocation(d, allocation);
     } catch (e) {
-      return Promise.reject(e);
+      return this.refuse(e);
     }
     this.current = undefined;
+    this.counters.messagesReceived++;
+    if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOf(d, allocation));
     // Reads that finished at once (DONE) need nothing more.
     let pending: Promise<void>[] | undefined;
     for (let i = 0; i < d.payloads.length; i++) {
-      const got = this.main.readInto(allocation.payloads[i]!.data);
+      const data = allocation.payloads[i]!.data;
+      this.counters.bytesReceived += data.byteLength;
+      const got = this.main.readInto(data);
       if (got !== DONE) (pending ??= []).push(got);
     }
     if (targets) (pending ??= []).push(this.reply.write([encodeDescriptorReply({ targetDevices: targets })]));
     for (let i = 0; i < d.tensors.length; i++) {
       const t = d.tensors[i]!;
       const buffer = allocation.tensors[i]!.buffer;
-      const got = this.channelBetween(bufferDevice(buffer), t.sourceDevice)!.recv(buffer, t.length);
+      const channel = this.channelBetween(bufferDevice(buffer), t.sourceDevice)!;
+      const counted = this.channelCounters.get(channel)!;
+      counted.tensorsReceived++;
+      counted.bytesReceived += t.length;
+      this.counters.bytesReceived += t.length;
+      const got = channel.recv(buffer, t.length);
       if (got !== DONE) (pending ??= []).push(got);
     }
     // Counted before the next descriptor is asked for: that may fail the stream at once.
@@ -490,7 +535,43 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended);
   }
 
+  /** What diagnostics_channel subscribers learn of a message: its sizes, and the channel of each tensor. */
+  private sizesOf(m: Message | Descriptor, allocation?: Allocation): MessageSizesMessage {
+    const tensors: MessageSizesMessage["tensors"] = [];
+    const all = m.tensors ?? [];
+    for (let i = 0; i < all.length; i++) {
+      const t = all[i]!;
+      let length: number;
+      let channel: Channel | undefined;
+      if ("buffer" in t) {
+        length = t.length ?? t.buffer.byteLength;
+        channel = t.targetDevice && this.channelBetween(bufferDevice(t.buffer), t.targetDevice);
+      } else {
+        length = t.length;
+        channel = this.channelBetween(bufferDevice(allocation!.tensors[i]!.buffer), t.sourceDevice);
+      }
+      tensors.push({ length, channel: channel ? this.channelNameOf(channel) : "" });
+    }
+    return {
+      pipe: this,
+      metadataLength: m.metadata?.length ?? 0,
+      payloads: (m.payloads ?? []).map((p) => ("data" in p ? p.data.byteLength : p.length)),
+      tensors,
+    };
+  }
+
+  private channelNameOf(channel: Channel): string {
+    for (const [name, c] of this.channels) if (c === channel) return name;
+    return "";
+  }
+
   // ---- failure ----
+
+  /** An operation refused for its own reason: counted, the pipe goes on. */
+  private refuse(e: unknown): Promise<never> {
+    this.counters.countError((e as TensorPipeError).code ?? ErrorCode.SYSTEM);
+    return Promise.reject(e);
+  }
 
   private describe(e: unknown): TensorPipeError {
     if (e instanceof TensorPipeError) return e;
@@ -510,21 +591,24 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return raceSignal(p, signal, what, (err) => this.fail(err));
   }
 
-  private fail(e: unknown): void {
+  private fail(e: unknown, closedHere = false): void {
     if (this.failure) return;
     const err = this.describe(e);
     this.failure = err;
+    if (!closedHere) this.counters.countError(err.code);
     for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
     for (const s of this.tensorSends.splice(0)) s.done.reject(err);
     this.main.close(err);
     this.reply.close(err);
     for (const c of this.channels.values()) c.close(err);
     this.closedDeferred.resolve(err);
+    if (log.enabled) log("pipe to %s closed: %s", this.peer, closedHere ? "closed here" : `${err.code}: ${err.message}`);
+    if (diagnostics.pipeClose.hasSubscribers) diagnostics.pipeClose.publish({ pipe: this, error: err });
   }
 
   /** Closes the pipe; pending operations reject with ERR_TP_CLOSED. */
   close(): void {
-    this.fail(closedError("pipe"));
+    this.fail(closedError("pipe"), true);
   }
 }
 

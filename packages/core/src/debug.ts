@@ -1,0 +1,30 @@
+/**
+ * Debug logs through node:util's debuglog. `NODE_DEBUG=tensorpipe` turns on
+ * every section; `NODE_DEBUG=tensorpipe:negotiation` (or `tensorpipe:*`)
+ * only the ones named. Off, a log costs one property read: callers check
+ * `enabled` before they build a message.
+ */
+import { debuglog } from "node:util";
+
+/** One section's log. Printing happens only when `enabled`. */
+export interface DebugLog {
+  (format: string, ...args: unknown[]): void;
+  /** Whether NODE_DEBUG asked for this section. */
+  readonly enabled: boolean;
+}
+
+const root = debuglog("tensorpipe");
+
+/**
+ * The log of `tensorpipe:<section>`, for core and for backends alike
+ * ("negotiation", "pipe", "listener", "shm", "uv", ...).
+ */
+export function debugLog(section: string): DebugLog {
+  const own = debuglog(`tensorpipe:${section}`);
+  // Both are read once, when NODE_DEBUG is: sections do not come and go.
+  const enabled = own.enabled || root.enabled;
+  const print = own.enabled ? own : (format: string, ...args: unknown[]) => root(`${section}: ${format}`, ...args);
+  const log = (enabled ? print : () => undefined) as DebugLog;
+  Object.defineProperty(log, "enabled", { value: enabled });
+  return log;
+}

@@ -1,0 +1,92 @@
+/**
+ * Counters of what pipes carried, kept as plain numbers on the hot path and
+ * copied out by `pipe.stats()` and `context.stats()`. A message counts when
+ * the pipe takes it: a write once it is accepted, a read once read() is
+ * given memory for it.
+ */
+
+/** What one channel carried for a pipe, or for a context's pipes. */
+export interface ChannelStats {
+  tensorsSent: number;
+  tensorsReceived: number;
+  bytesSent: number;
+  bytesReceived: number;
+}
+
+/** What a pipe carried each way, by channel, and the errors it gave. */
+export interface PipeStats {
+  messagesSent: number;
+  messagesReceived: number;
+  /** Payload and tensor bytes (descriptors and framing not counted). */
+  bytesSent: number;
+  bytesReceived: number;
+  /** By channel name. */
+  channels: Record<string, ChannelStats>;
+  /**
+   * By error code: the error that ended the pipe (not counted when this
+   * side closed it) and each operation refused on its own account (an
+   * invalid message or allocation, an abort or timeout).
+   */
+  errors: Record<string, number>;
+}
+
+/** The sum over a context's pipes, open and ended, and its listeners' drops. */
+export interface ContextStats extends PipeStats {
+  pipesOpened: number;
+  pipesOpen: number;
+  /** Connections listeners dropped before they became pipes, by error code. */
+  connectionErrors: Record<string, number>;
+}
+
+function emptyChannel(): ChannelStats {
+  return { tensorsSent: 0, tensorsReceived: 0, bytesSent: 0, bytesReceived: 0 };
+}
+
+/** The live counters of one pipe (or a sum of pipes). */
+export class PipeCounters {
+  messagesSent = 0;
+  messagesReceived = 0;
+  bytesSent = 0;
+  bytesReceived = 0;
+  readonly channels = new Map<string, ChannelStats>();
+  readonly errors = new Map<string, number>();
+
+  /** The counters of `name`, made on first use. */
+  channel(name: string): ChannelStats {
+    let c = this.channels.get(name);
+    if (!c) this.channels.set(name, (c = emptyChannel()));
+    return c;
+  }
+
+  countError(code: string): void {
+    this.errors.set(code, (this.errors.get(code) ?? 0) + 1);
+  }
+
+  /** Adds `other` into these counters. */
+  add(other: PipeCounters): void {
+    this.messagesSent += other.messagesSent;
+    this.messagesReceived += other.messagesReceived;
+    this.bytesSent += other.bytesSent;
+    this.bytesReceived += other.bytesReceived;
+    for (const [name, c] of other.channels) {
+      const into = this.channel(name);
+      into.tensorsSent += c.tensorsSent;
+      into.tensorsReceived += c.tensorsReceived;
+      into.bytesSent += c.bytesSent;
+      into.bytesReceived += c.bytesReceived;
+    }
+    for (const [code, n] of other.errors) this.errors.set(code, (this.errors.get(code) ?? 0) + n);
+  }
+
+  /** A copy that later traffic does not change. */
+  snapshot(): PipeStats {
+    return {
+      messagesSent: this.messagesSent,
+      messagesReceived: this.messagesReceived,
+      bytesSent: this.bytesSent,
+      bytesReceived: this.bytesReceived,
+      channels: Object.fromEntries([...this.channels].map(([name, c]) => [name, { ...c }])),
+      errors: Object.fromEntries(this.errors),
+    };
+  }
+}
