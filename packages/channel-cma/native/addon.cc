@@ -230,6 +230,9 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   char source[64] = "tensorpipe-js cma probe";
   char dest[64] = {0};
   int err = ReadRemote(getpid(), dest, reinterpret_cast<uint64_t>(source), sizeof(source));
+  if (err == ENOSYS) {
+    return Napi::String::New(env, "process_vm_readv is not implemented here (ENOSYS): an emulator such as qemu-user, or a kernel built without it");
+  }
   if (err != 0) {
     return Napi::String::New(env, std::string("process_vm_readv is not permitted here (") + strerror(err) +
                                       "): seccomp or a container profile blocks it");

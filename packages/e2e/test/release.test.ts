@@ -6,7 +6,7 @@
  * none fits.
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -36,6 +36,13 @@ const NATIVE: Record<string, string> = {
   "channel-cuda-ipc": "tensorpipe_cuda_ipc",
   "channel-cuda-gdr": "tensorpipe_cuda_gdr",
 };
+
+// Debian's arm64 Node under qemu-user (scripts/arm64-node.sh), and whether
+// the addons were cross-built (scripts/cross-prebuilds.sh). CI makes both
+// and sets TP_REQUIRE_ARM64: there, their absence fails the tests below.
+const arm64Node = fileURLToPath(new URL("../../../.ci/out/arm64-node/node", import.meta.url));
+const arm64 = existsSync(arm64Node) && Object.keys(NATIVE).every((name) => existsSync(join(packagesDir, name, "build-linux-arm64")));
+const skipArm64 = !arm64 && !process.env.TP_REQUIRE_ARM64;
 
 function npmCli(): string {
   const npm = execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim();
@@ -87,6 +94,18 @@ describe("the published packages", () => {
       const files = listing(name);
       expect(files).toContain(`package/prebuilds/linux-x64/${addon}.node`);
       expect(files).toContain("package/CMakeLists.txt");
+    }
+  });
+
+  it.skipIf(skipArm64)("ship each native addon prebuilt for linux-arm64 too", () => {
+    expect(arm64, "run scripts/cross-prebuilds.sh and scripts/arm64-node.sh first").toBe(true);
+    for (const [name, addon] of Object.entries(NATIVE)) {
+      const files = listing(name);
+      expect(files).toContain(`package/prebuilds/linux-arm64/${addon}.node`);
+      const header = execFileSync("tar", ["xzOf", tarballs[name]!, `package/prebuilds/linux-arm64/${addon}.node`]).subarray(0, 20);
+      // ELF, 64-bit, little-endian, e_machine 183: AArch64.
+      expect([...header.subarray(0, 6)]).toEqual([0x7f, 0x45, 0x4c, 0x46, 2, 1]);
+      expect(header.readUInt16LE(18)).toBe(183);
     }
   });
 
@@ -151,8 +170,70 @@ console.log(JSON.stringify({ results, threadsUnavailable }));
     }
   }, 120_000);
 
+  // An arm64 machine, emulated: Debian's own arm64 Node (18) under
+  // qemu-user loads the linux-arm64 prebuilds from the same install.
+  it.skipIf(skipArm64)("load the linux-arm64 prebuilds with Debian's arm64 Node under qemu-user and move tensors", () => {
+    expect(arm64, "run scripts/cross-prebuilds.sh and scripts/arm64-node.sh first").toBe(true);
+    writeFileSync(
+      join(app, "transfer-arm64.js"),
+      `import { CPU_DEVICE, Context } from "@tensorpipe/core";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerMptChannel } from "@tensorpipe/channel-mpt";
+const results = [];
+for (const [url, register] of [
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
+  ["shm://*", (c) => { registerShmTransport(c); registerBasicChannel(c); }],
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerMptChannel(c); }],
+]) {
+  const a = new Context(), b = new Context();
+  register(a); register(b);
+  const listener = await a.listen(url);
+  const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
+  const data = new Uint8Array(1 << 20).map((_, i) => i * 7);
+  const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
+  await server.readDescriptor();
+  const into = new Uint8Array(1 << 20);
+  await server.read({ payloads: [], tensors: [{ buffer: into }] });
+  await written;
+  results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
+  await a.close(); await b.close();
+}
+console.log(JSON.stringify({ arch: process.arch, results }));
+`,
+    );
+    const out = execFileSync(arm64Node, ["transfer-arm64.js"], { cwd: app, env: bareEnv(), encoding: "utf8", timeout: 120_000 });
+    expect(JSON.parse(out)).toEqual({
+      arch: "arm64",
+      results: [
+        { transport: "uv", channel: "basic", equal: true },
+        { transport: "shm", channel: "basic", equal: true },
+        { transport: "uv", channel: "mpt", equal: true },
+      ],
+    });
+    const doctor = JSON.parse(
+      execFileSync(arm64Node, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], {
+        cwd: app,
+        env: bareEnv(),
+        encoding: "utf8",
+        timeout: 120_000,
+      }),
+    ) as { backends: { name: string; installed: boolean; viable: boolean; reason?: string }[] };
+    for (const b of doctor.backends) {
+      expect(b, b.name).toMatchObject({ installed: true });
+      // Every addon loaded ("did not load" would name a bad binary). qemu-user
+      // lacks process_vm_readv, and there is no GPU.
+      expect(b.reason ?? "", b.name).not.toMatch(/did not load|no prebuilt binary/);
+      if (b.name === "cma") expect(b.reason).toMatch(/not implemented here \(ENOSYS\)/);
+      else if (b.name.startsWith("cuda-")) expect(b.viable).toBe(false);
+      else expect(b, b.name).toMatchObject({ viable: true });
+    }
+  }, 240_000);
+
   it("say how to build the addon where no prebuilt binary fits", () => {
     const prebuilds = join(app, "node_modules/@tensorpipe/transport-uv/prebuilds");
+    rmSync(join(prebuilds, "linux-arm64"), { recursive: true, force: true });
     renameSync(join(prebuilds, "linux-x64"), join(prebuilds, "linux-arm64"));
     const doctor = JSON.parse(
       execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
