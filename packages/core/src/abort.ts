@@ -1,5 +1,6 @@
 import { ErrorCode, TensorPipeError } from "./errors.js";
 
+/** Deadlines and cancellation for one operation (connect, read, write, accept, ...). */
 export interface OperationOptions {
   /** Cancels the operation; an AbortSignal.timeout() reports ERR_TP_TIMEOUT. */
   signal?: AbortSignal;

@@ -19,8 +19,10 @@ import { CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { DeviceDescriptors } from "./protocol.js";
 
+/** The brochure entry (a transport name no transport has) that carries the handshake's proofs. */
 export const AUTH_ENTRY = "tensorpipe-js.auth.hmac-sha256";
 
+/** Mutual authentication with a shared secret (ContextOptions.auth). */
 export interface AuthOptions {
   /** Both ends must have the same secret. */
   secret: string | Uint8Array;
@@ -38,6 +40,7 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/** The two ends of the shared-secret handshake: HMAC-SHA256 proofs over fresh nonces and the time. */
 export class SharedSecretAuth {
   private readonly secret: Buffer;
   private readonly maxSkewMs: number;
@@ -57,7 +60,12 @@ export class SharedSecretAuth {
   }
 
   /** The connecting side's Brochure entry, and the nonce to check the answer against. */
-  clientHello(): { entry: string; nonce: string } {
+  clientHello(): {
+    /** Goes in the brochure under AUTH_ENTRY. */
+    entry: string;
+    /** Kept to check the listener's proof with. */
+    nonce: string;
+  } {
     const nonce = randomBytes(16).toString("hex");
     const time = Date.now();
     return { entry: `${nonce}:${time}:${this.mac(`client|${nonce}|${time}`)}`, nonce };

@@ -8,12 +8,15 @@ import type { Device, TensorBuffer } from "./device.js";
 import type { Connection } from "./transport.js";
 import type { Viability } from "./viability.js";
 
+/** A device a channel serves, and what the peer compares to see whether it can reach it. */
 export interface DeviceDescriptor {
+  /** The device. */
   device: Device;
   /** Equal strings on both ends mean the two devices may use this channel. */
   descriptor: string;
 }
 
+/** Which end of the handshake a channel is built on. */
 export type Endpoint = "listen" | "connect";
 
 /** What a channel may want to know of the pipe it serves. */
@@ -22,10 +25,13 @@ export interface PipeInfo {
   transport: string;
 }
 
+/** A channel backend: registered with Context.registerChannel(), it offers devices in the handshake and builds one Channel per pipe. */
 export interface ChannelContext {
+  /** Whether the channel can work on this machine (a viable: false channel is never offered). */
   isViable(): Viability;
   /** The devices this channel can serve here, each with its descriptor. */
   deviceDescriptors(): readonly DeviceDescriptor[];
+  /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number;
   /**
    * Whether a channel can be built on `count` connections when the
@@ -41,6 +47,7 @@ export interface ChannelContext {
    * tensor goes through the transport, say) is made alike at both ends.
    */
   createChannel(connections: readonly Connection[], endpoint: Endpoint, pipe?: PipeInfo): Channel;
+  /** Releases what the backend holds; called by Context.close(). */
   close(): Promise<void>;
 }
 
@@ -49,7 +56,10 @@ export interface ChannelContext {
  * order they are issued; both ends issue them in message order.
  */
 export interface Channel {
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void>;
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void>;
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void;
 }

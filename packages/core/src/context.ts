@@ -41,6 +41,7 @@ function describeBrochure(b: Brochure): string {
   return `transports ${transports.map(([n, d]) => `${n} "${d}"`).join(", ") || "none"}; channels ${channels.join(", ") || "none"}`;
 }
 
+/** Options of a Context. */
 export interface ContextOptions {
   /** Sent to listeners in the first packet; upstream's context name. */
   name?: string;
@@ -56,12 +57,18 @@ export interface ContextOptions {
   auth?: AuthOptions;
 }
 
+/** Options of Context.connect(): a signal or a timeout for the whole handshake (default: the context's handshakeTimeout). */
 export interface ConnectOptions extends OperationOptions {}
 
+/** A registered backend, as Context.backends() lists it. */
 export interface BackendInfo {
+  /** Transport or channel. */
   kind: "transport" | "channel";
+  /** The name it was registered under. */
   name: string;
+  /** Its priority: higher wins negotiation. */
   priority: number;
+  /** Whether it can work here, and if not why. */
   viability: Viability;
 }
 
@@ -75,9 +82,13 @@ export const MAX_HANDSHAKE_FRAME = 1024 * 1024;
  * and closes them all at the end.
  */
 export class Context implements PipeAcceptor {
+  /** Sent to listeners in the first packet (ContextOptions.name). */
   readonly name: string;
+  /** How long a handshake may take, in ms, either side. */
   readonly handshakeTimeout: number;
+  /** Largest control frame accepted from a peer. */
   readonly maxControlFrameLength: number;
+  /** The shared-secret handshake, when ContextOptions.auth is set. */
   readonly auth?: SharedSecretAuth;
   private readonly transports = new Map<string, Registered<TransportContext>>();
   private readonly channels = new Map<string, Registered<ChannelContext>>();
@@ -107,6 +118,7 @@ export class Context implements PipeAcceptor {
     this.transports.set(name, { priority, name, context });
   }
 
+  /** Higher priority wins for a device pair both ends can use with several channels. */
   registerChannel(priority: number, name: string, context: ChannelContext): void {
     this.checkRegistration(name, this.channels);
     this.channels.set(name, { priority, name, context });

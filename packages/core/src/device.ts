@@ -2,16 +2,21 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 
 /** Where a tensor lives: { type: "cpu", index: 0 }, { type: "cuda", index: 1 }. */
 export interface Device {
+  /** "cpu", "cuda", or another backend's device type. */
   readonly type: string;
+  /** Which device of that type (0 for the CPU). */
   readonly index: number;
 }
 
+/** The CPU: host memory, ArrayBufferViews. */
 export const CPU_DEVICE: Device = Object.freeze({ type: "cpu", index: 0 });
 
+/** A device as a string key, "cpu:0" or "cuda:1". */
 export function deviceKey(d: Device): string {
   return `${d.type}:${d.index}`;
 }
 
+/** Whether two devices are the same one. */
 export function sameDevice(a: Device, b: Device): boolean {
   return a.type === b.type && a.index === b.index;
 }
@@ -21,7 +26,9 @@ export function sameDevice(a: Device, b: Device): boolean {
  * concrete buffer classes; core only needs the device and the size.
  */
 export interface DeviceBuffer {
+  /** The device the memory is on. */
   readonly device: Device;
+  /** Its size in bytes. */
   readonly byteLength: number;
 }
 
@@ -33,8 +40,14 @@ export interface DeviceBuffer {
  * here allocates or frees it.
  */
 export interface CudaBuffer extends DeviceBuffer {
-  readonly device: Device & { readonly type: "cuda" };
+  /** The GPU the memory is on. */
+  readonly device: Device & {
+    /** Always "cuda". */
+    readonly type: "cuda";
+  };
+  /** The device pointer. */
   readonly ptr: bigint;
+  /** The CUDA stream the memory is ordered on (a cudaStream_t as a bigint). */
   readonly stream?: bigint;
 }
 
@@ -61,6 +74,7 @@ export function cudaBuffer(ptr: bigint, byteLength: number, options: { device?: 
   });
 }
 
+/** Whether `b` is a CudaBuffer. */
 export function isCudaBuffer(b: TensorBuffer): b is CudaBuffer {
   return !isCpuBuffer(b) && b.device.type === "cuda" && typeof (b as CudaBuffer).ptr === "bigint";
 }
@@ -68,10 +82,12 @@ export function isCudaBuffer(b: TensorBuffer): b is CudaBuffer {
 /** A tensor's memory: a TypedArray/DataView on the CPU or a device buffer. */
 export type TensorBuffer = ArrayBufferView | DeviceBuffer;
 
+/** Whether `b` is CPU memory (an ArrayBufferView). */
 export function isCpuBuffer(b: TensorBuffer): b is ArrayBufferView {
   return ArrayBuffer.isView(b);
 }
 
+/** The device `b` is on. */
 export function bufferDevice(b: TensorBuffer): Device {
   return isCpuBuffer(b) ? CPU_DEVICE : b.device;
 }

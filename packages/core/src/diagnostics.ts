@@ -19,6 +19,7 @@ import type { DevicePairChoice } from "./protocol.js";
 
 /** A pipe finished its handshake. */
 export interface PipeOpenMessage {
+  /** The pipe. */
   pipe: Pipe;
   /** "connect" on the side that dialled, "listen" on the side that accepted. */
   side: "connect" | "listen";
@@ -32,13 +33,17 @@ export interface PipeOpenMessage {
 
 /** A pipe ended; `error` says why (ERR_TP_CLOSED when this side closed it). */
 export interface PipeCloseMessage {
+  /** The pipe that ended. */
   pipe: Pipe;
+  /** Why it ended. */
   error: TensorPipeError;
 }
 
 /** A listener dropped a connection before it became a pipe. */
 export interface ListenerErrorMessage {
+  /** The listener. */
   listener: Listener;
+  /** Why it was dropped. */
   error: TensorPipeError;
   /** Where the connection came from ("" when accepting itself failed). */
   remoteAddress: string;
@@ -49,7 +54,9 @@ export interface ListenerErrorMessage {
  * descriptor it took a read for (`tensorpipe:message:read`).
  */
 export interface MessageSizesMessage {
+  /** The pipe. */
   pipe: Pipe;
+  /** Characters of metadata. */
   metadataLength: number;
   /** Bytes of each payload, in order. */
   payloads: number[];
@@ -57,14 +64,24 @@ export interface MessageSizesMessage {
    * Bytes of each tensor, in order, and the channel that carries it ("" for
    * a tensor written without a target device until the peer picks one).
    */
-  tensors: { length: number; channel: string }[];
+  tensors: {
+    /** Bytes of the tensor. */
+    length: number;
+    /** The channel that carries it. */
+    channel: string;
+  }[];
 }
 
 /** The channels, by what they report. */
 export const diagnostics = {
+  /** `tensorpipe:pipe:open`. */
   pipeOpen: diagnostics_channel.channel("tensorpipe:pipe:open"),
+  /** `tensorpipe:pipe:close`. */
   pipeClose: diagnostics_channel.channel("tensorpipe:pipe:close"),
+  /** `tensorpipe:listener:connectionError`. */
   listenerError: diagnostics_channel.channel("tensorpipe:listener:connectionError"),
+  /** `tensorpipe:message:write`. */
   messageWrite: diagnostics_channel.channel("tensorpipe:message:write"),
+  /** `tensorpipe:message:read`. */
   messageRead: diagnostics_channel.channel("tensorpipe:message:read"),
 } as const;

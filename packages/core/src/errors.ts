@@ -31,19 +31,27 @@ export const ErrorCode = {
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
+/** What a TensorPipeError carries besides its code and message. */
 export interface TensorPipeErrorOptions {
+  /** The error underneath (a native error, an abort reason). */
   cause?: unknown;
   /** The errno name reported by the OS or libuv (e.g. "ECONNRESET"). */
   errno?: string;
+  /** The system call that failed, where one did. */
   syscall?: string;
   /** Where it happened: an address, a pipe or a backend name. */
   where?: string;
 }
 
+/** Every error the library gives: a stable `code`, what failed and where. */
 export class TensorPipeError extends Error {
+  /** What kind of failure (ERR_TP_*). */
   readonly code: ErrorCode;
+  /** The OS or libuv error name, for system errors. */
   readonly errno?: string;
+  /** The system call that failed, where one did. */
   readonly syscall?: string;
+  /** Where it happened: an address, a pipe or a backend. */
   readonly where?: string;
 
   constructor(code: ErrorCode, message: string, options: TensorPipeErrorOptions = {}) {
@@ -56,14 +64,17 @@ export class TensorPipeError extends Error {
   }
 }
 
+/** Whether `value` is a TensorPipeError. */
 export function isTensorPipeError(value: unknown): value is TensorPipeError {
   return value instanceof TensorPipeError;
 }
 
+/** ERR_TP_PROTOCOL: the peer sent bytes that break the wire protocol. */
 export function protocolError(message: string, where?: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.PROTOCOL, message, { where });
 }
 
+/** ERR_TP_CLOSED: `what` was closed on this side. */
 export function closedError(what: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.CLOSED, `${what} was closed`);
 }

@@ -13,7 +13,16 @@ function read(path: string, how: (p: string) => string): string {
  * memory: the kernel boot and the namespaces (network for abstract Unix
  * sockets, pid for process_vm_readv, user for both).
  */
-export function hostIdentity(): { bootId: string; netNs: string; userNs: string; pidNs: string } {
+export function hostIdentity(): {
+  /** This boot of this machine (/proc/sys/kernel/random/boot_id). */
+  bootId: string;
+  /** The network namespace (the /proc/self/ns/net link). */
+  netNs: string;
+  /** The user namespace. */
+  userNs: string;
+  /** The pid namespace. */
+  pidNs: string;
+} {
   return {
     bootId: read("/proc/sys/kernel/random/boot_id", (p) => readFileSync(p, "utf8")),
     netNs: read("/proc/self/ns/net", readlinkSync),

@@ -1,7 +1,7 @@
 export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
-export { Listener, type ListenerEvents } from "./listener.js";
+export { Listener, type ListenerEvents, type PipeAcceptor } from "./listener.js";
 export { type AuthOptions, SharedSecretAuth, AUTH_ENTRY } from "./auth.js";
-export { Pipe } from "./pipe.js";
+export { Pipe, type PipeParts, type PipeOptions } from "./pipe.js";
 export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";
 export { type DebugLog, debugLog } from "./debug.js";
 export {
@@ -37,7 +37,15 @@ export {
   cpuBytes,
 } from "./device.js";
 export { hostIdentity } from "./host-identity.js";
-export { type TransportContext, type TransportListener, type Connection, type DetachedSocket, DONE, writeFrame } from "./transport.js";
+export {
+  type TransportContext,
+  type TransportListener,
+  type Connection,
+  type DetachedSocket,
+  type FrameCallback,
+  DONE,
+  writeFrame,
+} from "./transport.js";
 export {
   NativeConnection,
   type NativeFrameConnection,

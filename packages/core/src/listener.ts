@@ -16,12 +16,15 @@ const MAX_PACKET_FRAME = 64 * 1024;
 
 /** What the listener needs from its context to turn a connection into a pipe. */
 export interface PipeAcceptor {
+  /** Completes the handshake of a new pipe that came on `transport`. */
   acceptPipe(listener: Listener, transport: string, connection: Connection): Promise<Pipe>;
   /** Random registration ids instead of upstream's counter (with authentication). */
   readonly unguessableIds: boolean;
+  /** How long a connection may take to become a pipe, in ms. */
   readonly handshakeTimeout: number;
 }
 
+/** The events a Listener emits. */
 export interface ListenerEvents {
   /** A connection was dropped before it became a pipe (bad bytes, timeout, accept failed, ...). */
   connectionError: [error: TensorPipeError, remoteAddress: string];
@@ -64,6 +67,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     return this.transportListeners.get(transport)?.address();
   }
 
+  /** The transports this listener accepts on. */
   listeningTransports(): ReadonlySet<string> {
     return new Set(this.transportListeners.keys());
   }
@@ -177,6 +181,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     }
   }
 
+  /** Whether close() was called. */
   get isClosed(): boolean {
     return this.closedError !== undefined;
   }

@@ -2,17 +2,25 @@ import type { Device, TensorBuffer } from "./device.js";
 
 /** What a pipe writes: metadata, CPU payloads and tensors on any device. */
 export interface Message {
+  /** Free text for the application, sent in the descriptor (default ""). */
   metadata?: string;
+  /** CPU bytes sent over the pipe's transport, after the descriptor. */
   payloads?: readonly MessagePayload[];
+  /** Device memory sent over the channel negotiated for its device pair. */
   tensors?: readonly MessageTensor[];
 }
 
+/** One payload of a message: CPU bytes, sent as they are. */
 export interface MessagePayload {
+  /** The bytes; they must stay unchanged until the write resolves. */
   data: ArrayBufferView;
+  /** Free text, sent in the descriptor (default ""). */
   metadata?: string;
 }
 
+/** One tensor of a message: memory on a device, moved by a channel. */
 export interface MessageTensor {
+  /** The memory: a CPU ArrayBufferView or a CUDA buffer (see cudaBuffer()). */
   buffer: TensorBuffer;
   /** Bytes to send from the start of `buffer`; defaults to all of it. */
   length?: number;
@@ -21,37 +29,74 @@ export interface MessageTensor {
    * its allocation and answers with a DescriptorReply before the bytes move.
    */
   targetDevice?: Device;
+  /** Free text, sent in the descriptor (default ""). */
   metadata?: string;
 }
 
 /** What a reader learns of a message before it provides memory for it. */
 export interface Descriptor {
+  /** The message's metadata. */
   metadata: string;
+  /** Each payload's length and metadata, in order. */
   payloads: PayloadDescriptor[];
+  /** Each tensor's length, devices and metadata, in order. */
   tensors: TensorDescriptor[];
 }
 
+/** A payload as its descriptor announces it. */
 export interface PayloadDescriptor {
+  /** Bytes the allocation must give it, exactly. */
   length: number;
+  /** The payload's metadata. */
   metadata: string;
 }
 
+/** A tensor as its descriptor announces it. */
 export interface TensorDescriptor {
+  /** Bytes the allocation must give it, at least. */
   length: number;
+  /** The device it comes from, at the sender. */
   sourceDevice: Device;
+  /** The device the sender asked for here; absent when the reader chooses. */
   targetDevice?: Device;
+  /** The tensor's metadata. */
   metadata: string;
 }
 
 /** The memory a reader provides for a message: bytes land right there. */
 export interface Allocation {
-  payloads: { data: ArrayBufferView }[];
-  tensors: { buffer: TensorBuffer }[];
+  /** One per payload, each exactly the payload's length. */
+  payloads: {
+    /** Where the payload's bytes land. */
+    data: ArrayBufferView;
+  }[];
+  /** One per tensor, each at least the tensor's length, on the target device. */
+  tensors: {
+    /** Where the tensor's bytes land. */
+    buffer: TensorBuffer;
+  }[];
 }
 
 /** A whole message as returned by Pipe.readMessage(). */
 export interface ReceivedMessage {
+  /** The message's metadata. */
   metadata: string;
-  payloads: { data: Uint8Array; metadata: string }[];
-  tensors: { buffer: TensorBuffer; length: number; sourceDevice: Device; metadata: string }[];
+  /** Each payload, in fresh memory. */
+  payloads: {
+    /** The payload's bytes. */
+    data: Uint8Array;
+    /** The payload's metadata. */
+    metadata: string;
+  }[];
+  /** Each tensor, in fresh CPU memory. */
+  tensors: {
+    /** The tensor's bytes. */
+    buffer: TensorBuffer;
+    /** How many bytes of `buffer` it fills. */
+    length: number;
+    /** The device it came from, at the sender. */
+    sourceDevice: Device;
+    /** The tensor's metadata. */
+    metadata: string;
+  }[];
 }

@@ -37,7 +37,15 @@ function noBinaryError(packageRoot: string, name: string, failures: string[]): T
  * binary is reported (for isViable()) with the fix, never thrown at import.
  * `base` is the calling module's URL, one directory below the package root.
  */
-export function nativeAddonLoader<T>(base: string | URL, name: string): () => { addon?: T; error?: Error } {
+export function nativeAddonLoader<T>(
+  base: string | URL,
+  name: string,
+): () => {
+  /** The addon, when it loaded. */
+  addon?: T;
+  /** Why it did not, with how to build one. */
+  error?: Error;
+} {
   let loaded: { addon?: T; error?: Error } | undefined;
   return () => {
     if (!loaded) {

@@ -20,8 +20,11 @@ export interface NativeFrameConnection {
     maxLength: number,
     callback: (err: Error | null, frame?: Uint8Array) => void,
   ): boolean | Uint8Array | Error;
+  /** Closes the connection at once; queued operations get no callback. */
   close(): void;
+  /** This end's address, or "". */
   localAddress(): string;
+  /** The peer's address, or "". */
   remoteAddress(): string;
   /**
    * Asks to be told when the connection fails while no operation waits on
@@ -47,7 +50,9 @@ function logOf(transport: string): DebugLog {
  */
 export class NativeConnection implements Connection {
   readonly closed: Promise<Error | undefined>;
+  /** This end's address, or "". */
   readonly localAddress: string;
+  /** The peer's address, or "". */
   readonly remoteAddress: string;
   private readonly pendingWrites: Deferred<void>[] = [];
   // A read waits as a promise (read, readInto) or as a callback (readFrame).

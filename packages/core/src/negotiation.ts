@@ -13,9 +13,13 @@ import type { TransportContext } from "./transport.js";
 /** Told why each backend was or was not chosen (for debug logs). */
 export type Verdict = (name: string, verdict: string) => void;
 
+/** A backend as registered with a context. */
 export interface Registered<T> {
+  /** Higher wins negotiation. */
   priority: number;
+  /** The name it is offered under. */
   name: string;
+  /** The backend itself. */
   context: T;
 }
 
@@ -24,6 +28,7 @@ export function byPriority<T>(entries: Iterable<Registered<T>>): Registered<T>[]
   return [...entries].sort((a, b) => b.priority - a.priority);
 }
 
+/** A channel's device descriptors keyed by device ("cpu:0"). */
 export function localDeviceDescriptors(channel: ChannelContext): DeviceDescriptors {
   const out: DeviceDescriptors = new Map();
   for (const { device, descriptor } of channel.deviceDescriptors()) {
@@ -32,6 +37,7 @@ export function localDeviceDescriptors(channel: ChannelContext): DeviceDescripto
   return out;
 }
 
+/** The connecting side's offer: every viable transport's domain and every viable channel's devices. */
 export function buildBrochure(
   transports: readonly Registered<TransportContext>[],
   channels: readonly Registered<ChannelContext>[],
@@ -82,11 +88,13 @@ export function chooseTransport(
   return undefined;
 }
 
+/** The listening side's channels for a pipe. */
 export interface ChannelChoice {
   /** Channels that serve at least one device pair, in priority order. */
   selected: Registered<ChannelContext>[];
   /** Per selected channel, this side's device descriptors (sent in the answer). */
   deviceDescriptors: Map<string, DeviceDescriptors>;
+  /** The channel for each (device here, device there) pair. */
   pairs: DevicePairChoice[];
 }
 
@@ -193,6 +201,7 @@ export function checkAnswer(
   return pairs;
 }
 
+/** A (local, remote) device pair as a string key. */
 export function pairKey(local: Device, remote: Device): string {
   return `${deviceKey(local)}|${deviceKey(remote)}`;
 }

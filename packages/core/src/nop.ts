@@ -2,20 +2,35 @@ import { protocolError } from "./errors.js";
 
 /** libnop encoding prefixes used by upstream TensorPipe's wire format. */
 export const Nop = {
+  /** An unsigned integer in the next byte. */
   U8: 0x80,
+  /** An unsigned integer in the next 2 bytes, little-endian. */
   U16: 0x81,
+  /** An unsigned integer in the next 4 bytes. */
   U32: 0x82,
+  /** An unsigned integer in the next 8 bytes. */
   U64: 0x83,
+  /** A signed integer in the next byte. */
   I8: 0x84,
+  /** A signed integer in the next 2 bytes. */
   I16: 0x85,
+  /** A signed integer in the next 4 bytes. */
   I32: 0x86,
+  /** A signed integer in the next 8 bytes. */
   I64: 0x87,
+  /** A variant: the index of the alternative, then its value. */
   Variant: 0xb8,
+  /** A structure: the member count, then each member. */
   Structure: 0xb9,
+  /** An array: the element count, then each element. */
   Array: 0xba,
+  /** A map: the entry count, then each key and value. */
   Map: 0xbb,
+  /** Binary data: the length, then the bytes. */
   Binary: 0xbc,
+  /** A string: the length, then UTF-8 bytes. */
   String: 0xbd,
+  /** An empty optional or variant. */
   Empty: 0xbe,
 } as const;
 
@@ -77,6 +92,7 @@ export class NopWriter {
     return this;
   }
 
+  /** Appends one raw byte. */
   byte(b: number): this {
     this.reserve(1);
     this.buf[this.pos++] = b;
@@ -141,6 +157,7 @@ export class NopWriter {
     return this;
   }
 
+  /** A string: prefix, length, UTF-8 bytes. */
   string(s: string): this {
     if (s.length === 0) return this.byte(Nop.String).byte(0);
     const bytes = utf8.encode(s);
@@ -151,22 +168,27 @@ export class NopWriter {
     return this;
   }
 
+  /** A structure of `memberCount` members; the members follow. */
   structure(memberCount: number): this {
     return this.byte(Nop.Structure).uint(memberCount);
   }
 
+  /** An array of `count` elements; the elements follow. */
   array(count: number): this {
     return this.byte(Nop.Array).uint(count);
   }
 
+  /** A map of `count` entries; each key and value follow. */
   map(count: number): this {
     return this.byte(Nop.Map).uint(count);
   }
 
+  /** A variant's alternative `index`; its value follows. */
   variant(index: number): this {
     return this.byte(Nop.Variant).int(index);
   }
 
+  /** An empty optional. */
   empty(): this {
     return this.byte(Nop.Empty);
   }
@@ -216,10 +238,12 @@ export class NopReader {
     return true;
   }
 
+  /** Bytes not read yet. */
   get remaining(): number {
     return this.buf.length - this.pos;
   }
 
+  /** Throws ERR_TP_PROTOCOL naming what was being read. */
   fail(message: string): never {
     throw protocolError(`malformed ${this.what}: ${message} at byte ${this.pos}`);
   }
@@ -228,16 +252,19 @@ export class NopReader {
     if (this.remaining < n) this.fail(`truncated, needs ${n} more byte(s)`);
   }
 
+  /** The next raw byte. */
   byte(): number {
     this.need(1);
     return this.buf[this.pos++]!;
   }
 
+  /** The next byte, left unread. */
   peek(): number {
     this.need(1);
     return this.buf[this.pos]!;
   }
 
+  /** Reads `prefix` or fails naming `what`. */
   expect(prefix: number, what: string): void {
     const b = this.byte();
     if (b !== prefix) {
@@ -330,6 +357,7 @@ export class NopReader {
     return n;
   }
 
+  /** A string (strict UTF-8). */
   string(): string {
     this.expect(Nop.String, "string");
     const n = this.count(1);
@@ -343,22 +371,26 @@ export class NopReader {
     }
   }
 
+  /** A structure that must have `memberCount` members. */
   structure(memberCount: number, what: string): void {
     this.expect(Nop.Structure, what);
     const n = this.uint(64);
     if (n !== memberCount) this.fail(`${what} has ${n} members, expected ${memberCount}`);
   }
 
+  /** An array's element count; the elements follow. */
   array(): number {
     this.expect(Nop.Array, "array");
     return this.count(1);
   }
 
+  /** A map's entry count; the entries follow. */
   map(): number {
     this.expect(Nop.Map, "map");
     return this.count(2);
   }
 
+  /** A variant's alternative index; its value follows. */
   variant(): number {
     this.expect(Nop.Variant, "variant");
     return this.int(32);
@@ -371,6 +403,7 @@ export class NopReader {
     return true;
   }
 
+  /** A std::vector<uint64_t> (see NopWriter.u64Vector). */
   u64Vector(): number[] {
     this.expect(Nop.Binary, "vector<uint64>");
     const bytes = this.count(1);
@@ -385,6 +418,7 @@ export class NopReader {
     return out;
   }
 
+  /** Fails unless every byte was read. */
   end(): void {
     if (this.remaining !== 0) this.fail(`${this.remaining} trailing byte(s)`);
   }

@@ -29,15 +29,21 @@ import { type Connection, DONE } from "./transport.js";
 
 const log = debugLog("pipe");
 
+/** Limits a pipe enforces on what its peer sends. */
 export interface PipeOptions {
   /** Largest descriptor frame accepted from the peer. */
   maxDescriptorLength: number;
 }
 
+/** What a pipe is made of once the handshake is done (built by Context). */
 export interface PipeParts {
+  /** The transport negotiated. */
   transport: string;
+  /** Descriptors and payloads. */
   main: Connection;
+  /** DescriptorReplies. */
   reply: Connection;
+  /** The channels, by name. */
   channels: Map<string, Channel>;
   /** Channel per (local device, remote device), from this side's view. */
   pairs: DevicePairChoice[];
@@ -45,6 +51,7 @@ export interface PipeParts {
   peer: string;
   /** Which end of the handshake this was. */
   side: "connect" | "listen";
+  /** Limits on what the peer sends. */
   options: PipeOptions;
 }
 
@@ -70,9 +77,13 @@ function tensorLength(t: MessageTensor): number {
 
 const noop = (): void => undefined;
 
+/** One end of a pipe: ordered messages each way. Made by Context.connect() and Listener.accept(); write() sends, readDescriptor() then read() receive into memory the caller provides. */
 export class Pipe implements AsyncIterable<ReceivedMessage> {
+  /** The transport negotiated ("uv", "shm", ...). */
   readonly transport: string;
+  /** The channel negotiated for each (device here, device there) pair. */
   readonly channelForDevicePair: readonly DevicePairChoice[];
+  /** The peer: the URL dialled, or the address the pipe came from. */
   readonly peer: string;
   /** Settles (never rejects) with the error that ended the pipe. */
   readonly closed: Promise<TensorPipeError>;

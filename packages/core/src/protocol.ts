@@ -7,39 +7,79 @@ import { CPU_DEVICE, deviceKey } from "./device.js";
 import type { Descriptor } from "./message.js";
 import { NopReader, NopWriter } from "./nop.js";
 
+/** The first frame on every connection: a new pipe, or a connection a handshake asked for. */
 export type Packet =
-  | { kind: "spontaneous"; contextName: string }
-  | { kind: "requested"; registrationId: number };
+  | {
+      /** A new pipe: the connecting side's brochure follows. */
+      kind: "spontaneous";
+      /** The connecting context's name. */
+      contextName: string;
+    }
+  | {
+      /** A connection the listener registered in its answer. */
+      kind: "requested";
+      /** The id the answer gave it. */
+      registrationId: number;
+    };
 
 /** Device descriptors of one channel, keyed by deviceKey(). */
-export type DeviceDescriptors = Map<string, { device: Device; descriptor: string }>;
+export type DeviceDescriptors = Map<
+  string,
+  {
+    /** The device. */
+    device: Device;
+    /** What the peer's channel compares. */
+    descriptor: string;
+  }
+>;
 
+/** The connecting side's offer. */
 export interface Brochure {
+  /** Each transport's domain descriptor, by name. */
   transportDomainDescriptors: Map<string, string>;
+  /** Each channel's device descriptors, by name. */
   channelDeviceDescriptors: Map<string, DeviceDescriptors>;
 }
 
+/** The channel chosen for one device pair. */
 export interface DevicePairChoice {
   /** From the point of view of the side that wrote the answer. */
   local: Device;
+  /** The device at the other end. */
   remote: Device;
+  /** The channel's name. */
   channel: string;
 }
 
 /** transportRegistrationIds keys. */
-export const ConnectionKind = { MAIN: 0, REPLY: 1 } as const;
+export const ConnectionKind = {
+  /** The pipe's main connection, when the transport differs from the first connection's. */
+  MAIN: 0,
+  /** The connection that carries DescriptorReplies. */
+  REPLY: 1,
+} as const;
 
+/** The listening side's choices, and the connections it waits for. */
 export interface BrochureAnswer {
+  /** The transport chosen. */
   transport: string;
+  /** Where to open the pipe's connections. */
   address: string;
+  /** Registration ids of the main and reply connections (ConnectionKind keys). */
   transportRegistrationIds: Map<number, number>;
+  /** The chosen transport's domain descriptor, for the other side to check. */
   transportDomainDescriptor: string;
+  /** Registration ids of each channel's connections. */
   channelRegistrationIds: Map<string, number[]>;
+  /** The listening side's descriptors of the channels chosen. */
   channelDeviceDescriptors: Map<string, DeviceDescriptors>;
+  /** The channel of each device pair. */
   channelForDevicePair: DevicePairChoice[];
 }
 
+/** The devices a reader chose for tensors sent without a target. */
 export interface DescriptorReply {
+  /** One per such tensor, in order. */
   targetDevices: Device[];
 }
 
@@ -94,6 +134,7 @@ function readChannelDeviceDescriptors(r: NopReader): Map<string, DeviceDescripto
   return out;
 }
 
+/** A Packet as upstream encodes it. */
 export function encodePacket(p: Packet): Uint8Array {
   const w = new NopWriter(16);
   if (p.kind === "spontaneous") w.variant(0).structure(1).string(p.contextName);
@@ -101,6 +142,7 @@ export function encodePacket(p: Packet): Uint8Array {
   return w.finish();
 }
 
+/** Decodes a Packet; ERR_TP_PROTOCOL on bad bytes. */
 export function decodePacket(bytes: Uint8Array): Packet {
   const r = new NopReader(bytes, "Packet");
   const index = r.variant();
@@ -118,6 +160,7 @@ export function decodePacket(bytes: Uint8Array): Packet {
   return p;
 }
 
+/** A Brochure as upstream encodes it. */
 export function encodeBrochure(b: Brochure): Uint8Array {
   const w = new NopWriter();
   w.structure(2).map(b.transportDomainDescriptors.size);
@@ -126,6 +169,7 @@ export function encodeBrochure(b: Brochure): Uint8Array {
   return w.finish();
 }
 
+/** Decodes a Brochure; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeBrochure(bytes: Uint8Array): Brochure {
   const r = new NopReader(bytes, "Brochure");
   r.structure(2, "Brochure");
@@ -139,6 +183,7 @@ export function decodeBrochure(bytes: Uint8Array): Brochure {
   return { transportDomainDescriptors, channelDeviceDescriptors };
 }
 
+/** A BrochureAnswer as upstream encodes it. */
 export function encodeBrochureAnswer(a: BrochureAnswer): Uint8Array {
   const w = new NopWriter();
   w.structure(7).string(a.transport).string(a.address);
@@ -158,6 +203,7 @@ export function encodeBrochureAnswer(a: BrochureAnswer): Uint8Array {
   return w.finish();
 }
 
+/** Decodes a BrochureAnswer; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
   const r = new NopReader(bytes, "BrochureAnswer");
   r.structure(7, "BrochureAnswer");
@@ -200,18 +246,23 @@ export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
  * descriptor straight from the message with these, with no Descriptor
  * object in between; encodeDescriptor writes one from a Descriptor.
  */
+
+/** A descriptor's head: metadata and payload count. */
 export function writeDescriptorHead(w: NopWriter, metadata: string, payloadCount: number): void {
   w.structure(3).string(metadata).array(payloadCount);
 }
 
+/** One payload's length and metadata. */
 export function writePayloadDescriptor(w: NopWriter, length: number, metadata: string): void {
   w.structure(2).uint(length).string(metadata);
 }
 
+/** The number of tensors that follow. */
 export function writeTensorCount(w: NopWriter, count: number): void {
   w.array(count);
 }
 
+/** One tensor's length, devices and metadata. */
 export function writeTensorDescriptor(
   w: NopWriter,
   length: number,
@@ -226,6 +277,7 @@ export function writeTensorDescriptor(
   w.string(metadata);
 }
 
+/** A Descriptor as upstream encodes it. */
 export function encodeDescriptor(d: Descriptor): Uint8Array {
   const w = new NopWriter(64 + d.metadata.length);
   writeDescriptorHead(w, d.metadata, d.payloads.length);
@@ -239,6 +291,7 @@ function sized<T>(n: number): T[] {
   return n === 0 ? [] : new Array<T>(n);
 }
 
+/** Decodes a Descriptor; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeDescriptor(bytes: Uint8Array): Descriptor {
   const r = new NopReader(bytes, "Descriptor");
   r.structure(3, "Descriptor");
@@ -263,6 +316,7 @@ export function decodeDescriptor(bytes: Uint8Array): Descriptor {
   return { metadata, payloads, tensors };
 }
 
+/** A DescriptorReply as upstream encodes it. */
 export function encodeDescriptorReply(d: DescriptorReply): Uint8Array {
   const w = new NopWriter(32);
   w.structure(1).array(d.targetDevices.length);
@@ -270,6 +324,7 @@ export function encodeDescriptorReply(d: DescriptorReply): Uint8Array {
   return w.finish();
 }
 
+/** Decodes a DescriptorReply; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeDescriptorReply(bytes: Uint8Array): DescriptorReply {
   const r = new NopReader(bytes, "DescriptorReply");
   r.structure(1, "DescriptorReply");

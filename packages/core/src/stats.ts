@@ -7,18 +7,25 @@
 
 /** What one channel carried for a pipe, or for a context's pipes. */
 export interface ChannelStats {
+  /** Tensors handed to the channel to send. */
   tensorsSent: number;
+  /** Tensors the channel was given memory to receive. */
   tensorsReceived: number;
+  /** Their bytes, sent. */
   bytesSent: number;
+  /** Their bytes, received. */
   bytesReceived: number;
 }
 
 /** What a pipe carried each way, by channel, and the errors it gave. */
 export interface PipeStats {
+  /** Messages write() took. */
   messagesSent: number;
+  /** Messages read() was given memory for. */
   messagesReceived: number;
   /** Payload and tensor bytes (descriptors and framing not counted). */
   bytesSent: number;
+  /** Payload and tensor bytes received. */
   bytesReceived: number;
   /** By channel name. */
   channels: Record<string, ChannelStats>;
@@ -32,7 +39,9 @@ export interface PipeStats {
 
 /** The sum over a context's pipes, open and ended, and its listeners' drops. */
 export interface ContextStats extends PipeStats {
+  /** Pipes this context opened or accepted. */
   pipesOpened: number;
+  /** Of them, those still open. */
   pipesOpen: number;
   /** Connections listeners dropped before they became pipes, by error code. */
   connectionErrors: Record<string, number>;

@@ -5,7 +5,9 @@
  */
 import type { Viability } from "./viability.js";
 
+/** A transport backend: registered with Context.registerTransport(), it listens and connects, and carries a pipe's control frames and payloads. */
 export interface TransportContext {
+  /** Whether the transport can work on this machine (a viable: false transport is never offered). */
   isViable(): Viability;
   /**
    * Two transports can talk only if their domain descriptors are equal
@@ -24,13 +26,17 @@ export interface TransportContext {
     onConnection: (connection: Connection) => void,
     onError?: (error: Error) => void,
   ): Promise<TransportListener>;
+  /** Opens a connection to a listener at `address`; `signal` abandons the attempt. */
   connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection>;
+  /** Releases what the backend holds; called by Context.close(). */
   close(): Promise<void>;
 }
 
+/** What TransportContext.listen() returns: accepting until closed. */
 export interface TransportListener {
   /** The bound address as the peer should use it ("127.0.0.1:41234"). */
   address(): string;
+  /** Stops accepting; connections already accepted stay open. */
   close(): void;
 }
 
@@ -86,7 +92,9 @@ export interface Connection {
   close(error?: Error): void;
   /** Settles when the connection is closed, with the error that closed it, if any. */
   readonly closed: Promise<Error | undefined>;
+  /** This end's address ("127.0.0.1:41234"), or "" where the transport has none. */
   readonly localAddress: string;
+  /** The peer's address, or "" where the transport has none. */
   readonly remoteAddress: string;
   /**
    * Hands the underlying stream socket over to a channel that does its own
@@ -100,6 +108,7 @@ export interface Connection {
   detach?(): Promise<DetachedSocket | null>;
 }
 
+/** Told of the next frame by Connection.readFrame(): an error, or the frame. */
 export type FrameCallback = (err: Error | null, frame?: Uint8Array) => void;
 
 /** A stream socket taken over from a Connection (see Connection.detach). */
