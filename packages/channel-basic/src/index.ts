@@ -24,6 +24,7 @@ const DONE = Promise.resolve();
 export class BasicChannel implements Channel {
   constructor(private readonly connection: Connection) {}
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     if (length === 0) return DONE;
     try {
@@ -33,6 +34,7 @@ export class BasicChannel implements Channel {
     }
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     if (length === 0) return DONE;
     try {
@@ -42,6 +44,7 @@ export class BasicChannel implements Channel {
     }
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     this.connection.close(error);
   }
@@ -49,6 +52,7 @@ export class BasicChannel implements Channel {
 
 /** Upstream's "basic" channel: CPU tensors over the pipe's transport, any two machines. */
 export class BasicChannelContext implements ChannelContext {
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     return VIABLE;
   }
@@ -57,6 +61,7 @@ export class BasicChannelContext implements ChannelContext {
     return [{ device: CPU_DEVICE, descriptor: "any" }];
   }
 
+  /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number {
     return 1;
   }
@@ -69,12 +74,14 @@ export class BasicChannelContext implements ChannelContext {
     return new BasicChannel(connections[0]!);
   }
 
+  /** Releases what the backend holds; called by Context.close(). */
   async close(): Promise<void> {}
 }
 
 /** Upstream TensorPipe's priority for basic: the fallback below every other channel. */
 export const BASIC_PRIORITY = 0;
 
+/** Registers the basic channel with `context` (at upstream's priority unless told). */
 export function registerBasicChannel(context: Context, priority = BASIC_PRIORITY): BasicChannelContext {
   const channel = new BasicChannelContext();
   context.registerChannel(priority, "basic", channel);

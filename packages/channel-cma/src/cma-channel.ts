@@ -23,6 +23,7 @@ import {
 } from "@tensorpipe/core";
 import { type NativeAddon, loadAddon } from "./native.js";
 
+/** Options of the cma channel. */
 export interface CmaChannelOptions {
   /** Threads that copy one large tensor side by side (default: the cores, at most 4). */
   parallelism?: number;
@@ -100,6 +101,7 @@ const utf8 = new TextEncoder();
 export class CmaChannel implements Channel {
   private lastAck: Promise<unknown> = Promise.resolve();
 
+  /** @internal Made by CmaChannelContext.createChannel(). */
   constructor(
     private readonly addon: NativeAddon,
     private readonly descriptors: Connection,
@@ -107,6 +109,7 @@ export class CmaChannel implements Channel {
     private readonly tuning: Tuning,
   ) {}
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     let bytes: Uint8Array;
     try {
@@ -132,6 +135,7 @@ export class CmaChannel implements Channel {
     }
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     let target: Uint8Array;
     try {
@@ -164,6 +168,7 @@ export class CmaChannel implements Channel {
     return answered;
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     this.descriptors.close(error);
     this.acks.close(error);
@@ -194,6 +199,7 @@ export class CmaChannelContext implements ChannelContext {
     this.inlineMax = options.inlineMax;
   }
 
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     if (!this.viability) {
       if (process.platform !== "linux") this.viability = notViable("cma needs Linux (process_vm_readv)");
@@ -214,6 +220,7 @@ export class CmaChannelContext implements ChannelContext {
     return [{ device: CPU_DEVICE, descriptor: `${identity()}:inline:${this.inlineMax ?? "auto"}` }];
   }
 
+  /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number {
     return 2;
   }
@@ -229,5 +236,6 @@ export class CmaChannelContext implements ChannelContext {
     return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax });
   }
 
+  /** Releases what the backend holds; called by Context.close(). */
   async close(): Promise<void> {}
 }

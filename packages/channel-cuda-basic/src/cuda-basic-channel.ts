@@ -20,10 +20,12 @@ export class CudaBasicChannel implements Channel {
     private readonly recvPool: PinnedPool,
   ) {}
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     return this.enqueue("sendQueue", () => this.sendOne(cudaTensor(buffer, length, "cuda-basic"), length));
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     return this.enqueue("recvQueue", () => this.recvOne(cudaTensor(buffer, length, "cuda-basic"), length));
   }
@@ -68,6 +70,7 @@ export class CudaBasicChannel implements Channel {
     await Promise.all(landed);
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     this.cpu.close(error);
   }

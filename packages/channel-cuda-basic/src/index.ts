@@ -17,6 +17,7 @@ import { PinnedPool } from "./pinned-pool.js";
 export { CudaBasicChannel } from "./cuda-basic-channel.js";
 export { PinnedPool } from "./pinned-pool.js";
 
+/** Options of the cuda-basic channel. */
 export interface CudaBasicChannelOptions {
   /**
    * The CPU channel the staged bytes travel on (default: basic, over the
@@ -50,6 +51,7 @@ export class CudaBasicChannelContext implements ChannelContext {
     this.recvPool = new PinnedPool(chunk, chunks);
   }
 
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     const { viability, devices } = cudaInfo();
     if (!viability.viable) return viability;
@@ -65,6 +67,7 @@ export class CudaBasicChannelContext implements ChannelContext {
     return cudaInfo().devices.map((d) => ({ device: { type: "cuda", index: d.index }, descriptor: PREFIX + cpu.descriptor }));
   }
 
+  /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number {
     return this.cpu.numConnectionsNeeded();
   }
@@ -82,6 +85,7 @@ export class CudaBasicChannelContext implements ChannelContext {
     return new CudaBasicChannel(this.cpu.createChannel(connections, endpoint, pipe), this.sendPool, this.recvPool);
   }
 
+  /** Releases the pinned staging memory; called by Context.close(). */
   close(): Promise<void> {
     return this.cpu.close();
   }
@@ -90,6 +94,7 @@ export class CudaBasicChannelContext implements ChannelContext {
 /** Upstream's order: above the CPU channels' priorities, below cuda-ipc and cuda-gdr. */
 export const CUDA_BASIC_PRIORITY = 100;
 
+/** Registers the cuda-basic channel with `context` (at upstream's priority unless told). */
 export function registerCudaBasicChannel(
   context: Context,
   options?: CudaBasicChannelOptions,

@@ -10,11 +10,13 @@ export class PinnedPool {
   private allocated = 0;
 
   constructor(
+    /** Bytes of each staging chunk. */
     readonly chunkBytes: number,
     private readonly max: number,
     private readonly allocate: (bytes: number) => Uint8Array = pinnedHostBuffer,
   ) {}
 
+  /** A free chunk, allocated while under the cap, else the next one given back. */
   take(): Promise<Uint8Array> {
     const chunk = this.free.pop();
     if (chunk) return Promise.resolve(chunk);
@@ -30,6 +32,7 @@ export class PinnedPool {
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
+  /** Returns a chunk taken with take(). */
   give(chunk: Uint8Array): void {
     const next = this.waiting.shift();
     if (next) next(chunk);

@@ -26,7 +26,9 @@ const MAX_CONTROL_BYTES = 8 + 64 * 64 * 32;
 
 /** What a channel needs of its context: the NICs in use and which one each GPU uses. */
 export interface NicSet {
+  /** The NICs, by index. */
   nics: readonly Nic[];
+  /** The index of the NIC closest to GPU `device`. */
   nicOfGpu(device: number): number;
 }
 
@@ -92,6 +94,7 @@ export class CudaGdrChannel implements Channel {
     );
   }
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     return this.start(buffer, length, ({ tensor, queued, nic }) => {
       // Reactions to one promise run in the order they were added: the
@@ -108,6 +111,7 @@ export class CudaGdrChannel implements Channel {
     });
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     return this.start(buffer, length, ({ tensor, queued, nic }) => {
       const described = this.ready.then(() =>
@@ -187,6 +191,7 @@ export class CudaGdrChannel implements Channel {
     );
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     if (this.failure) return;
     this.failure = error ? fromNativeError(error, "cuda-gdr") : closedError("cuda-gdr channel");

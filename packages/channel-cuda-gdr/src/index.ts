@@ -22,6 +22,7 @@ export { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity
 export * from "./wire.js";
 export type { NicAddress, ProbedDevice, ProbedPort } from "./native.js";
 
+/** Options of the cuda-gdr channel. */
 export interface CudaGdrChannelOptions {
   /** RDMA devices to use, by name ("mlx5_0"); default: every one with an active port. */
   devices?: readonly string[];
@@ -30,9 +31,12 @@ export interface CudaGdrChannelOptions {
 }
 
 /** A port the channel can use: the device's first active one. */
-interface UsablePort {
+export interface UsablePort {
+  /** The RDMA device's name. */
   device: string;
+  /** The port's number. */
   port: number;
+  /** "InfiniBand" or "Ethernet" (RoCE). */
   linkLayer: string;
 }
 
@@ -43,7 +47,14 @@ const PEER_MEMORY_MODULES = ["/sys/module/nvidia_peermem", "/sys/module/nv_peer_
  * Lists the RDMA ports this process can use, or says why there are none:
  * no libibverbs, no RDMA in the kernel, no device, no active port.
  */
-export function rdmaPorts(options: Pick<CudaGdrChannelOptions, "devices"> = {}): { ports: UsablePort[]; reason?: string; devices: ProbedDevice[] } {
+export function rdmaPorts(options: Pick<CudaGdrChannelOptions, "devices"> = {}): {
+  /** The ports it can use. */
+  ports: UsablePort[];
+  /** Why there are none, when there are none. */
+  reason?: string;
+  /** Every device found, with its ports. */
+  devices: ProbedDevice[];
+} {
   const { addon, error } = loadAddon();
   if (!addon) return { ports: [], reason: `the cuda-gdr addon did not load: ${error?.message}`, devices: [] };
   const probed = addon.probe();
@@ -84,6 +95,7 @@ export class CudaGdrChannelContext implements ChannelContext {
 
   constructor(private readonly options: CudaGdrChannelOptions = {}) {}
 
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     return this.survey().viability;
   }
@@ -143,6 +155,7 @@ export class CudaGdrChannelContext implements ChannelContext {
     return this.opened;
   }
 
+  /** Releases what the backend holds; called by Context.close(). */
   async close(): Promise<void> {
     this.opened?.close();
     this.opened = undefined;
@@ -152,6 +165,7 @@ export class CudaGdrChannelContext implements ChannelContext {
 /** Above cuda-basic (staged through the host), below cuda-ipc (one machine). */
 export const CUDA_GDR_PRIORITY = 150;
 
+/** Registers the cuda-gdr channel with `context` (at upstream's priority unless told). */
 export function registerCudaGdrChannel(context: Context, options?: CudaGdrChannelOptions, priority = CUDA_GDR_PRIORITY): CudaGdrChannelContext {
   const channel = new CudaGdrChannelContext(options);
   context.registerChannel(priority, "cuda-gdr", channel);

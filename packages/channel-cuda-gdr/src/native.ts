@@ -1,16 +1,26 @@
 import { nativeAddonLoader } from "@tensorpipe/core";
 
+/** A port of an RDMA device, as probed. */
 export interface ProbedPort {
+  /** Its number (from 1). */
   port: number;
+  /** "active", "down", ... */
   state: string;
+  /** "InfiniBand" or "Ethernet" (RoCE). */
   linkLayer: string;
+  /** Its local id (InfiniBand). */
   lid: number;
+  /** The MTU in use, in bytes. */
   activeMtu: number;
+  /** The largest message it sends, in bytes. */
   maxMsgSize: number;
 }
 
+/** An RDMA device, as probed. */
 export interface ProbedDevice {
+  /** Its name ("mlx5_0"). */
   name: string;
+  /** Its ports. */
   ports: ProbedPort[];
   /** Why the device could not be opened, if it could not. */
   error?: string;
@@ -18,13 +28,19 @@ export interface ProbedDevice {
 
 /** One opened device port's address, what the peer needs to reach a queue pair on it. */
 export interface NicAddress {
+  /** The port used. */
   port: number;
+  /** The GID table index used (RoCE). */
   gidIndex: number;
+  /** The port's local id (InfiniBand). */
   lid: number;
+  /** The port's GID (16 bytes). */
   gid: Uint8Array;
   /** ibv_mtu enum value (1 = 256 bytes ... 5 = 4096). */
   mtu: number;
+  /** The largest message it sends, in bytes. */
   maxMsgSize: number;
+  /** "InfiniBand" or "Ethernet" (RoCE). */
   linkLayer: string;
 }
 

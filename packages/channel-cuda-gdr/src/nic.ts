@@ -23,7 +23,9 @@ interface Posted {
  * dispatched to the transfers that posted them.
  */
 export class Nic {
+  /** What a peer needs to reach this NIC. */
   readonly address: NicAddress;
+  /** Memory registered with this NIC. */
   readonly registrations: RegistrationCache;
   private readonly native: NativeNic;
   private readonly posted = new Map<number, Posted>();
@@ -31,8 +33,10 @@ export class Nic {
   private readonly starved = new Set<() => void>();
   private nextWr = 1;
 
+  /** @internal Made by CudaGdrChannelContext for each RDMA device it uses. */
   constructor(
     addon: NativeAddon,
+    /** The RDMA device's name ("mlx5_0"). */
     readonly name: string,
     port: number,
     gidIndex: number,
@@ -55,6 +59,7 @@ export class Nic {
     });
   }
 
+  /** A new reliable-connected queue pair on this NIC. */
   createQueuePair(): QueuePair {
     return new QueuePair(this, this.native);
   }
@@ -97,6 +102,7 @@ export class Nic {
     }
   }
 
+  /** Destroys the queue pairs and frees the NIC's resources. */
   close(): void {
     this.registrations.clear();
     this.native.close();
@@ -117,7 +123,9 @@ interface Waiting {
  * rest wait, in order.
  */
 export class QueuePair {
+  /** Its index on the NIC. */
   readonly id: number;
+  /** Its queue pair number, for the peer to connect to. */
   readonly qpn: number;
   private readonly outstanding = { send: 0, recv: 0 };
   private readonly waiting = { send: [] as Waiting[], recv: [] as Waiting[] };
@@ -126,6 +134,7 @@ export class QueuePair {
   private readonly wake = { send: () => this.pump("send"), recv: () => this.pump("recv") };
   private failure?: Error;
 
+  /** @internal Made by Nic.createQueuePair(). */
   constructor(
     private readonly nic: Nic,
     private readonly native: NativeNic,
@@ -135,14 +144,17 @@ export class QueuePair {
     this.qpn = qpn;
   }
 
+  /** Connects to the peer's queue pair (to ready-to-send). */
   connect(remote: { lid: number; gid: Uint8Array; qpn: number; mtu: number }): void {
     this.native.connectQueuePair(this.id, remote);
   }
 
+  /** Sends [ptr, ptr + length); resolves on its completion. */
   send(ptr: bigint, length: number, lkey: number): Promise<void> {
     return this.enqueue("send", (wr) => this.native.postSend(this.id, ptr, length, lkey, wr));
   }
 
+  /** Receives into [ptr, ptr + length); resolves on its completion. */
   recv(ptr: bigint, length: number, lkey: number): Promise<void> {
     return this.enqueue("recv", (wr) => this.native.postRecv(this.id, ptr, length, lkey, wr));
   }

@@ -10,14 +10,27 @@
 
 /** The allocation a tensor lies in. */
 export interface Allocation {
+  /** The allocation's first byte. */
   base: bigint;
+  /** Its bytes. */
   size: number;
+  /** The driver's id of the allocation (a new allocation at a freed one's address has another). */
   bufferId: bigint;
 }
 
 /** What registers and deregisters memory on the NIC. */
 export interface Registrar {
-  register(base: bigint, size: number): { id: number; lkey: number };
+  /** Registers [base, base + size) with the NIC. */
+  register(
+    base: bigint,
+    size: number,
+  ): {
+    /** The registration, for deregister(). */
+    id: number;
+    /** The local key work requests name it by. */
+    lkey: number;
+  };
+  /** Undoes register(). */
   deregister(id: number): void;
 }
 
@@ -30,10 +43,13 @@ interface Entry {
 
 /** A registration held for one transfer; release it once the transfer is over. */
 export interface HeldRegistration {
+  /** The local key work requests name it by. */
   readonly lkey: number;
+  /** Lets the cache deregister it once nobody holds it. */
   release(): void;
 }
 
+/** Memory registrations by allocation, kept while allocations live and shared by the transfers that use them. */
 export class RegistrationCache {
   /** By buffer id; Map order is use order, least recent first. */
   private readonly entries = new Map<bigint, Entry>();
@@ -43,10 +59,12 @@ export class RegistrationCache {
     private readonly capacity = 256,
   ) {}
 
+  /** Registrations held. */
   get size(): number {
     return this.entries.size;
   }
 
+  /** The registration of `allocation`, made on first use. */
   acquire(allocation: Allocation): HeldRegistration {
     let entry = this.entries.get(allocation.bufferId);
     if (entry) {

@@ -12,14 +12,20 @@ import { protocolError } from "@tensorpipe/core";
 
 /** Far more than any machine has; bounds what a peer can make us allocate. */
 export const MAX_NICS = 64;
+/** Bytes of one queue pair's setup on the wire. */
 export const SETUP_BYTES = 32;
 
+/** What one queue pair's peer needs to connect to it. */
 export interface QueuePairSetup {
+  /** The port's local id. */
   lid: number;
   /** ibv_mtu enum value. */
   mtu: number;
+  /** The queue pair number. */
   qpn: number;
+  /** The largest message the port sends. */
   maxMsgSize: number;
+  /** The port's GID (16 bytes). */
   gid: Uint8Array;
 }
 
@@ -32,12 +38,14 @@ function expectBytes(what: string, bytes: Uint8Array, length: number): DataView 
   return view(bytes);
 }
 
+/** The number of NICs a side uses, as sent. */
 export function encodeNicCount(n: number): Uint8Array {
   const out = new Uint8Array(4);
   view(out).setUint32(0, n, true);
   return out;
 }
 
+/** Decodes a NIC count; ERR_TP_PROTOCOL beyond MAX_NICS. */
 export function decodeNicCount(bytes: Uint8Array): number {
   const n = expectBytes("NIC count", bytes, 4).getUint32(0, true);
   if (n < 1 || n > MAX_NICS) throw protocolError(`cuda-gdr peer uses ${n} NICs (1 to ${MAX_NICS} allowed)`);
@@ -88,12 +96,15 @@ export function decodeSetup(bytes: Uint8Array, rows: number, cols: number): Queu
   return out;
 }
 
+/** What the sender announces of a tensor. */
 export interface TensorDescriptor {
   /** The sender's NIC. */
   nic: number;
+  /** Its bytes. */
   length: number;
 }
 
+/** A TensorDescriptor as sent. */
 export function encodeDescriptor(d: TensorDescriptor): Uint8Array {
   const out = new Uint8Array(12);
   const v = view(out);
@@ -102,6 +113,7 @@ export function encodeDescriptor(d: TensorDescriptor): Uint8Array {
   return out;
 }
 
+/** Decodes a TensorDescriptor; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeDescriptor(bytes: Uint8Array, nics: number): TensorDescriptor {
   const v = expectBytes("descriptor", bytes, 12);
   const nic = v.getUint32(0, true);
@@ -116,6 +128,7 @@ export function encodeReadyToReceive(nic: number): Uint8Array {
   return encodeNicCount(nic);
 }
 
+/** Decodes a ready-to-receive; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeReadyToReceive(bytes: Uint8Array, nics: number): number {
   const nic = expectBytes("ready-to-receive", bytes, 4).getUint32(0, true);
   if (nic >= nics) throw protocolError(`cuda-gdr ready to receive on NIC #${nic} of ${nics}`);

@@ -26,12 +26,14 @@ const MAX_ANSWER_BYTES = 4096;
 export class CudaIpcChannel implements Channel {
   private answers: Promise<unknown> = Promise.resolve();
 
+  /** @internal Made by CudaIpcChannelContext.createChannel(). */
   constructor(
     private readonly connection: Connection,
     private readonly addon: NativeAddon,
     private readonly contextId: number,
   ) {}
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     let exported: ReturnType<NativeAddon["exportTensor"]>;
     let tensor: CudaBuffer;
@@ -59,6 +61,7 @@ export class CudaIpcChannel implements Channel {
       });
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     let tensor: CudaBuffer;
     try {
@@ -101,6 +104,7 @@ export class CudaIpcChannel implements Channel {
     return copied;
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     this.connection.close(error);
   }

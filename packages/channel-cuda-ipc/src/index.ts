@@ -34,6 +34,7 @@ function splitDescriptor(descriptor: string): { host: string; uuid: string } | u
 export class CudaIpcChannelContext implements ChannelContext {
   private readonly id = nextContextId++;
 
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     const { addon, error } = loadAddon();
     if (!addon) return notViable(`the cuda-ipc addon did not load: ${error?.message}`);
@@ -49,6 +50,7 @@ export class CudaIpcChannelContext implements ChannelContext {
     return cudaInfo().devices.map((d) => ({ device: { type: "cuda", index: d.index }, descriptor: `${host}/${d.uuid}` }));
   }
 
+  /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number {
     return 1;
   }
@@ -72,6 +74,7 @@ export class CudaIpcChannelContext implements ChannelContext {
     return new CudaIpcChannel(connections[0]!, loadAddon().addon!, this.id);
   }
 
+  /** Releases what the backend holds; called by Context.close(). */
   async close(): Promise<void> {
     loadAddon().addon?.closeImported(this.id);
   }
@@ -80,6 +83,7 @@ export class CudaIpcChannelContext implements ChannelContext {
 /** Above cuda-basic: one device-to-device copy instead of two staged ones. */
 export const CUDA_IPC_PRIORITY = 200;
 
+/** Registers the cuda-ipc channel with `context` (at upstream's priority unless told). */
 export function registerCudaIpcChannel(context: Context, priority = CUDA_IPC_PRIORITY): CudaIpcChannelContext {
   const channel = new CudaIpcChannelContext();
   context.registerChannel(priority, "cuda-ipc", channel);

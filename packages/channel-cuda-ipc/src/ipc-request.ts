@@ -9,13 +9,19 @@ import { protocolError } from "@tensorpipe/core";
  */
 export const IPC_REQUEST_BYTES = 64 + 64 + 8 + 8;
 
+/** What a sender tells the receiver to open its tensor with. */
 export interface IpcRequest {
+  /** cudaIpcMemHandle_t of the allocation holding the tensor (64 bytes). */
   memHandle: Uint8Array;
+  /** cudaIpcEventHandle_t of the event recorded after the tensor was ready (64 bytes). */
   eventHandle: Uint8Array;
+  /** The tensor's offset in the allocation. */
   offset: number;
+  /** The tensor's bytes. */
   length: number;
 }
 
+/** An IpcRequest's 144 bytes. */
 export function encodeIpcRequest(r: IpcRequest): Uint8Array {
   const out = new Uint8Array(IPC_REQUEST_BYTES);
   out.set(r.memHandle, 0);
@@ -26,6 +32,7 @@ export function encodeIpcRequest(r: IpcRequest): Uint8Array {
   return out;
 }
 
+/** Decodes an IpcRequest; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeIpcRequest(bytes: Uint8Array): IpcRequest {
   if (bytes.byteLength !== IPC_REQUEST_BYTES) throw protocolError(`cuda-ipc request of ${bytes.byteLength} bytes, not ${IPC_REQUEST_BYTES}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);

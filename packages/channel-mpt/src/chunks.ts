@@ -10,6 +10,7 @@
  */
 import { protocolError } from "@tensorpipe/core";
 
+/** Bytes of a chunk header, before its padding. */
 export const CHUNK_HEADER_BYTES = 24;
 /** The most padding a chunk header frame may carry after its 24 bytes. */
 export const MAX_HEADER_PAD = 63;
@@ -18,12 +19,17 @@ export const MIN_CHUNK = 256 * 1024;
 /** A chunk for a tensor this far beyond the receives posted is the peer's error. */
 export const MAX_SEQ_AHEAD = 1 << 20;
 
+/** Where a chunk belongs. */
 export interface ChunkHeader {
+  /** The tensor's sequence number among the bulk tensors. */
   seq: number;
+  /** The chunk's offset in the tensor. */
   offset: number;
+  /** The chunk's length. */
   length: number;
 }
 
+/** A chunk header's 24 bytes. */
 export function encodeChunkHeader(h: ChunkHeader): Uint8Array {
   const out = new Uint8Array(CHUNK_HEADER_BYTES);
   const view = new DataView(out.buffer);
@@ -33,6 +39,7 @@ export function encodeChunkHeader(h: ChunkHeader): Uint8Array {
   return out;
 }
 
+/** Decodes a chunk header; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeChunkHeader(bytes: Uint8Array): ChunkHeader {
   if (bytes.byteLength < CHUNK_HEADER_BYTES || bytes.byteLength > CHUNK_HEADER_BYTES + MAX_HEADER_PAD) {
     throw protocolError(`mpt chunk header of ${bytes.byteLength} bytes, not ${CHUNK_HEADER_BYTES} to ${CHUNK_HEADER_BYTES + MAX_HEADER_PAD}`);

@@ -16,6 +16,7 @@ export { MptChannel } from "./mpt-channel.js";
 export { type BulkLanes, defaultUnsentLimit } from "./bulk-lanes.js";
 export { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, chunkSize, decodeChunkHeader, encodeChunkHeader, type ChunkHeader } from "./chunks.js";
 
+/** Options of the mpt channel. */
 export interface MptChannelOptions {
   /**
    * Bulk lanes per pipe, each its own TCP connection (default: the cores,
@@ -61,6 +62,7 @@ export class MptChannelContext implements ChannelContext {
     this.maxUnsentBytes = options.maxUnsentBytes === undefined ? undefined : Math.max(0, Math.floor(options.maxUnsentBytes));
   }
 
+  /** Whether the channel can work here, and if not why. */
   isViable(): Viability {
     return VIABLE;
   }
@@ -98,12 +100,14 @@ export class MptChannelContext implements ChannelContext {
     return new MptChannel(connections, this.minSplit, this.maxChunk, this.threads, this.maxUnsentBytes);
   }
 
+  /** Releases what the backend holds; called by Context.close(). */
   async close(): Promise<void> {}
 }
 
 /** Above basic, below the same-machine channels. */
 export const MPT_PRIORITY = 10;
 
+/** Registers the mpt channel with `context` (at upstream's priority unless told). */
 export function registerMptChannel(context: Context, options?: MptChannelOptions, priority = MPT_PRIORITY): MptChannelContext {
   const channel = new MptChannelContext(options);
   context.registerChannel(priority, "mpt", channel);

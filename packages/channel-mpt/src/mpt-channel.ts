@@ -34,6 +34,7 @@ export class MptChannel implements Channel {
     return this.bulk ? (await this.bulk).kind : "none";
   }
 
+  /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     try {
       const bytes = cpuBytes(buffer, length, "mpt");
@@ -44,6 +45,7 @@ export class MptChannel implements Channel {
     }
   }
 
+  /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void> {
     try {
       const bytes = cpuBytes(buffer, length, "mpt");
@@ -54,6 +56,7 @@ export class MptChannel implements Channel {
     }
   }
 
+  /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     if (this.closed) return;
     this.closed = true;

@@ -22,16 +22,21 @@ export interface BackendOptions {
 
 /** A first-party backend package: where it lives and how to make one. */
 export interface BackendSpec {
+  /** Transport or channel. */
   kind: "transport" | "channel";
+  /** The name it registers under. */
   name: string;
+  /** Its npm package. */
   packageName: string;
   /** Upstream's ordering: higher wins negotiation. */
   priority: number;
   /** The memory its tensors live in (channels; default cpu): the CPU bench leaves GPU channels out. */
   memory?: "cpu" | "cuda";
+  /** Makes the backend from its loaded package. */
   create(module: any, options: BackendOptions): TransportContext | ChannelContext;
 }
 
+/** Every first-party backend, at upstream's priorities. */
 export const BACKENDS: readonly BackendSpec[] = [
   { kind: "transport", name: "shm", packageName: "@tensorpipe/transport-shm", priority: 10, create: (m) => new m.ShmTransport() },
   {
@@ -76,16 +81,22 @@ export const BACKENDS: readonly BackendSpec[] = [
   { kind: "channel", name: "basic", packageName: "@tensorpipe/channel-basic", priority: 0, create: (m) => new m.BasicChannelContext() },
 ];
 
+/** The first-party transports' names. */
 export const ALL_TRANSPORTS = BACKENDS.filter((b) => b.kind === "transport").map((b) => b.name);
+/** The first-party channels' names. */
 export const ALL_CHANNELS = BACKENDS.filter((b) => b.kind === "channel").map((b) => b.name);
 
 /** A backend as found on this machine. */
 export interface FoundBackend {
+  /** What it is. */
   spec: BackendSpec;
+  /** Whether its package is installed. */
   installed: boolean;
+  /** Its package's version. */
   version?: string;
   /** The backend, when its package loaded. */
   instance?: TransportContext | ChannelContext;
+  /** Whether it can work here. */
   viability: Viability;
 }
 
@@ -151,6 +162,7 @@ export async function findBackends(options: BackendOptions = {}, specs: readonly
 export interface BackendChoice extends ContextOptions, BackendOptions {
   /** Transports to register (default: all installed); non-viable ones are skipped by negotiation. */
   transports?: readonly string[];
+  /** Channels to register (default: all installed). */
   channels?: readonly string[];
 }
 

@@ -21,50 +21,77 @@ import { ZmqClient, loadZmq } from "./zmq-baseline.js";
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
+/** The sizes measured unless told: 8 B to 64 MiB. */
 export const DEFAULT_SIZES = [8, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB];
 
+/** What `tensorpipe bench` measures, and where it writes. */
 export interface BenchOptions extends BackendOptions {
+  /** Message sizes in bytes (default DEFAULT_SIZES). */
   sizes?: readonly number[];
+  /** Rounds per cell; medians are reported (default 3, 1 with quick). */
   rounds?: number;
   /** Fewer iterations: a smoke run. */
   quick?: boolean;
+  /** Only these transports. */
   transports?: readonly string[];
+  /** Only these channels. */
   channels?: readonly string[];
   /** Leave zeromq.js out even where it is installed. */
   noZmq?: boolean;
+  /** Where to write the plot of GB/s against size. */
   svgPath?: string;
+  /** Where to write every figure as JSON. */
   jsonPath?: string;
   /** Where the report goes, a line at a time. */
   print?: (line: string) => void;
+  /** Where the progress bar goes (default stderr). */
   progress?: ProgressStream;
 }
 
+/** One series at one size. */
 export interface Cell {
+  /** Round trip median, in microseconds. */
   p50?: number;
+  /** Round trip 99th percentile, in microseconds. */
   p99?: number;
+  /** Streaming throughput, GB/s (median of rounds). */
   gbps: number;
 }
 
+/** One pipe or baseline over every size. */
 export interface SeriesResult {
+  /** "shm+cma", "memcpy", ... */
   name: string;
   /** user-code: a pipe timed through the code a user writes (README_LOOP), not a tuned loop. */
   kind: "pipe" | "baseline" | "user-code";
   /** For user-code: the pair it ran over, whose tuned series it is held against. */
   over?: string;
+  /** By size in bytes. */
   cells: Record<number, Cell>;
 }
 
+/** Every figure of a run. */
 export interface BenchResult {
+  /** The sizes measured. */
   sizes: number[];
+  /** Rounds per cell. */
   rounds: number;
+  /** Every pipe and baseline. */
   series: SeriesResult[];
   /** Pairs and baselines left out, and why. */
-  skipped: { name: string; reason: string }[];
+  skipped: {
+    /** The series. */
+    name: string;
+    /** Why it was left out. */
+    reason: string;
+  }[];
+  /** The ratios printed (pair against baseline, targets), by name. */
   ratios: Record<string, number>;
   /** What each pipe series' context carried over the whole run (pipe.stats() summed by context.stats()). */
   stats: Record<string, ContextStats>;
 }
 
+/** "8 B", "64 KiB", "1 MiB". */
 export function sizeLabel(size: number): string {
   if (size >= MiB && size % MiB === 0) return `${size / MiB} MiB`;
   if (size >= KiB && size % KiB === 0) return `${size / KiB} KiB`;
@@ -238,6 +265,7 @@ async function readmeLoop(
   };
 }
 
+/** Runs the benchmark against a peer process it spawns, prints the report and returns the figures. */
 export async function runBench(options: BenchOptions = {}): Promise<BenchResult> {
   const print = options.print ?? ((line: string) => console.log(line));
   const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);

@@ -8,36 +8,75 @@ import { arch, availableParallelism, hostname, networkInterfaces, platform } fro
 import type { ChannelContext, TransportContext } from "@tensorpipe/core";
 import { type BackendOptions, findBackends } from "./backends.js";
 
+/** One backend as `tensorpipe doctor` reports it. */
 export interface DoctorBackend {
+  /** Transport or channel. */
   kind: "transport" | "channel";
+  /** Its name. */
   name: string;
+  /** The package that has it. */
   packageName: string;
+  /** Whether the package is installed. */
   installed: boolean;
+  /** The package's version. */
   version?: string;
+  /** Whether it can work here. */
   viable: boolean;
   /** Why not, when not viable. */
   reason?: string;
   /** Transports: who can reach whom. Channels: per device, which peers can use it. */
   domain?: string;
-  devices?: { device: string; descriptor: string }[];
+  /** The devices a channel serves here, with their descriptors. */
+  devices?: {
+    /** The device ("cpu:0"). */
+    device: string;
+    /** Its descriptor. */
+    descriptor: string;
+  }[];
   /** How it will run here, where the backend says (mpt: whether its lanes get threads). */
   note?: string;
 }
 
+/** A network interface. */
 export interface DoctorInterface {
+  /** Its name ("eth0"). */
   name: string;
-  addresses: { address: string; family: "IPv4" | "IPv6"; scopeId?: number }[];
+  /** Its addresses. */
+  addresses: {
+    /** The address. */
+    address: string;
+    /** Its family. */
+    family: "IPv4" | "IPv6";
+    /** The IPv6 scope (link-local addresses). */
+    scopeId?: number;
+  }[];
+  /** Loopback. */
   internal: boolean;
 }
 
+/** What `tensorpipe doctor` finds. */
 export interface DoctorReport {
+  /** Node's version. */
   node: string;
+  /** "linux-x64", ... */
   platform: string;
+  /** Logical CPUs. */
   cpus: number;
+  /** Every first-party backend. */
   backends: DoctorBackend[];
+  /** The network interfaces. */
   interfaces: DoctorInterface[];
   /** What a peer on another machine would dial by default: this host's name, resolved. */
-  hostname: { name: string; address?: string; error?: string; interface?: string };
+  hostname: {
+    /** os.hostname(). */
+    name: string;
+    /** What it resolves to. */
+    address?: string;
+    /** Why it does not resolve. */
+    error?: string;
+    /** The interface that has that address. */
+    interface?: string;
+  };
   /** Yama's ptrace_scope, which decides whether cma may read a peer's memory. */
   ptraceScope?: number;
   /** Whether at least one transport and one channel can work. */
@@ -56,6 +95,7 @@ function interfaceOf(address: string, interfaces: readonly DoctorInterface[]): s
   return interfaces.find((i) => i.addresses.some((a) => a.address === address))?.name;
 }
 
+/** Probes this machine: the backends installed and whether each works, and the network. */
 export async function runDoctor(options: BackendOptions = {}): Promise<DoctorReport> {
   const backends: DoctorBackend[] = (await findBackends(options)).map((b) => {
     const entry: DoctorBackend = {

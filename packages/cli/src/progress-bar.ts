@@ -1,7 +1,10 @@
 /** What a progress bar writes to: a terminal, or anything that says it is not one. */
 export interface ProgressStream {
+  /** Writes text. */
   write(s: string): unknown;
+  /** Whether it is a terminal: the bar redraws in place only there. */
   isTTY?: boolean;
+  /** The terminal's width. */
   columns?: number;
 }
 
@@ -24,6 +27,7 @@ export class ProgressBar {
     this.show(label);
   }
 
+  /** Redraws the bar with `label` beside it. */
   show(label: string): void {
     const fraction = this.total === 0 ? 1 : this.done / this.total;
     const width = 30;

@@ -2,27 +2,49 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
+/** A line the peer printed: a pipe that ended, and why. */
 export interface PeerEvent {
+  /** What happened ("pipe-ended", ...). */
   event: string;
+  /** The error's code. */
   code?: string;
+  /** The error's message. */
   message?: string;
 }
 
+/** The peer process (dist/peer.js) and where it listens. */
 export interface PeerProcess {
   /** The uv URL; the listener offers its other transports in negotiation. */
   url: string;
+  /** Every URL it listens on, one per transport. */
   urls: string[];
+  /** The node:net echo server's port. */
   echoPort: number;
+  /** The node:net sink server's port. */
   sinkPort: number;
   /** zeromq's echo and sink endpoints, or why the peer has none. */
-  zmq: { echo: string; sink: string } | { missing: string };
+  zmq:
+    | {
+        /** The echo socket's endpoint. */
+        echo: string;
+        /** The sink socket's endpoint. */
+        sink: string;
+      }
+    | {
+        /** Why the peer has no zeromq sockets. */
+        missing: string;
+      };
+  /** Its process id. */
   pid: number;
+  /** The child process. */
   child: ChildProcess;
   /** Lines the peer printed after its addresses (pipes that ended, and why). */
   events: PeerEvent[];
+  /** Ends it (closing its stdin), killing it after 5 s. */
   stop(): Promise<void>;
 }
 
+/** Where to start the peer. */
 export interface SpawnOptions {
   /** Run it inside this network namespace (see TestNetwork). */
   netns?: string;

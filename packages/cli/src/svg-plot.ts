@@ -1,18 +1,32 @@
 /** One line of a plot: y against x, points in x order. */
+/** One line of a plot. */
 export interface PlotSeries {
+  /** Its name in the legend. */
   name: string;
-  points: readonly { x: number; y: number }[];
+  /** Its points, in x order. */
+  points: readonly {
+    /** The x value (plotted on a log2 axis). */
+    x: number;
+    /** The y value. */
+    y: number;
+  }[];
 }
 
+/** How a plot looks. */
 export interface PlotOptions {
+  /** Above the plot. */
   title: string;
+  /** Under the x axis. */
   xLabel: string;
+  /** Beside the y axis. */
   yLabel: string;
   /** Tick text for an x value (the x axis is log2). */
   xTick(x: number): string;
   /** A log10 y axis, one tick a decade: for values that span several. */
   yLog?: boolean;
+  /** Pixels. */
   width?: number;
+  /** Pixels. */
   height?: number;
 }
 

@@ -26,10 +26,13 @@ import { type CudaAllocation, type CudaDeviceInfo, type NativeAddon, loadAddon }
 
 export type { CudaAllocation, CudaDeviceInfo } from "./native.js";
 
+/** What the CUDA driver says of this machine. */
 export interface CudaInfo {
+  /** Whether CUDA works here, and if not why. */
   viability: Viability;
   /** The driver's CUDA version, e.g. 13000 for 13.0. */
   driverVersion?: number;
+  /** The GPUs. */
   devices: CudaDeviceInfo[];
 }
 
@@ -52,6 +55,7 @@ export function cudaInfo(): CudaInfo {
   return info;
 }
 
+/** Whether CUDA works here, and if not why (cudaInfo().viability). */
 export function cudaViability(): Viability {
   return cudaInfo().viability;
 }
@@ -85,6 +89,7 @@ export function allocateCuda(byteLength: number, options: { device?: number } = 
   return cudaBuffer(call("cuda allocate", () => addon.alloc(device, byteLength)), byteLength, { device });
 }
 
+/** Frees memory allocated with allocateCuda(). */
 export function freeCuda(buffer: CudaBuffer): void {
   const addon = need();
   call("cuda free", () => addon.free(buffer.device.index, buffer.ptr));
@@ -131,11 +136,13 @@ export function createStream(device = 0): bigint {
   return call("cuda stream", () => addon.streamCreate(device));
 }
 
+/** Destroys a stream made with createStream(). */
 export function destroyStream(stream: bigint, device = 0): void {
   const addon = need();
   call("cuda stream", () => addon.streamDestroy(device, stream));
 }
 
+/** Options of the copies. */
 export interface CopyOptions {
   /** The stream to copy on (default: the buffer's, else the legacy default stream). */
   stream?: bigint;

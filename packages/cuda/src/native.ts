@@ -1,8 +1,12 @@
 import { nativeAddonLoader } from "@tensorpipe/core";
 
+/** A GPU the driver reports. */
 export interface CudaDeviceInfo {
+  /** Its CUDA device index. */
   index: number;
+  /** Its product name. */
   name: string;
+  /** Its PCI bus id ("0000:3b:00.0"). */
   pciBusId: string;
   /** The GPU's UUID, 32 hex digits. */
   uuid: string;
@@ -10,7 +14,9 @@ export interface CudaDeviceInfo {
 
 /** The allocation holding a device pointer. */
 export interface CudaAllocation {
+  /** The allocation's first byte. */
   base: bigint;
+  /** Its bytes. */
   size: number;
   /** The driver's process-wide id of the allocation: a new one at a freed one's address gets a new id. */
   bufferId: bigint;

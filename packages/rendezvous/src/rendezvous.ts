@@ -12,6 +12,7 @@ import {
 } from "@tensorpipe/core";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
+/** Options of recv(): a signal or a timeout. */
 export interface RecvOptions extends OperationOptions {
   /**
    * Memory to receive into: when the value has not arrived yet, its bytes
@@ -140,7 +141,12 @@ export class Rendezvous {
   }
 
   /** Keys received and not yet taken, and keys waited for. */
-  pendingKeys(): { arrived: string[]; waiting: string[] } {
+  pendingKeys(): {
+    /** Keys whose message came and nobody took yet. */
+    arrived: string[];
+    /** Keys a recv() waits for. */
+    waiting: string[];
+  } {
     return { arrived: [...this.arrived.keys()], waiting: [...this.waiting.keys()] };
   }
 

@@ -15,6 +15,7 @@ import {
 } from "@tensorpipe/core";
 import { type NativeShmOptions, loadAddon } from "./native.js";
 
+/** Options of the shm transport. */
 export interface ShmTransportOptions {
   /** Bytes of each direction's ring, a power of two (default 4 MiB). */
   ringSize?: number;
@@ -50,6 +51,7 @@ export class ShmTransport implements TransportContext {
     };
   }
 
+  /** Whether the transport can work here, and if not why. */
   isViable(): Viability {
     if (process.platform !== "linux") return notViable("shm needs Linux (memfd, eventfd, abstract Unix sockets)");
     const { addon, error } = loadAddon();
@@ -87,11 +89,13 @@ export class ShmTransport implements TransportContext {
     }
   }
 
+  /** Opens a connection to a listener at `address`. */
   async connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection> {
     const addon = this.addon();
     return connectNative((cb) => addon.connect(address, this.native, cb), "shm", `shm://${address}`, options?.signal);
   }
 
+  /** Refuses new listeners and connections; those open stay open. */
   async close(): Promise<void> {
     this.closed = true;
   }

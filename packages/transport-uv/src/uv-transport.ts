@@ -17,6 +17,7 @@ import {
 } from "@tensorpipe/core";
 import { loadAddon } from "./native.js";
 
+/** Options of the uv transport. */
 export interface UvTransportOptions {
   /**
    * Network interface to use (e.g. "eth0"): listening on host "*" binds to
@@ -97,6 +98,7 @@ export class UvTransport implements TransportContext {
     this.peerTimeout = t;
   }
 
+  /** Whether the transport can work here, and if not why. */
   isViable(): Viability {
     const { error } = loadAddon();
     return error ? notViable(`the uv addon did not load: ${error.message}`) : VIABLE;
@@ -139,6 +141,7 @@ export class UvTransport implements TransportContext {
     }
   }
 
+  /** Opens a connection to a listener at `address`. */
   async connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection> {
     const addon = this.addon();
     const { host, port } = splitHostPort(address);
@@ -152,6 +155,7 @@ export class UvTransport implements TransportContext {
     );
   }
 
+  /** Refuses new listeners and connections; those open stay open. */
   async close(): Promise<void> {
     this.closed = true;
   }
