@@ -44,6 +44,42 @@ const arm64Node = fileURLToPath(new URL("../../../.ci/out/arm64-node/node", impo
 const arm64 = existsSync(arm64Node) && Object.keys(NATIVE).every((name) => existsSync(join(packagesDir, name, "build-linux-arm64")));
 const skipArm64 = !arm64 && !process.env.TP_REQUIRE_ARM64;
 
+/**
+ * A program that moves `mib` MiB over uv+basic, shm+`shmChannel` and
+ * uv+mpt between two contexts, as an installed app would, and prints what
+ * each pair negotiated and whether the bytes arrived.
+ */
+function transferScript(shmChannel: "cma" | "basic", mib: number): string {
+  return `import { CPU_DEVICE, Context } from "@tensorpipe/core";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerCmaChannel } from "@tensorpipe/channel-cma";
+import { registerMptChannel } from "@tensorpipe/channel-mpt";
+const results = [];
+let threadsUnavailable;
+for (const [url, register] of [
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
+  ["shm://*", (c) => { registerShmTransport(c); ${shmChannel === "cma" ? "registerCmaChannel" : "registerBasicChannel"}(c); }],
+  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); threadsUnavailable = registerMptChannel(c).threadsUnavailable(); }],
+]) {
+  const a = new Context(), b = new Context();
+  register(a); register(b);
+  const listener = await a.listen(url);
+  const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
+  const data = new Uint8Array(${mib} << 20).map((_, i) => i * 7);
+  const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
+  await server.readDescriptor();
+  const into = new Uint8Array(${mib} << 20);
+  await server.read({ payloads: [], tensors: [{ buffer: into }] });
+  await written;
+  results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
+  await a.close(); await b.close();
+}
+console.log(JSON.stringify({ arch: process.arch, results, threadsUnavailable }));
+`;
+}
+
 function npmCli(): string {
   const npm = execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim();
   return realpathSync(npm);
@@ -74,6 +110,28 @@ describe("the published packages", () => {
   const listing = (name: string) => execFileSync("tar", ["tzf", tarballs[name]!], { encoding: "utf8" }).trim().split("\n");
   const manifest = (name: string) =>
     JSON.parse(execFileSync("tar", ["xzOf", tarballs[name]!, "package/package.json"], { encoding: "utf8" })) as Record<string, unknown>;
+
+  /** Runs `node` (this one, or the arm64 one) in the installed app, with nothing but node on PATH. */
+  const runInApp = (node: string, args: string[]) => execFileSync(node, args, { cwd: app, env: bareEnv(), encoding: "utf8", timeout: 120_000 });
+
+  function expectTransfers(node: string, arch: string, shmChannel: "cma" | "basic", mib: number): void {
+    const script = `transfer-${arch}.js`;
+    writeFileSync(join(app, script), transferScript(shmChannel, mib));
+    expect(JSON.parse(runInApp(node, [script]))).toEqual({
+      arch,
+      results: [
+        { transport: "uv", channel: "basic", equal: true },
+        { transport: "shm", channel: shmChannel, equal: true },
+        { transport: "uv", channel: "mpt", equal: true },
+      ],
+      threadsUnavailable: null,
+    });
+  }
+
+  const doctorOn = (node: string) =>
+    JSON.parse(runInApp(node, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"])) as {
+      backends: { name: string; installed: boolean; viable: boolean; reason?: string }[];
+    };
 
   it("ship typed ESM, a README, and real version ranges", () => {
     for (const name of PUBLISHED) {
@@ -116,51 +174,9 @@ describe("the published packages", () => {
       env: bareEnv(),
       stdio: "pipe",
     });
-    writeFileSync(
-      join(app, "transfer.js"),
-      `import { CPU_DEVICE, Context } from "@tensorpipe/core";
-import { registerUvTransport } from "@tensorpipe/transport-uv";
-import { registerShmTransport } from "@tensorpipe/transport-shm";
-import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { registerCmaChannel } from "@tensorpipe/channel-cma";
-import { registerMptChannel } from "@tensorpipe/channel-mpt";
-const results = [];
-let threadsUnavailable;
-for (const [url, register] of [
-  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
-  ["shm://*", (c) => { registerShmTransport(c); registerCmaChannel(c); }],
-  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); threadsUnavailable = registerMptChannel(c).threadsUnavailable(); }],
-]) {
-  const a = new Context(), b = new Context();
-  register(a); register(b);
-  const listener = await a.listen(url);
-  const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
-  const data = new Uint8Array(4 << 20).map((_, i) => i * 7);
-  const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
-  await server.readDescriptor();
-  const into = new Uint8Array(4 << 20);
-  await server.read({ payloads: [], tensors: [{ buffer: into }] });
-  await written;
-  results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
-  await a.close(); await b.close();
-}
-console.log(JSON.stringify({ results, threadsUnavailable }));
-`,
-    );
-    const out = execFileSync(process.execPath, ["transfer.js"], { cwd: app, env: bareEnv(), encoding: "utf8" });
     // mpt's lanes run on the prebuilt addon's threads (threadsUnavailable: null).
-    expect(JSON.parse(out)).toEqual({
-      results: [
-        { transport: "uv", channel: "basic", equal: true },
-        { transport: "shm", channel: "cma", equal: true },
-        { transport: "uv", channel: "mpt", equal: true },
-      ],
-      threadsUnavailable: null,
-    });
-    const doctor = JSON.parse(
-      execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
-    ) as { backends: { name: string; installed: boolean; viable: boolean; reason?: string }[] };
-    for (const b of doctor.backends) {
+    expectTransfers(process.execPath, "x64", "cma", 4);
+    for (const b of doctorOn(process.execPath).backends) {
       expect(b, b.name).toMatchObject({ installed: true });
       // A GPU channel on a machine without one says so (its prebuilt addon
       // loaded and probed: no "did not load"); everything else works.
@@ -174,53 +190,9 @@ console.log(JSON.stringify({ results, threadsUnavailable }));
   // qemu-user loads the linux-arm64 prebuilds from the same install.
   it.skipIf(skipArm64)("load the linux-arm64 prebuilds with Debian's arm64 Node under qemu-user and move tensors", () => {
     expect(arm64, "run scripts/cross-prebuilds.sh and scripts/arm64-node.sh first").toBe(true);
-    writeFileSync(
-      join(app, "transfer-arm64.js"),
-      `import { CPU_DEVICE, Context } from "@tensorpipe/core";
-import { registerUvTransport } from "@tensorpipe/transport-uv";
-import { registerShmTransport } from "@tensorpipe/transport-shm";
-import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { registerMptChannel } from "@tensorpipe/channel-mpt";
-const results = [];
-for (const [url, register] of [
-  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerBasicChannel(c); }],
-  ["shm://*", (c) => { registerShmTransport(c); registerBasicChannel(c); }],
-  ["uv://127.0.0.1:0", (c) => { registerUvTransport(c); registerMptChannel(c); }],
-]) {
-  const a = new Context(), b = new Context();
-  register(a); register(b);
-  const listener = await a.listen(url);
-  const [client, server] = await Promise.all([b.connect(listener.addresses()[0]), listener.accept()]);
-  const data = new Uint8Array(1 << 20).map((_, i) => i * 7);
-  const written = client.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
-  await server.readDescriptor();
-  const into = new Uint8Array(1 << 20);
-  await server.read({ payloads: [], tensors: [{ buffer: into }] });
-  await written;
-  results.push({ transport: client.transport, channel: client.channelFor(CPU_DEVICE, CPU_DEVICE), equal: Buffer.compare(data, into) === 0 });
-  await a.close(); await b.close();
-}
-console.log(JSON.stringify({ arch: process.arch, results }));
-`,
-    );
-    const out = execFileSync(arm64Node, ["transfer-arm64.js"], { cwd: app, env: bareEnv(), encoding: "utf8", timeout: 120_000 });
-    expect(JSON.parse(out)).toEqual({
-      arch: "arm64",
-      results: [
-        { transport: "uv", channel: "basic", equal: true },
-        { transport: "shm", channel: "basic", equal: true },
-        { transport: "uv", channel: "mpt", equal: true },
-      ],
-    });
-    const doctor = JSON.parse(
-      execFileSync(arm64Node, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], {
-        cwd: app,
-        env: bareEnv(),
-        encoding: "utf8",
-        timeout: 120_000,
-      }),
-    ) as { backends: { name: string; installed: boolean; viable: boolean; reason?: string }[] };
-    for (const b of doctor.backends) {
+    // qemu-user has no process_vm_readv: shm goes with basic there.
+    expectTransfers(arm64Node, "arm64", "basic", 1);
+    for (const b of doctorOn(arm64Node).backends) {
       expect(b, b.name).toMatchObject({ installed: true });
       // Every addon loaded ("did not load" would name a bad binary). qemu-user
       // lacks process_vm_readv, and there is no GPU.
@@ -235,10 +207,7 @@ console.log(JSON.stringify({ arch: process.arch, results }));
     const prebuilds = join(app, "node_modules/@tensorpipe/transport-uv/prebuilds");
     rmSync(join(prebuilds, "linux-arm64"), { recursive: true, force: true });
     renameSync(join(prebuilds, "linux-x64"), join(prebuilds, "linux-arm64"));
-    const doctor = JSON.parse(
-      execFileSync(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "doctor", "--json"], { cwd: app, env: bareEnv(), encoding: "utf8" }),
-    ) as { backends: { name: string; viable: boolean; reason?: string }[] };
-    const uv = doctor.backends.find((b) => b.name === "uv")!;
+    const uv = doctorOn(process.execPath).backends.find((b) => b.name === "uv")!;
     expect(uv.viable).toBe(false);
     expect(uv.reason).toMatch(/tensorpipe_uv\.node: there is no prebuilt binary for linux-x64 \(this package has linux-arm64\)/);
     expect(uv.reason).toContain(`cd ${dirname(prebuilds)} && npm install --no-save cmake-js node-addon-api @tensorpipe/native-common && npx cmake-js compile`);
