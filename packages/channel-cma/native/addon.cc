@@ -146,10 +146,6 @@ class CollapsedRanges {
 
 CollapsedRanges collapsed;
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-
 class Collapse : public PoolJob {
  public:
   Collapse(uintptr_t begin, uint64_t length) : begin_(begin), length_(length) {}

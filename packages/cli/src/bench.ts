@@ -331,9 +331,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     }
     measured.push(memcpy());
     for (const spec of C_BASELINES) {
-      const found = CBaseline.find(spec);
-      if ("missing" in found) skipped.push({ name: spec.name, reason: found.missing });
-      else measured.push(cBaseline(found));
+      const baseline = CBaseline.find(spec);
+      if ("missing" in baseline) skipped.push({ name: spec.name, reason: baseline.missing });
+      else measured.push(cBaseline(baseline));
     }
     measured.push(await nodeNet(peer));
     if (options.noZmq) skipped.push({ name: "zeromq", reason: "--no-zmq" });

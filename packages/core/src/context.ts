@@ -26,7 +26,7 @@ import {
   encodeBrochureAnswer,
   encodePacket,
 } from "./protocol.js";
-import { type ContextStats, PipeCounters } from "./stats.js";
+import { type ContextStats, PipeCounters, addCount } from "./stats.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
 
@@ -410,11 +410,14 @@ export class Context implements PipeAcceptor {
     const sum = new PipeCounters();
     sum.add(this.ended);
     for (const p of this.pipes) sum.add(p.counters);
-    const connectionErrors: Record<string, number> = {};
-    for (const l of this.listeners) {
-      for (const [code, n] of l.connectionErrors) connectionErrors[code] = (connectionErrors[code] ?? 0) + n;
-    }
-    return { ...sum.snapshot(), pipesOpened: this.pipesOpened, pipesOpen: this.pipes.size, connectionErrors };
+    const connectionErrors = new Map<string, number>();
+    for (const l of this.listeners) for (const [code, n] of l.connectionErrors) addCount(connectionErrors, code, n);
+    return {
+      ...sum.snapshot(),
+      pipesOpened: this.pipesOpened,
+      pipesOpen: this.pipes.size,
+      connectionErrors: Object.fromEntries(connectionErrors),
+    };
   }
 
   /**

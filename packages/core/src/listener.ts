@@ -6,6 +6,7 @@ import { Deferred } from "./deferred.js";
 import { diagnostics } from "./diagnostics.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Pipe } from "./pipe.js";
+import { addCount } from "./stats.js";
 import { decodePacket } from "./protocol.js";
 import type { Connection, TransportListener } from "./transport.js";
 
@@ -109,7 +110,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */
   private dropped(error: TensorPipeError, remoteAddress: string): void {
-    this.connectionErrors.set(error.code, (this.connectionErrors.get(error.code) ?? 0) + 1);
+    addCount(this.connectionErrors, error.code);
     if (log.enabled) {
       const cause = error.cause instanceof Error ? ` (cause: ${error.cause.message})` : "";
       log("dropped a connection from %s: %s: %s%s", remoteAddress || "accept", error.code, error.message, cause);

@@ -96,7 +96,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private cpuChannel?: Channel;
   /** @internal Live counters; stats() copies them. */
   readonly counters = new PipeCounters();
-  private readonly channelCounters = new Map<Channel, ChannelStats>();
+  /** Each channel's name and counters, found from the channel on the hot path. */
+  private readonly channelInfo = new Map<Channel, { name: string; stats: ChannelStats }>();
   /** Payload and tensor bytes of the message encodeDescriptor took last. */
   private encodedBytes = 0;
   private readonly options: PipeOptions;
@@ -175,7 +176,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (channel) this.channelByPair.set(pairKey(p.local, p.remote), channel);
     }
     this.cpuChannel = this.channelByPair.get(pairKey(CPU_DEVICE, CPU_DEVICE));
-    for (const [name, channel] of this.channels) this.channelCounters.set(channel, this.counters.channel(name));
+    for (const [name, channel] of this.channels) this.channelInfo.set(channel, { name, stats: this.counters.channel(name) });
     this.fetchDescriptor();
     // A connection that fails while idle: the peer is gone even if nobody
     // is reading or writing right now.
@@ -318,7 +319,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         return undefined;
       }
       const length = t.length ?? t.buffer.byteLength;
-      const counted = this.channelCounters.get(channel)!;
+      const counted = this.channelInfo.get(channel)!.stats;
       counted.tensorsSent++;
       counted.bytesSent += length;
       const sent = channel.send(t.buffer, length);
@@ -434,7 +435,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       const t = d.tensors[i]!;
       const buffer = allocation.tensors[i]!.buffer;
       const channel = this.channelBetween(bufferDevice(buffer), t.sourceDevice)!;
-      const counted = this.channelCounters.get(channel)!;
+      const counted = this.channelInfo.get(channel)!.stats;
       counted.tensorsReceived++;
       counted.bytesReceived += t.length;
       this.counters.bytesReceived += t.length;
@@ -561,7 +562,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         length = t.length;
         channel = this.channelBetween(bufferDevice(allocation!.tensors[i]!.buffer), t.sourceDevice);
       }
-      tensors.push({ length, channel: channel ? this.channelNameOf(channel) : "" });
+      tensors.push({ length, channel: (channel && this.channelInfo.get(channel)?.name) ?? "" });
     }
     return {
       pipe: this,
@@ -569,11 +570,6 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       payloads: (m.payloads ?? []).map((p) => ("data" in p ? p.data.byteLength : p.length)),
       tensors,
     };
-  }
-
-  private channelNameOf(channel: Channel): string {
-    for (const [name, c] of this.channels) if (c === channel) return name;
-    return "";
   }
 
   // ---- failure ----

@@ -47,6 +47,11 @@ export interface ContextStats extends PipeStats {
   connectionErrors: Record<string, number>;
 }
 
+/** Adds `n` to the count of `code`. */
+export function addCount(counts: Map<string, number>, code: string, n = 1): void {
+  counts.set(code, (counts.get(code) ?? 0) + n);
+}
+
 function emptyChannel(): ChannelStats {
   return { tensorsSent: 0, tensorsReceived: 0, bytesSent: 0, bytesReceived: 0 };
 }
@@ -68,7 +73,7 @@ export class PipeCounters {
   }
 
   countError(code: string): void {
-    this.errors.set(code, (this.errors.get(code) ?? 0) + 1);
+    addCount(this.errors, code);
   }
 
   /** Adds `other` into these counters. */
@@ -84,7 +89,7 @@ export class PipeCounters {
       into.bytesSent += c.bytesSent;
       into.bytesReceived += c.bytesReceived;
     }
-    for (const [code, n] of other.errors) this.errors.set(code, (this.errors.get(code) ?? 0) + n);
+    for (const [code, n] of other.errors) addCount(this.errors, code, n);
   }
 
   /** A copy that later traffic does not change. */
