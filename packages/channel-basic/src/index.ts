@@ -4,6 +4,7 @@ import {
   type Connection,
   type Context,
   CPU_DEVICE,
+  DONE,
   type DeviceDescriptor,
   type TensorBuffer,
   VIABLE,
@@ -11,8 +12,6 @@ import {
   cpuBytes,
   writeFrame,
 } from "@tensorpipe/core";
-
-const DONE = Promise.resolve();
 
 /**
  * One end of a basic channel: each tensor is one frame on its own transport

@@ -1,5 +1,4 @@
 /** One line of a plot: y against x, points in x order. */
-/** One line of a plot. */
 export interface PlotSeries {
   /** Its name in the legend. */
   name: string;

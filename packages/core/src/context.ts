@@ -14,6 +14,7 @@ import {
   checkAnswer,
   chooseChannels,
   chooseTransport,
+  describePairs,
 } from "./negotiation.js";
 import { Pipe } from "./pipe.js";
 import {
@@ -236,8 +237,7 @@ export class Context implements PipeAcceptor {
       if (hello) this.auth!.verifyServer(hello.nonce, answer.channelDeviceDescriptors.get(AUTH_ENTRY));
       answer.channelDeviceDescriptors.delete(AUTH_ENTRY);
       if (log.enabled) {
-        const chose = answer.channelForDevicePair.map((p) => `${deviceKey(p.local)}->${deviceKey(p.remote)}: ${p.channel}`);
-        log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, chose.join(", ") || "none");
+        log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, describePairs(answer.channelForDevicePair));
       }
       const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
       const chosen = this.transports.get(answer.transport)!.context;

@@ -125,18 +125,17 @@ export function chooseChannels(
     for (const local of localDevices.values()) {
       for (const remote of remoteDevices.values()) {
         const key = pairKey(local.device, remote.device);
-        const pair = `${deviceKey(local.device)}->${deviceKey(remote.device)}`;
         if (taken.has(key)) {
-          note?.(c.name, `${pair}: taken by a channel of higher priority`);
+          note?.(c.name, `${pairLabel(local.device, remote.device)}: taken by a channel of higher priority`);
           continue;
         }
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
-          note?.(c.name, `${pair}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)`);
+          note?.(c.name, `${pairLabel(local.device, remote.device)}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)`);
           continue;
         }
         taken.add(key);
         choice.pairs.push({ local: local.device, remote: remote.device, channel: c.name });
-        note?.(c.name, `${pair}: chosen (priority ${c.priority})`);
+        note?.(c.name, `${pairLabel(local.device, remote.device)}: chosen (priority ${c.priority})`);
         needed = true;
       }
     }
@@ -199,6 +198,15 @@ export function checkAnswer(
     }
   }
   return pairs;
+}
+
+/** Each pair's devices and channel, for logs: "cpu:0->cuda:1: cuda-basic, ...", or "none". */
+export function describePairs(pairs: readonly DevicePairChoice[]): string {
+  return pairs.map((p) => `${pairLabel(p.local, p.remote)}: ${p.channel}`).join(", ") || "none";
+}
+
+function pairLabel(local: Device, remote: Device): string {
+  return `${deviceKey(local)}->${deviceKey(remote)}`;
 }
 
 /** A (local, remote) device pair as a string key. */

@@ -12,7 +12,7 @@ import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
-import { pairKey } from "./negotiation.js";
+import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
 import {
@@ -183,8 +183,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.main.closed.then((e) => e && !this.failure && this.endStream(this.describe(e)));
     this.reply.closed.then((e) => e && !this.failure && this.tensorSends.length > 0 && this.fail(e));
     if (log.enabled) {
-      const pairs = parts.pairs.map((p) => `${deviceKey(p.local)}->${deviceKey(p.remote)}: ${p.channel}`).join(", ");
-      log("pipe to %s open (%s side): transport %s, channels %s", this.peer, parts.side, this.transport, pairs || "none");
+      log("pipe to %s open (%s side): transport %s, channels %s", this.peer, parts.side, this.transport, describePairs(parts.pairs));
     }
     if (diagnostics.pipeOpen.hasSubscribers) {
       diagnostics.pipeOpen.publish({ pipe: this, side: parts.side, peer: this.peer, transport: this.transport, channels: parts.pairs });
@@ -198,9 +197,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** The channel name used for tensors from `local` here to `remote` there. */
   channelFor(local: Device, remote: Device): string | undefined {
-    return this.channelForDevicePair.find(
-      (p) => deviceKey(p.local) === deviceKey(local) && deviceKey(p.remote) === deviceKey(remote),
-    )?.channel;
+    return this.channelForDevicePair.find((p) => sameDevice(p.local, local) && sameDevice(p.remote, remote))?.channel;
   }
 
   // ---- writing ----
