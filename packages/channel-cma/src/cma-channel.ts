@@ -25,7 +25,12 @@ import { type NativeAddon, loadAddon } from "./native.js";
 
 /** Options of the cma channel. */
 export interface CmaChannelOptions {
-  /** Threads that copy one large tensor side by side (default: the cores, at most 4). */
+  /**
+   * Copier threads that take the chunks of large tensors being received in
+   * turn, oldest read first (default: the cores, at most 4). One set serves
+   * every pipe of the thread (main or worker), started by its first large
+   * read with the largest number asked for, and joined when it goes.
+   */
   parallelism?: number;
   /**
    * Tensors up to this size travel inline on the channel's connection: for
