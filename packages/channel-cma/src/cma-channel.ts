@@ -27,9 +27,10 @@ import { type NativeAddon, loadAddon } from "./native.js";
 export interface CmaChannelOptions {
   /**
    * Copier threads that take the chunks of large tensors being received in
-   * turn, oldest read first (default: the cores, at most 4). One set serves
-   * every pipe of the thread (main or worker), started by its first large
-   * read with the largest number asked for, and joined when it goes.
+   * turn, oldest read first: 1 to 64 (default: the cores, at most 4). One
+   * set serves every pipe of the thread (main or worker), started by its
+   * first large read with the largest number asked for, and joined when
+   * it goes.
    */
   parallelism?: number;
   /**
@@ -55,6 +56,8 @@ interface Tuning {
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
+/** The most copier threads a Node thread may ask for. */
+const MAX_PARALLELISM = 64;
 
 /**
  * Up to where a copy through the transport beats process_vm_readv, which
@@ -197,8 +200,13 @@ export class CmaChannelContext implements ChannelContext {
   private viability?: Viability;
 
   constructor(options: CmaChannelOptions = {}) {
+    const parallelism = options.parallelism ?? Math.min(4, availableParallelism());
+    // Each is a thread of its own that lives as long as the Node thread.
+    if (!Number.isInteger(parallelism) || parallelism < 1 || parallelism > MAX_PARALLELISM) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `parallelism must be an integer from 1 to ${MAX_PARALLELISM}, got ${parallelism}`);
+    }
     this.tuning = {
-      parallelism: Math.max(1, options.parallelism ?? Math.min(4, availableParallelism())),
+      parallelism,
       hugePages: options.hugePages ?? true,
     };
     this.inlineMax = options.inlineMax;

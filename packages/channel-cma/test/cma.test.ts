@@ -61,6 +61,15 @@ describe("cma channel", () => {
     expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}:pid:\\[\\d+\\]:user:\\[\\d+\\]:${process.getuid!()}:inline:auto$`));
   });
 
+  it("refuses a number of copier threads that is not an integer from 1 to 64", () => {
+    for (const parallelism of [0, -1, 1.5, 65, Number.NaN]) {
+      expect(() => new CmaChannelContext({ parallelism }), String(parallelism)).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/parallelism must be an integer from 1 to 64/) }),
+      );
+    }
+    expect(() => new CmaChannelContext({ parallelism: 64 })).not.toThrow();
+  });
+
   it("pairs only ends that cut tensors at the same size", () => {
     const describe = (o = {}) => new CmaChannelContext(o).deviceDescriptors()[0]!.descriptor;
     const ctx = new CmaChannelContext();
