@@ -3,7 +3,7 @@ import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl, splitHostPort } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
 import { AUTH_ENTRY, type AuthOptions, SharedSecretAuth } from "./auth.js";
-import { debugLog } from "./debug.js";
+import { debugLog, describeError } from "./debug.js";
 import { deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import { Listener, type PipeAcceptor } from "./listener.js";
@@ -282,10 +282,7 @@ export class Context implements PipeAcceptor {
     };
     return raceSignal(handshake(), signal, `connect to ${url}`, abandon).catch((e) => {
       const err = fromNativeError(e, url);
-      if (log.enabled) {
-        const cause = err.cause instanceof Error ? ` (cause: ${err.cause.message})` : "";
-        log("connect to %s failed: %s: %s%s", url, err.code, err.message, cause);
-      }
+      if (log.enabled) log("connect to %s failed: %s", url, describeError(err));
       abandon(err);
       throw err;
     });

@@ -5,6 +5,7 @@
  * `enabled` before they build a message.
  */
 import { debuglog } from "node:util";
+import type { TensorPipeError } from "./errors.js";
 
 /** One section's log. Printing happens only when `enabled`. */
 export interface DebugLog {
@@ -27,4 +28,11 @@ export function debugLog(section: string): DebugLog {
   const log = (enabled ? print : () => undefined) as DebugLog;
   Object.defineProperty(log, "enabled", { value: enabled });
   return log;
+}
+
+/** An error in a log line: its code, message, errno and cause, where it has them. */
+export function describeError(e: TensorPipeError): string {
+  const errno = e.errno ? ` [${e.errno}]` : "";
+  const cause = e.cause instanceof Error ? ` (cause: ${e.cause.message})` : "";
+  return `${e.code}: ${e.message}${errno}${cause}`;
 }

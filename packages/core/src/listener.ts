@@ -1,7 +1,7 @@
 import { randomInt } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
-import { debugLog } from "./debug.js";
+import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { diagnostics } from "./diagnostics.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
@@ -111,10 +111,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */
   private dropped(error: TensorPipeError, remoteAddress: string): void {
     addCount(this.connectionErrors, error.code);
-    if (log.enabled) {
-      const cause = error.cause instanceof Error ? ` (cause: ${error.cause.message})` : "";
-      log("dropped a connection from %s: %s: %s%s", remoteAddress || "accept", error.code, error.message, cause);
-    }
+    if (log.enabled) log("dropped a connection from %s: %s", remoteAddress || "accept", describeError(error));
     if (diagnostics.listenerError.hasSubscribers) diagnostics.listenerError.publish({ listener: this, error, remoteAddress });
     this.emit("connectionError", error, remoteAddress);
   }

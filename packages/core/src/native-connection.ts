@@ -1,5 +1,5 @@
 import { raceSignal } from "./abort.js";
-import { type DebugLog, debugLog } from "./debug.js";
+import { type DebugLog, debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type Connection, DONE, type DetachedSocket, type FrameCallback } from "./transport.js";
@@ -195,7 +195,7 @@ export class NativeConnection implements Connection {
     this.closedDeferred.resolve(error ? this.failure : undefined);
     const log = logOf(this.transport);
     if (log.enabled) {
-      const why = error ? `${this.failure.code}: ${this.failure.message}${this.failure.errno ? ` [${this.failure.errno}]` : ""}` : "closed here";
+      const why = error ? describeError(this.failure) : "closed here";
       log("connection %s <-> %s closed: %s", this.localAddress || "?", this.remoteAddress || "?", why);
     }
   }
@@ -226,7 +226,7 @@ export async function connectNative(
   } catch (e) {
     const err = fromNativeError(e, url);
     const log = logOf(transport);
-    if (log.enabled) log("connect to %s failed: %s: %s%s", url, err.code, err.message, err.errno ? ` [${err.errno}]` : "");
+    if (log.enabled) log("connect to %s failed: %s", url, describeError(err));
     throw err;
   }
 }

@@ -5,7 +5,7 @@
  */
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import type { Channel } from "./channel.js";
-import { debugLog } from "./debug.js";
+import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { type MessageSizesMessage, diagnostics } from "./diagnostics.js";
 import type { Device, TensorBuffer } from "./device.js";
@@ -606,7 +606,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.reply.close(err);
     for (const c of this.channels.values()) c.close(err);
     this.closedDeferred.resolve(err);
-    if (log.enabled) log("pipe to %s closed: %s", this.peer, closedHere ? "closed here" : `${err.code}: ${err.message}`);
+    if (log.enabled) log("pipe to %s closed: %s", this.peer, closedHere ? "closed here" : describeError(err));
     if (diagnostics.pipeClose.hasSubscribers) diagnostics.pipeClose.publish({ pipe: this, error: err });
   }
 
