@@ -13,11 +13,9 @@ if [[ -x "$out/node" ]] && "$out/node" -e 0 2>/dev/null; then
   exit 0
 fi
 
-apt_install() {
-  apt-get install -y -qq "$@" >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$@" >/dev/null 2>&1)
-}
+source scripts/apt.sh
 if ! command -v qemu-aarch64 >/dev/null 2>&1; then
-  [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1 && apt_install qemu-user
+  if can_apt; then apt_install qemu-user || true; fi
   command -v qemu-aarch64 >/dev/null 2>&1 || { echo "arm64-node: qemu-aarch64 is missing (apt-get install qemu-user)" >&2; exit 1; }
 fi
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then

@@ -9,12 +9,10 @@
 # and no musl Node to prove a binary with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/apt.sh
 
 if ! command -v aarch64-linux-gnu-g++ >/dev/null 2>&1; then
-  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get install -y -qq g++-aarch64-linux-gnu >/dev/null 2>&1 ||
-      (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq g++-aarch64-linux-gnu >/dev/null 2>&1))
-  fi
+  if can_apt; then apt_install g++-aarch64-linux-gnu || true; fi
   command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || {
     echo "cross-prebuilds: aarch64-linux-gnu-g++ is missing (apt-get install g++-aarch64-linux-gnu)" >&2
     exit 1

@@ -3,6 +3,7 @@
 # workspace's dependencies, then every package built (TypeScript and addons).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/apt.sh
 export TURBO_TELEMETRY_DISABLED=1
 
 if ! command -v pnpm >/dev/null 2>&1 || [[ "$(pnpm --version 2>/dev/null)" != 10.* ]]; then
@@ -13,15 +14,15 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
   exit 1
 fi
 # The multi-host tests drop packets with nftables; without it they run on clean links.
-if [[ $(id -u) == 0 ]] && ! command -v nft >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  (apt-get install -y -qq nftables >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nftables >/dev/null 2>&1)) ||
+if ! command -v nft >/dev/null 2>&1 && can_apt; then
+  apt_install nftables ||
     echo "setup: nftables not installed; multi-host tests will run without packet loss" >&2
 fi
 # channel-cuda-gdr compiles against rdma-core's <infiniband/verbs.h> (the
 # library itself is loaded at run time); without it its addon builds but
 # reports that it was built without it.
-if [[ ! -e /usr/include/infiniband/verbs.h ]] && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
-  (apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libibverbs-dev >/dev/null 2>&1)) ||
+if [[ ! -e /usr/include/infiniband/verbs.h ]] && can_apt; then
+  apt_install libibverbs-dev ||
     echo "setup: libibverbs-dev not installed; cuda-gdr will say it was built without <infiniband/verbs.h>" >&2
 fi
 pnpm install --frozen-lockfile --reporter=append-only
