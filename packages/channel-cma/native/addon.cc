@@ -290,7 +290,9 @@ class Collapse : public PoolJob {
   bool ok_ = false;
 };
 
+// Buffers under 8 MiB hold at most three whole huge pages: not worth a job.
 void CollapseLater(Napi::Env env, char* data, uint64_t length) {
+  if (length < 4 * kHugePage) return;
   uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(data) + length) & ~(kHugePage - 1);
   if (end <= begin || !collapsed.Claim(begin, end - begin)) return;
@@ -315,7 +317,7 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
   t->keepTarget = Napi::Persistent(info[3]);
   t->callback = Napi::Persistent(info[6].As<Napi::Function>());
   t->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.CmaRead");
-  if (hugePages && length >= 4 * kHugePage) CollapseLater(env, target.data, length);
+  if (hugePages) CollapseLater(env, target.data, length);
   try {
     AddonEnv::Get<CmaEnv>(env)->queue.Add(t.get(), target.data, remote, length, parallelism);
   } catch (const std::system_error& e) {
@@ -330,7 +332,7 @@ Napi::Value ReadV(const Napi::CallbackInfo& info) {
 Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   ByteSpan span;
   if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "expected an ArrayBufferView");
-  if (info[1].ToBoolean() && span.length >= 4 * kHugePage) CollapseLater(info.Env(), span.data, span.length);
+  if (info[1].ToBoolean()) CollapseLater(info.Env(), span.data, span.length);
   return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(span.data)));
 }
 
