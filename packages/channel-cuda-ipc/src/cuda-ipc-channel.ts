@@ -16,15 +16,19 @@ import type { NativeAddon } from "./native.js";
 const MAX_ANSWER_BYTES = 4096;
 
 /**
- * One end of a cuda-ipc channel. Sending a tensor sends its allocation's
- * and an event's IPC handles over the channel's connection; the receiver
- * copies straight from the sender's GPU memory into its own once the
- * sender's stream has reached the event, then answers, and only then does
- * the send settle (the sender may reuse its memory). Zero-length tensors
- * cross nothing.
+ * One end of a cuda-ipc channel. Sending a tensor waits, here, until the
+ * work queued on its stream is done (at once where it already is), then
+ * sends its allocation's IPC handle over the channel's connection; the
+ * receiver copies straight from the sender's GPU memory into its own, then
+ * answers, and only then does the send settle (the sender may reuse its
+ * memory). Zero-length tensors cross nothing.
  */
 export class CudaIpcChannel implements Channel {
   private answers: Promise<unknown> = Promise.resolve();
+  /** The last request written or waiting to be: requests go in send order. */
+  private requests: Promise<void> = Promise.resolve();
+  /** Sends whose request waits for its tensor's stream. */
+  private waiting = 0;
 
   /** @internal Made by CudaIpcChannelContext.createChannel(). */
   constructor(
@@ -44,21 +48,40 @@ export class CudaIpcChannel implements Channel {
     } catch (e) {
       return Promise.reject(fromNativeError(e, "cuda-ipc export"));
     }
-    const written = this.connection.write([encodeIpcRequest({ ...exported, length })]);
+    const request = encodeIpcRequest({ memHandle: exported.memHandle, offset: exported.offset, length });
+    let written: Promise<void>;
+    if (exported.event === null && this.waiting === 0) {
+      written = this.connection.write([request]);
+    } else {
+      this.waiting++;
+      const ready = exported.event === null ? undefined : this.streamDone(tensor.device.index, exported.event);
+      // Handled below, once the requests before it are written; not an unhandled rejection meanwhile.
+      ready?.catch(() => undefined);
+      written = this.requests
+        .then(() => ready)
+        .then(
+          () => this.connection.write([request]),
+          (e: Error) => {
+            // The answers read below are matched to requests in order: one never sent breaks that.
+            this.connection.close(e);
+            throw e;
+          },
+        )
+        .finally(() => this.waiting--);
+    }
+    this.requests = written.catch(() => undefined);
     const answered = this.connection.read(MAX_ANSWER_BYTES);
-    return Promise.all([written, answered])
-      .then(([, answer]) => {
-        if (answer.byteLength > 0) {
-          throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${Buffer.from(answer).toString("utf8")}`);
-        }
-      })
-      .finally(() => {
-        try {
-          this.addon.releaseEvent(tensor.device.index, exported.event);
-        } catch {
-          // the context is gone with the driver's state: nothing left to free
-        }
-      });
+    return Promise.all([written, answered]).then(([, answer]) => {
+      if (answer.byteLength > 0) {
+        throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${Buffer.from(answer).toString("utf8")}`);
+      }
+    });
+  }
+
+  private streamDone(device: number, event: bigint): Promise<void> {
+    return new Promise((resolve, reject) =>
+      this.addon.waitEvent(device, event, (err) => (err ? reject(fromNativeError(err, "cuda-ipc wait")) : resolve())),
+    );
   }
 
   /** Receives `length` bytes into `buffer`; resolves when they have landed. */
@@ -79,7 +102,7 @@ export class CudaIpcChannel implements Channel {
       (r) =>
         new Promise<void>((resolve, reject) => {
           try {
-            this.addon.importCopy(this.contextId, tensor.device.index, r.memHandle, r.offset, r.eventHandle, tensor.ptr, length, tensor.stream ?? 0n, (err) =>
+            this.addon.importCopy(this.contextId, tensor.device.index, r.memHandle, r.offset, tensor.ptr, length, tensor.stream ?? 0n, (err) =>
               err ? reject(fromNativeError(err, "cuda-ipc copy")) : resolve(),
             );
           } catch (e) {

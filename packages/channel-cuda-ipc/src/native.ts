@@ -5,10 +5,8 @@ export interface ExportedTensor {
   memHandle: Uint8Array;
   /** The tensor's offset in that allocation. */
   offset: number;
-  /** An IPC event recorded after the work that produced the tensor. */
-  eventHandle: Uint8Array;
-  /** That event here, to release once the peer has copied. */
-  event: bigint;
+  /** Null where the tensor's stream had done its work, else an event to waitEvent() for. */
+  event: bigint | null;
 }
 
 /** The addon's surface, as native/addon.cc defines it. */
@@ -16,13 +14,12 @@ export interface NativeAddon {
   deviceOfUuid(uuid: string): number;
   canAccessPeer(a: number, b: number): boolean;
   exportTensor(device: number, ptr: bigint, stream: bigint): ExportedTensor;
-  releaseEvent(device: number, event: bigint): void;
+  waitEvent(device: number, event: bigint, callback: (err: Error | null) => void): void;
   importCopy(
     context: number,
     device: number,
     memHandle: Uint8Array,
     offset: number,
-    eventHandle: Uint8Array,
     dst: bigint,
     bytes: number,
     stream: bigint,

@@ -74,6 +74,7 @@ struct Driver {
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);
@@ -147,6 +148,7 @@ inline Loaded Load() {
             Resolve(lib, "cuStreamWaitEvent", &d.cuStreamWaitEvent, w) && Resolve(lib, "cuEventCreate", &d.cuEventCreate, w) &&
             Resolve(lib, "cuEventRecord", &d.cuEventRecord, w) &&
             Resolve(lib, "cuEventSynchronize", &d.cuEventSynchronize, w) &&
+            Resolve(lib, "cuEventQuery", &d.cuEventQuery, w) &&
             Resolve(lib, "cuEventDestroy_v2", &d.cuEventDestroy, w) &&
             Resolve(lib, "cuIpcGetMemHandle", &d.cuIpcGetMemHandle, w) &&
             Resolve(lib, "cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle, w) &&
