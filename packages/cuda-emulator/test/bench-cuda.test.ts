@@ -4,17 +4,22 @@ import { describe, expect, it } from "vitest";
 
 const bench = fileURLToPath(new URL("../../e2e/dist/bench-cuda.js", import.meta.url));
 
-// The GPU benchmark's whole path (two processes, both CUDA channels, the
-// bytes checked at the peer) on the emulated GPUs; its figures measure host
-// memory here, not a GPU, and are not looked at beyond being there.
+// The GPU benchmark's whole path (two processes, every CUDA channel, the
+// bytes checked at the peer for each size) on the emulated GPUs; its
+// figures measure host memory here, not a GPU, and are not looked at
+// beyond being there.
 describe("bench-cuda on the emulator", () => {
-  it("moves and checks a tensor over cuda-ipc and cuda-basic, and prints every figure", () => {
-    const r = spawnSync(process.execPath, [bench, "--size", "16", "--rounds", "2", "--json"], { encoding: "utf8", env: process.env, timeout: 60_000 });
+  it("moves and checks tensors of each size over cuda-ipc and cuda-basic, and prints every figure", () => {
+    const r = spawnSync(process.execPath, [bench, "--sizes", "8,3M", "--rounds", "1", "--json"], { encoding: "utf8", env: process.env, timeout: 60_000 });
     expect(r.stderr).toBe("");
     expect(r.status).toBe(0);
     const out = JSON.parse(r.stdout.trim().split("\n").at(-1)!);
-    expect(out).toMatchObject({ gpu: "TensorPipe CUDA emulator 0", sizeMiB: 16, rounds: 2 });
-    expect(Object.keys(out.gbps).sort()).toEqual(["cuda-basic", "cuda-ipc", "hostRoundTrip", "memcpyDtoD"]);
-    for (const v of [...Object.values(out.gbps), ...Object.values(out.ratios)]) expect(v).toBeGreaterThan(0);
+    expect(out).toMatchObject({ gpu: "TensorPipe CUDA emulator 0", rounds: 1, channels: ["cuda-ipc", "cuda-basic", "cuda-basic+cma"] });
+    expect(out.rows.map((row: { size: string }) => row.size)).toEqual(["8 B", "3 MiB"]);
+    for (const row of out.rows) {
+      expect(Object.keys(row.gbps).sort()).toEqual(["cuda-basic", "cuda-basic+cma", "cuda-ipc", "hostRoundTrip", "memcpyDtoD"]);
+      expect(Object.keys(row.ratios).sort()).toEqual(["cuda-basic+cma/hostRoundTrip", "cuda-basic/hostRoundTrip", "cuda-ipc/memcpyDtoD"]);
+      for (const v of [...Object.values(row.gbps), ...Object.values(row.ratios)]) expect(v).toBeGreaterThan(0);
+    }
   });
 });

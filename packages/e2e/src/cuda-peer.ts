@@ -1,27 +1,36 @@
 /**
  * The other process of the GPU benchmark (bench-cuda.ts): listens with uv
- * and the CUDA channels, prints its URL as one JSON line, and reads every
- * message's GPU tensor into one reused allocation on GPU 0, answering each
- * with an empty "ack" message, until stdin closes. A message whose metadata
- * is "check:<byte>" is answered "ok" when the first and last KiB of its
- * tensor hold that byte, else "bad".
+ * twice, once with the CUDA channels over their defaults and once with
+ * cuda-basic staged over cma (where cma can work), prints both URLs as one
+ * JSON line, and reads every message's GPU tensor into one reused
+ * allocation on GPU 0, answering each with an empty "ack" message, until
+ * stdin closes. A message whose metadata is "check:<byte>" is answered "ok"
+ * when the first and last KiB of its tensor hold that byte, else "bad".
  */
 import { type Pipe, cudaBuffer } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { CmaChannelContext } from "@tensorpipe/channel-cma";
 import { registerCudaBasicChannel } from "@tensorpipe/channel-cuda-basic";
 import { registerCudaIpcChannel } from "@tensorpipe/channel-cuda-ipc";
 import { allocateCuda, copyToHost, cudaSlice } from "@tensorpipe/cuda";
-import { Context } from "@tensorpipe/core";
+import { Context, type Listener } from "@tensorpipe/core";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 
 const capacity = Number(process.argv[2] ?? 256 << 20);
 const target = allocateCuda(capacity);
-const context = new Context();
-registerUvTransport(context);
-registerBasicChannel(context);
-registerCudaBasicChannel(context);
-registerCudaIpcChannel(context);
-const listener = await context.listen("uv://127.0.0.1:0");
+
+const defaults = new Context();
+registerUvTransport(defaults);
+registerBasicChannel(defaults);
+registerCudaBasicChannel(defaults);
+registerCudaIpcChannel(defaults);
+
+const cma = new CmaChannelContext();
+const overCma = cma.isViable().viable ? new Context() : undefined;
+if (overCma) {
+  registerUvTransport(overCma);
+  registerCudaBasicChannel(overCma, { cpuChannel: cma });
+}
 
 async function sink(pipe: Pipe): Promise<void> {
   for (;;) {
@@ -43,9 +52,16 @@ async function sink(pipe: Pipe): Promise<void> {
   }
 }
 
-void (async () => {
-  for await (const pipe of listener) sink(pipe).catch(() => pipe.close());
-})();
-console.log(JSON.stringify({ url: listener.addresses()[0] }));
+async function serve(context: Context): Promise<Listener> {
+  const listener = await context.listen("uv://127.0.0.1:0");
+  void (async () => {
+    for await (const pipe of listener) sink(pipe).catch(() => pipe.close());
+  })();
+  return listener;
+}
+
+const url = (await serve(defaults)).addresses()[0];
+const cmaUrl = overCma ? (await serve(overCma)).addresses()[0] : null;
+console.log(JSON.stringify({ url, cmaUrl }));
 process.stdin.resume();
-process.stdin.on("end", () => void context.close().then(() => process.exit(0)));
+process.stdin.on("end", () => void Promise.all([defaults.close(), overCma?.close()]).then(() => process.exit(0)));
