@@ -8,7 +8,7 @@ import {
   fromNativeError,
   protocolError,
 } from "@tensorpipe/core";
-import { cudaTensor } from "@tensorpipe/cuda";
+import { cudaTensor, streamReady } from "@tensorpipe/cuda";
 import { IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest } from "./ipc-request.js";
 import type { NativeAddon } from "./native.js";
 
@@ -50,11 +50,11 @@ export class CudaIpcChannel implements Channel {
     }
     const request = encodeIpcRequest({ memHandle: exported.memHandle, offset: exported.offset, length });
     let written: Promise<void>;
-    if (exported.event === null && this.waiting === 0) {
+    if (exported.ready && this.waiting === 0) {
       written = this.connection.write([request]);
     } else {
       this.waiting++;
-      const ready = exported.event === null ? undefined : this.streamDone(tensor.device.index, exported.event);
+      const ready = exported.ready ? undefined : streamReady(tensor.stream ?? 0n, tensor.device.index);
       // Handled below, once the requests before it are written; not an unhandled rejection meanwhile.
       ready?.catch(() => undefined);
       written = this.requests
@@ -76,12 +76,6 @@ export class CudaIpcChannel implements Channel {
         throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${Buffer.from(answer).toString("utf8")}`);
       }
     });
-  }
-
-  private streamDone(device: number, event: bigint): Promise<void> {
-    return new Promise((resolve, reject) =>
-      this.addon.waitEvent(device, event, (err) => (err ? reject(fromNativeError(err, "cuda-ipc wait")) : resolve())),
-    );
   }
 
   /** Receives `length` bytes into `buffer`; resolves when they have landed. */

@@ -5,8 +5,8 @@ export interface ExportedTensor {
   memHandle: Uint8Array;
   /** The tensor's offset in that allocation. */
   offset: number;
-  /** Null where the tensor's stream had done its work, else an event to waitEvent() for. */
-  event: bigint | null;
+  /** Whether the work queued on the tensor's stream was done (else wait for the stream). */
+  ready: boolean;
 }
 
 /** The addon's surface, as native/addon.cc defines it. */
@@ -14,7 +14,6 @@ export interface NativeAddon {
   deviceOfUuid(uuid: string): number;
   canAccessPeer(a: number, b: number): boolean;
   exportTensor(device: number, ptr: bigint, stream: bigint): ExportedTensor;
-  waitEvent(device: number, event: bigint, callback: (err: Error | null) => void): void;
   importCopy(
     context: number,
     device: number,

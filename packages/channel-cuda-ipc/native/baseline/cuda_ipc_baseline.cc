@@ -77,6 +77,25 @@ struct Handles {
   CUipcEventHandle event;
 };
 
+// One process's start: the driver on GPU 0, two allocations of the
+// transfer's size and a stream of its own.
+struct Gpu {
+  const Driver& d;
+  CUdeviceptr first;
+  CUdeviceptr second;
+  CUstream stream;
+};
+
+Gpu Start(uint64_t size) {
+  const Driver& d = Need();
+  Ok(d, UseDevice(d, 0), "cuCtxSetCurrent");
+  Gpu g{d, 0, 0, nullptr};
+  Ok(d, d.cuMemAlloc(&g.first, size), "cuMemAlloc");
+  Ok(d, d.cuMemAlloc(&g.second, size), "cuMemAlloc");
+  Ok(d, d.cuStreamCreate(&g.stream, kStreamNonBlocking), "cuStreamCreate");
+  return g;
+}
+
 // Mean microseconds of `f` over kSteps calls.
 template <typename F>
 double Mean(F f) {
@@ -86,19 +105,16 @@ double Mean(F f) {
 }
 
 void Receiver(int fd, uint64_t size, uint64_t count, const std::string& mode) {
-  const Driver& d = Need();
-  Ok(d, UseDevice(d, 0), "cuCtxSetCurrent");
-  CUdeviceptr dst, own;
-  Ok(d, d.cuMemAlloc(&dst, size), "cuMemAlloc");
-  Ok(d, d.cuMemAlloc(&own, size), "cuMemAlloc");
+  Gpu g = Start(size);
+  const Driver& d = g.d;
+  CUdeviceptr dst = g.first, own = g.second;
+  CUstream stream = g.stream;
   Handles h;
   ReadAll(fd, &h, sizeof h);
   CUdeviceptr src;
   CUevent event;
   Ok(d, d.cuIpcOpenMemHandle(&src, h.mem, kIpcMemLazyEnablePeerAccess), "cuIpcOpenMemHandle");
   Ok(d, d.cuIpcOpenEventHandle(&event, h.event), "cuIpcOpenEventHandle");
-  CUstream stream;
-  Ok(d, d.cuStreamCreate(&stream, kStreamNonBlocking), "cuStreamCreate");
   char go = 0;
   CUipcEventHandle fresh;
   for (uint64_t i = 0; i < 2 * count; i++) {
@@ -131,13 +147,10 @@ void Receiver(int fd, uint64_t size, uint64_t count, const std::string& mode) {
 }
 
 int Sender(int fd, uint64_t size, uint64_t count, const std::string& mode) {
-  const Driver& d = Need();
-  Ok(d, UseDevice(d, 0), "cuCtxSetCurrent");
-  CUdeviceptr src, mine;
-  Ok(d, d.cuMemAlloc(&src, size), "cuMemAlloc");
-  Ok(d, d.cuMemAlloc(&mine, size), "cuMemAlloc");
-  CUstream stream;
-  Ok(d, d.cuStreamCreate(&stream, kStreamNonBlocking), "cuStreamCreate");
+  Gpu g = Start(size);
+  const Driver& d = g.d;
+  CUdeviceptr src = g.first, mine = g.second;
+  CUstream stream = g.stream;
   Ok(d, d.cuMemsetD8Async(src, 90, size, stream), "cuMemsetD8Async");
   Ok(d, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   Handles h;
