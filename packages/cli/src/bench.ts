@@ -223,7 +223,7 @@ function cBaseline(c: CBaseline): Measured {
   return {
     name: c.name,
     kind: "baseline",
-    roundTrips: (data, _back, n) => c.roundTrips(data.length, n),
+    roundTrips: async (data, _back, n) => (await c.roundTrips(data.length, n)).us,
     throughput: (data, count) => c.throughput(data.length, count),
     close: () => undefined,
   };
@@ -297,6 +297,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     print(
       `  memcpy: into a reused buffer, the best of 1 to ${ParallelMemcpy.MAX_THREADS} threads from ${sizeLabel(ParallelMemcpy.SPLIT_FROM)} up (one thread below)`,
     );
+    print("  C programs: round trips with their two processes pinned to two cores, streams where the scheduler puts them");
     for (const t of transports) {
       for (const c of channels) {
         const name = `${t.spec.name}+${c.spec.name}`;

@@ -27,7 +27,8 @@ export const C_BASELINES: readonly CBaselineSpec[] = [
 export class CBaseline {
   private constructor(
     readonly name: string,
-    private readonly path: string,
+    /** The program. */
+    readonly path: string,
   ) {}
 
   /** The program built in the package's tree, or why there is none. */
@@ -39,9 +40,12 @@ export class CBaseline {
     return new CBaseline(spec.name, path);
   }
 
-  /** Round trips of `size`-byte frames, in microseconds. */
-  async roundTrips(size: number, n: number): Promise<number[]> {
-    return (await this.exec("pingpong", size, n) as { us: number[] }).us;
+  /**
+   * Round trips of `size`-byte frames, in microseconds, and the two cores
+   * the processes were pinned to (none where this process may use one).
+   */
+  async roundTrips(size: number, n: number): Promise<{ us: number[]; cores: number[] }> {
+    return (await this.exec("pingpong", size, n)) as { us: number[]; cores: number[] };
   }
 
   /** GB/s of `count` frames of `size` bytes one way, the last acknowledged. */

@@ -1,3 +1,5 @@
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { CBaseline, C_BASELINES } from "../src/c-baseline.js";
 
@@ -10,9 +12,27 @@ describe.each(C_BASELINES)("$name", (spec) => {
   });
 
   it("times one round trip per frame, the bytes echoed intact", async () => {
-    const us = await (found as CBaseline).roundTrips(4096, 50);
+    const { us } = await (found as CBaseline).roundTrips(4096, 50);
     expect(us).toHaveLength(50);
     for (const t of us) expect(t).toBeGreaterThan(0);
+  });
+
+  // Left together on the parent's core, the two processes time the
+  // scheduler's hand-over rather than the exchange.
+  it("times round trips from two cores where this process may use two", async () => {
+    const { cores } = await (found as CBaseline).roundTrips(8, 10);
+    const allowed = allowedCores();
+    if (allowed.length < 2) expect(cores).toEqual([]);
+    else expect(cores).toEqual(allowed.slice(0, 2));
+  });
+
+  it("times round trips where it is told when this process may use one core", async () => {
+    const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", "5"], { encoding: "utf8" });
+    if (taskset.error) return; // no taskset here
+    expect(taskset.status, taskset.stderr).toBe(0);
+    const out = JSON.parse(taskset.stdout) as { us: number[]; cores: number[] };
+    expect(out.us).toHaveLength(5);
+    expect(out.cores).toEqual([]);
   });
 
   it("streams frames larger than a ring or a socket buffer, the last one checked at the peer", async () => {
@@ -20,3 +40,12 @@ describe.each(C_BASELINES)("$name", (spec) => {
     expect(gbps).toBeGreaterThan(0);
   });
 });
+
+/** The cores this process may run on, from /proc (Cpus_allowed_list: "0-3,8"). */
+function allowedCores(): number[] {
+  const list = /^Cpus_allowed_list:\s*(.+)$/m.exec(readFileSync("/proc/self/status", "utf8"))![1]!;
+  return list.split(",").flatMap((part) => {
+    const [a, b] = part.split("-").map(Number);
+    return Array.from({ length: (b ?? a!) - a! + 1 }, (_, i) => a! + i);
+  });
+}
