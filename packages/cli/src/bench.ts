@@ -54,8 +54,15 @@ export interface Cell {
   p50?: number;
   /** Round trip 99th percentile, in microseconds. */
   p99?: number;
-  /** Streaming throughput, GB/s (median of rounds). */
+  /**
+   * Streaming throughput, GB/s: the median of every turn of every round.
+   * This machine has spells of about 100 ms in which one core's stores to
+   * memory the other core read run 10x slower (the C ring shows them too),
+   * and one such spell in one turn took a series' mean down by a third.
+   */
   gbps: number;
+  /** Every turn's bytes over every turn's time, spells included. */
+  meanGbps: number;
 }
 
 /** One pipe or baseline over every size. */
@@ -355,7 +362,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     }
     for (const s of skipped) print(`  skipped ${s.name}: ${s.reason}`);
 
-    const samples = new Map<string, { rtt: number[]; gbps: number[] }>();
+    const samples = new Map<string, { rtt: number[]; gbps: number[]; seconds: number }>();
     const bar = new ProgressBar(sizes.length * rounds * measured.length, options.progress ?? process.stderr);
     for (const size of sizes) {
       const data = new Uint8Array(size).fill(1);
@@ -369,7 +376,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       const acc = (m: Measured) => {
         const key = `${m.name}/${size}`;
         let a = samples.get(key);
-        if (!a) samples.set(key, (a = { rtt: [], gbps: [] }));
+        if (!a) samples.set(key, (a = { rtt: [], gbps: [], seconds: 0 }));
         return a;
       };
       // Round trips go in short turns across the series: how fast a process
@@ -397,19 +404,16 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         // up to 1.4x apart when each ran in one block, and one 64 MiB block
         // of shm+cma ran at 0.65 to 1.0x memcpy's.
         const bulkTurns = bulkCount(size) >= 1000 ? 10 : bulkCount(size) >= 12 ? 3 : 1;
-        const seconds = new Map<Measured, number>();
         for (let t = 0; t < bulkTurns; t++) {
           for (const m of orderOf(t, 1)) {
             bar.show(`${m.name} ${sizeLabel(size)} (round ${r + 1}/${rounds})`);
-            // Every turn moves as many bytes: the round's rate is their harmonic mean.
+            // Every turn moves as many bytes, so their mean rate is the harmonic mean.
             const gbps = await m.throughput(data, Math.ceil(bulkCount(size) / bulkTurns));
-            seconds.set(m, (seconds.get(m) ?? 0) + 1 / gbps);
+            acc(m).gbps.push(gbps);
+            acc(m).seconds += 1 / gbps;
           }
         }
-        for (const m of measured) {
-          acc(m).gbps.push(bulkTurns / seconds.get(m)!);
-          bar.tick(`${m.name} ${sizeLabel(size)}`);
-        }
+        for (const m of measured) bar.tick(`${m.name} ${sizeLabel(size)}`);
       }
     }
     bar.finish();
@@ -422,7 +426,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         sizes.map((size) => {
           const acc = samples.get(`${m.name}/${size}`)!;
           const latency = acc.rtt.length ? summarize(acc.rtt) : {};
-          return [size, { ...latency, gbps: median(acc.gbps) }];
+          return [size, { ...latency, gbps: median(acc.gbps), meanGbps: acc.gbps.length / acc.seconds }];
         }),
       ),
     }));
@@ -515,14 +519,15 @@ function targets(sizes: readonly number[]): Record<string, string> {
 
 function report(result: BenchResult, print: (line: string) => void): void {
   const width = Math.max(10, ...result.series.map((s) => s.name.length)) + 2;
-  print(`\n${"size".padEnd(9)}${"series".padEnd(width)}${"p50 us".padStart(10)}${"p99 us".padStart(10)}${"GB/s".padStart(9)}`);
+  print(`\n${"size".padEnd(9)}${"series".padEnd(width)}${"p50 us".padStart(10)}${"p99 us".padStart(10)}${"GB/s".padStart(9)}${"mean".padStart(9)}`);
   for (const size of result.sizes) {
     result.series.forEach((s, i) => {
       const c = s.cells[size]!;
       const lat = c.p50 === undefined ? ["", ""] : [fmt(c.p50), fmt(c.p99!)];
-      print(`${(i === 0 ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${lat[0]!.padStart(10)}${lat[1]!.padStart(10)}${fmt(c.gbps, 3).padStart(9)}`);
+      print(`${(i === 0 ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${lat[0]!.padStart(10)}${lat[1]!.padStart(10)}${fmt(c.gbps, 3).padStart(9)}${fmt(c.meanGbps, 3).padStart(9)}`);
     });
   }
+  print("GB/s: the median of every turn; mean: all turns' bytes over their time, the machine's slow spells included");
   print(`\nratios measured in this run: GB/s at ${sizeLabel(result.sizes.at(-1)!)} (higher is better), round trip p50 at ${sizeLabel(result.sizes[0]!)} (lower is better)`);
   const baselines = result.series.filter((s) => s.kind === "baseline");
   for (const p of result.series.filter((s) => s.kind === "pipe")) {

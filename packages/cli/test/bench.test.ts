@@ -56,12 +56,13 @@ describe("tensorpipe bench", () => {
       for (const size of result.sizes) {
         const cell = s.cells[size]!;
         expect(cell.gbps, `${s.name} ${size}`).toBeGreaterThan(0);
+        expect(cell.meanGbps, `${s.name} ${size}`).toBeGreaterThan(0);
         if (s.name !== "memcpy") expect(cell.p99!, `${s.name} ${size}`).toBeGreaterThanOrEqual(cell.p50!);
       }
     }
     expect(result.ratios["uv+basic 64 KiB GB/s / zeromq"]).toBeGreaterThan(0);
     expect(result.ratios["uv+basic 8 B RTT p50 / node:net"]).toBeGreaterThan(0);
-    expect(lines.join("\n")).toMatch(/^64 KiB +shm\+cma +\d+\.\d +\d+\.\d +\d+\.\d{3}$/m);
+    expect(lines.join("\n")).toMatch(/^64 KiB +shm\+cma +\d+\.\d +\d+\.\d +\d+\.\d{3} +\d+\.\d{3}$/m);
     const svg = readFileSync(svgPath, "utf8");
     for (const s of result.series) expect(svg).toContain(`data-series="${s.name}"`);
     expect(svg.match(/<polyline /g)).toHaveLength(result.series.length);
