@@ -49,6 +49,42 @@ describe("libnop integers", () => {
     r.end();
   });
 
+  // The string prefix (0xbd), the length in its smallest form, the UTF-8 bytes: as TextEncoder makes them.
+  const stringBytes = (text: string) => {
+    const utf8 = new TextEncoder().encode(text);
+    return hex(Uint8Array.of(0xbd)) + hex(new NopWriter().uint(utf8.length).finish()) + hex(utf8);
+  };
+
+  it.each([
+    ["one ASCII character", "x"],
+    ["127 ASCII characters", "a".repeat(127)],
+    ["128 ASCII characters, whose length takes two bytes", "b".repeat(128)],
+    ["ASCII up to a multi-byte character", "sink é"],
+    ["a multi-byte character first", "é"],
+    ["a character outside the BMP", "x😀"],
+  ])("encodes %s as UTF-8 after its length", (_what, text) => {
+    const w = new NopWriter(4);
+    // A frame written before leaves bytes behind in the reused memory.
+    w.reset().string("z".repeat(200)).finish();
+    const bytes = w.reset().string(text).finish();
+    expect(hex(bytes)).toBe(stringBytes(text));
+    expect(new NopReader(bytes).string()).toBe(text);
+  });
+
+  it.each([
+    ["16 ASCII bytes", "0123456789abcdef"],
+    ["17 ASCII bytes", "0123456789abcdefg"],
+    ["a short string with a multi-byte character", "ab✓"],
+  ])("decodes %s", (_what, text) => {
+    const r = new NopReader(new NopWriter().string(text).uint(7).finish());
+    expect(r.string()).toBe(text);
+    expect(r.uint()).toBe(7);
+  });
+
+  it("refuses a short string that is not UTF-8", () => {
+    expect(() => new NopReader(Uint8Array.of(0xbd, 3, 0x61, 0xff, 0x62)).string()).toThrow(/not valid UTF-8/);
+  });
+
   it("grows its buffer for large values", () => {
     const s = "x".repeat(100_000);
     expect(new NopReader(new NopWriter(4).string(s).finish()).string()).toBe(s);
