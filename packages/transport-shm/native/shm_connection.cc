@@ -253,16 +253,16 @@ Napi::Value ShmConnection::Write(const Napi::CallbackInfo& info) {
     throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
   }
   if (state_ == State::kFailed) throw Napi::Error(env, WriteFailure());
-  auto op = std::make_unique<PendingWrite>();
-  op->frames = FrameWrite::FromArgs(info);
+  FrameWrite& frames = NextWrite(info);
   if (writes_.empty()) {
-    if (!CopyOut(*op->frames)) {
+    if (!CopyOut(frames)) {
       Fail(0);
       throw Napi::Error(env, WriteFailure());
     }
-    if (op->frames->Done()) return Napi::Boolean::New(env, true);
+    if (frames.Done()) return Napi::Boolean::New(env, true);
   }
-  op->frames->keepFrames = Napi::Persistent(info[0]);
+  auto op = std::make_unique<PendingWrite>();
+  op->frames = TakeWrite(info);
   op->callback = Napi::Persistent(info[1].As<Napi::Function>());
   writes_.push_back(std::move(op));
   ArmWrite();

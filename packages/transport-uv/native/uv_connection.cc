@@ -93,16 +93,15 @@ Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
   if (state_ == State::kClosed || state_ == State::kStarting) {
     throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
   }
-  auto op = std::make_unique<WriteOp>();
-  op->frames = FrameWrite::FromArgs(info);
-  FrameWrite& f = *op->frames;
+  FrameWrite& f = NextWrite(info);
   auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
   int written = uv_try_write(stream, f.bufs.data(), static_cast<unsigned int>(f.bufs.size()));
   if (written >= 0 && static_cast<size_t>(written) == f.total) return Napi::Boolean::New(env, true);
   // Queue the rest; libuv keeps queued writes in order.
   if (written > 0) f.Advance(static_cast<size_t>(written));
+  auto op = std::make_unique<WriteOp>();
+  op->frames = TakeWrite(info);
   op->connection = this;
-  op->frames->keepFrames = Napi::Persistent(info[0]);
   op->callback = Napi::Persistent(info[1].As<Napi::Function>());
   op->req.data = op.get();
   int r = uv_write(&op->req, stream, f.bufs.data() + f.first, static_cast<unsigned int>(f.bufs.size() - f.first),

@@ -54,19 +54,35 @@ struct FrameRead {
   FrameRead& operator=(const FrameRead&) = delete;
   ~FrameRead() { std::free(fresh); }
 
-  // From read(target: ArrayBufferView | null, maxLength: number, ...).
-  static std::unique_ptr<FrameRead> FromArgs(const Napi::CallbackInfo& info) {
-    auto op = std::make_unique<FrameRead>();
+  // Becomes the read that read(target: ArrayBufferView | null, maxLength:
+  // number, callback) asks for. The memory a fresh frame took before is
+  // kept for the next one; nothing of JS is held until the read has to
+  // wait (see Wait).
+  void Assign(const Napi::CallbackInfo& info) {
+    target = nullptr;
+    targetLength = 0;
+    hasTarget = false;
+    headerGot = 0;
+    haveHeader = false;
+    frameLength = 0;
+    body = nullptr;
+    bodyGot = 0;
+    capacity = 0;
     if (!info[0].IsNull() && !info[0].IsUndefined()) {
       ByteSpan span;
       if (!GetBytes(info[0], &span)) throw Napi::TypeError::New(info.Env(), "target must be an ArrayBufferView");
-      op->hasTarget = true;
-      op->target = span.data;
-      op->targetLength = span.length;
-      op->keepTarget = Napi::Persistent(info[0]);
+      hasTarget = true;
+      target = span.data;
+      targetLength = span.length;
     }
-    op->maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
-    return op;
+    maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
+  }
+
+  // The read did not finish at once: it holds on to its target and its
+  // callback until it does.
+  void Wait(const Napi::CallbackInfo& info) {
+    if (hasTarget) keepTarget = Napi::Persistent(info[0]);
+    callback = Napi::Persistent(info[2].As<Napi::Function>());
   }
 
   uint64_t BodyRemaining() const { return haveHeader ? frameLength - bodyGot : 0; }
@@ -189,25 +205,29 @@ struct FrameWrite {
   size_t first = 0;  // bufs before this one are fully written
   Napi::Reference<Napi::Value> keepFrames;
 
-  // From write(frames: ArrayBufferView[], ...).
-  static std::unique_ptr<FrameWrite> FromArgs(const Napi::CallbackInfo& info) {
+  // Becomes the write of write(frames: ArrayBufferView[], ...), in the
+  // memory of the one before: a write that finishes at once allocates
+  // nothing. The buffers point into `headers`, whose memory moves with the
+  // vector when a waiting write takes this over.
+  void Assign(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsArray()) throw Napi::TypeError::New(env, "frames must be an array");
     Napi::Array frames = info[0].As<Napi::Array>();
     uint32_t n = frames.Length();
-    auto op = std::make_unique<FrameWrite>();
-    op->headers.resize(n);
-    op->bufs.reserve(2 * n);
+    headers.resize(n);
+    bufs.clear();
+    bufs.reserve(2 * n);
+    total = 0;
+    first = 0;
     for (uint32_t i = 0; i < n; i++) {
       ByteSpan span;
       if (!GetBytes(frames.Get(i), &span)) throw Napi::TypeError::New(env, "frames must be ArrayBufferViews");
       uint64_t len = span.length;
-      std::memcpy(&op->headers[i], &len, 8);
-      op->bufs.push_back(MakeBuf(reinterpret_cast<char*>(&op->headers[i]), 8));
-      if (len > 0) op->bufs.push_back(MakeBuf(span.data, len));
-      op->total += 8 + len;
+      std::memcpy(&headers[i], &len, 8);
+      bufs.push_back(MakeBuf(reinterpret_cast<char*>(&headers[i]), 8));
+      if (len > 0) bufs.push_back(MakeBuf(span.data, len));
+      total += 8 + len;
     }
-    return op;
   }
 
   // Marks `n` more bytes as written.

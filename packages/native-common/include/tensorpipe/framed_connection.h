@@ -89,18 +89,22 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     if (state_ == State::kClosed || state_ == State::kStarting) {
       throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
     }
-    std::unique_ptr<FrameRead> op = FrameRead::FromArgs(info);
+    if (!spareRead_) spareRead_ = std::make_unique<FrameRead>();
+    FrameRead& op = *spareRead_;
+    op.Assign(info);
     if (reads_.empty()) {
-      Progress p = self().Consume(*op);
-      if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, *op);
+      Progress p = self().Consume(op);
+      if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, op);
       if (p == Progress::kError) {
+        // Made before Fail(), whose callbacks may read again and reuse `op`.
+        Napi::Value failure = FailureFor(op);
         Fail(0);
-        return FailureFor(*op);
+        return failure;
       }
     }
-    if (state_ == State::kFailed) return FailureFor(*op);
-    op->callback = Napi::Persistent(info[2].As<Napi::Function>());
-    reads_.push_back(std::move(op));
+    if (state_ == State::kFailed) return FailureFor(op);
+    op.Wait(info);
+    reads_.push_back(std::move(spareRead_));
     self().ArmRead();
     return Napi::Boolean::New(env, false);
   }
@@ -192,8 +196,26 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     onFailure_.Reset();
   }
 
+  // The frames of write(frames, callback), in memory reused by every write
+  // that finishes at once; one that has to wait takes it along (TakeWrite).
+  FrameWrite& NextWrite(const Napi::CallbackInfo& info) {
+    if (!spareWrite_) spareWrite_ = std::make_unique<FrameWrite>();
+    spareWrite_->Assign(info);
+    return *spareWrite_;
+  }
+
+  // The write NextWrite made, for a write that has to wait; its JS frames
+  // are held until it finishes.
+  std::unique_ptr<FrameWrite> TakeWrite(const Napi::CallbackInfo& info) {
+    spareWrite_->keepFrames = Napi::Persistent(info[0]);
+    return std::move(spareWrite_);
+  }
+
   State state_ = State::kStarting;
   std::deque<std::unique_ptr<FrameRead>> reads_;
+  // The read tried at once, kept for the next one when it finishes at once.
+  std::unique_ptr<FrameRead> spareRead_;
+  std::unique_ptr<FrameWrite> spareWrite_;
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
   int failStatus_ = 0;
