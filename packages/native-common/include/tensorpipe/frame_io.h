@@ -207,8 +207,8 @@ struct FrameWrite {
 
   // Becomes the write of write(frames: ArrayBufferView[], ...), in the
   // memory of the one before: a write that finishes at once allocates
-  // nothing. The buffers point into `headers`, whose memory moves with the
-  // vector when a waiting write takes this over.
+  // nothing, and one that has to wait takes this object along. The buffers
+  // point into `headers`, which is sized before they are made.
   void Assign(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsArray()) throw Napi::TypeError::New(env, "frames must be an array");
