@@ -35,6 +35,16 @@ describe.each(C_BASELINES)("$name", (spec) => {
     expect(out.cores).toEqual([]);
   });
 
+  // The shm ring's ends yield at once to a peer that last ran on their core
+  // (else only after 20 us of polling, twice a round trip).
+  it.runIf(spec.name === "shm ring (C)")("hands one core back and forth at each look when both ends share it", () => {
+    const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", "3000"], { encoding: "utf8" });
+    if (taskset.error) return; // no taskset here
+    expect(taskset.status, taskset.stderr).toBe(0);
+    const us = (JSON.parse(taskset.stdout) as { us: number[] }).us.sort((a, b) => a - b);
+    expect(us[1500]).toBeLessThan(30);
+  });
+
   it("streams frames larger than a ring or a socket buffer, the last one checked at the peer", async () => {
     const gbps = await (found as CBaseline).throughput(9 * 1024 * 1024 + 5, 3);
     expect(gbps).toBeGreaterThan(0);

@@ -4,6 +4,7 @@
 // the bytes it sends, never this process's memory.
 #pragma once
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,7 +17,9 @@ namespace tensorpipe_js {
 
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever written (by the writer)
+  std::atomic<uint32_t> writerCore;        // 1 + the core it last published from; 0: not yet
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed (by the reader)
+  std::atomic<uint32_t> readerCore;
   alignas(64) std::atomic<uint32_t> readerWaiting;
   alignas(64) std::atomic<uint32_t> writerWaiting;
 };
@@ -28,6 +31,22 @@ constexpr size_t kRingHeaderSize = 4096;
 // side polls the ring before it sleeps on its eventfd.
 constexpr uint64_t kDefaultRingSize = 4 << 20;
 constexpr uint64_t kDefaultSpinMicros = 200;
+
+// A waiting side yields its core between looks at the ring when its peer
+// last published from the same core, since the peer cannot run until it
+// does (else each end waits out the other's spell: 420 us round trips
+// instead of 9). Otherwise it polls without yielding, as a yield costs a
+// system call and a pass through the scheduler (0.5 us here, 0.8 us of a
+// 3 us round trip between two Node processes), until the wait is
+// kYieldAfterNanos old: the peer may have moved to this core since.
+constexpr uint64_t kYieldAfterNanos = 20000;
+
+// 1 + the core this thread runs on (a vDSO call of a few nanoseconds).
+inline uint32_t CurrentCore() { return static_cast<uint32_t>(sched_getcpu() + 1); }
+
+inline bool ShouldYield(uint64_t spunNanos, const std::atomic<uint32_t>& peerCore) {
+  return spunNanos >= kYieldAfterNanos || peerCore.load(std::memory_order_relaxed) == CurrentCore();
+}
 
 // Wake-ups go through eventfds, and only to a side that said it sleeps: a
 // side that finds nothing to do first polls the ring a while, then sets
@@ -68,6 +87,7 @@ class RingView {
 
   // Writer: bytes up to `head` are there to read; wakes a sleeping reader.
   void PublishHead(uint64_t head, int readerWakeFd) const {
+    header_->writerCore.store(CurrentCore(), std::memory_order_relaxed);
     header_->head.store(head, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (header_->readerWaiting.exchange(0) != 0) SignalEventfd(readerWakeFd);
@@ -75,10 +95,16 @@ class RingView {
 
   // Reader: bytes up to `tail` are free again; wakes a writer waiting for room.
   void PublishTail(uint64_t tail, int writerWakeFd) const {
+    header_->readerCore.store(CurrentCore(), std::memory_order_relaxed);
     header_->tail.store(tail, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (header_->writerWaiting.exchange(0) != 0) SignalEventfd(writerWakeFd);
   }
+
+  // A reader polling for bytes for `spunNanos` yields its core before the
+  // next look; a writer polling for room, likewise.
+  bool ReaderShouldYield(uint64_t spunNanos) const { return ShouldYield(spunNanos, header_->writerCore); }
+  bool WriterShouldYield(uint64_t spunNanos) const { return ShouldYield(spunNanos, header_->readerCore); }
 
   // A reader about to sleep says so; true when bytes came meanwhile, which
   // no writer will signal.

@@ -376,11 +376,16 @@ void ShmConnection::ArmRead() {
   }
   if (options_.spinMicros > 0 && !readablePolling_) {
     if (!spinning_) {
-      spinDeadline_ = uv_hrtime() + options_.spinMicros * 1000;
+      spinStart_ = uv_hrtime();
       uv_idle_start(spinIdle_, OnSpin);
       spinning_ = true;
+      return;
     }
-    if (uv_hrtime() < spinDeadline_) return;
+    uint64_t spun = uv_hrtime() - spinStart_;
+    if (spun < options_.spinMicros * 1000) {
+      if (inbox_.ReaderShouldYield(spun)) sched_yield();
+      return;
+    }
     StopSpinning();
   }
   if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(inboxReadableFd_);
@@ -392,9 +397,6 @@ void ShmConnection::OnSpin(uv_idle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
   if (c->inbox_.header()->head.load(std::memory_order_acquire) == c->inboxTail_) {
-    // A peer that shares this core (the scheduler put both there) gets it
-    // now, not after the whole spell of polling.
-    sched_yield();
     c->ArmRead();
     return;
   }

@@ -99,7 +99,7 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   uv_poll_t* readablePoll_ = nullptr;
   uv_poll_t* writablePoll_ = nullptr;
   uv_idle_t* spinIdle_ = nullptr;
-  uint64_t spinDeadline_ = 0;
+  uint64_t spinStart_ = 0;
   bool spinning_ = false;
   bool readablePolling_ = false;
   bool writablePolling_ = false;

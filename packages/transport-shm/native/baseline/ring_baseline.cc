@@ -44,15 +44,14 @@ struct Direction {
 };
 
 // Polls `ready` for the transport's spell, yielding the core between looks
-// as the transport does (two ends on one core would otherwise each wait out
-// the other's spell: 420 us round trips instead of 1), then announces the
+// when `shouldYield` says so, as the transport does, then announces the
 // sleep and sleeps unless `announce` saw the ring change meanwhile.
-template <typename Ready, typename Announce>
-void WaitFor(Ready ready, Announce announce, int wakeFd) {
-  uint64_t deadline = Now() + spinNanos;
-  while (Now() < deadline) {
+template <typename Ready, typename ShouldYield, typename Announce>
+void WaitFor(Ready ready, ShouldYield shouldYield, Announce announce, int wakeFd) {
+  uint64_t start = Now();
+  for (uint64_t spun = 0; spun < spinNanos; spun = Now() - start) {
     if (ready()) return;
-    sched_yield();
+    if (shouldYield(spun)) sched_yield();
   }
   if (announce()) return;
   struct pollfd p = {wakeFd, POLLIN, 0};
@@ -72,7 +71,8 @@ class RingEnd : public baseline::End {
       uint64_t room = kRingSize - (head_ - r.header()->tail.load(std::memory_order_acquire));
       if (room == 0) {
         WaitFor([&] { return head_ - r.header()->tail.load(std::memory_order_acquire) < kRingSize; },
-                [&] { return r.WriterSleeps(head_); }, out_.writerWake);
+                [&](uint64_t spun) { return r.WriterShouldYield(spun); }, [&] { return r.WriterSleeps(head_); },
+                out_.writerWake);
         continue;
       }
       uint64_t k = n < room ? n : room;
@@ -90,7 +90,8 @@ class RingEnd : public baseline::End {
       uint64_t avail = r.header()->head.load(std::memory_order_acquire) - tail_;
       if (avail == 0) {
         WaitFor([&] { return r.header()->head.load(std::memory_order_acquire) != tail_; },
-                [&] { return r.ReaderSleeps(tail_); }, in_.readerWake);
+                [&](uint64_t spun) { return r.ReaderShouldYield(spun); }, [&] { return r.ReaderSleeps(tail_); },
+                in_.readerWake);
         continue;
       }
       uint64_t k = n < avail ? n : avail;
