@@ -376,9 +376,7 @@ void ShmConnection::ArmRead() {
   }
   if (options_.spinMicros > 0 && !readablePolling_) {
     if (!spinning_) {
-      spinStart_ = uv_hrtime();
-      uv_idle_start(spinIdle_, OnSpin);
-      spinning_ = true;
+      StartSpinning();
       return;
     }
     uint64_t spun = uv_hrtime() - spinStart_;
@@ -396,7 +394,8 @@ void ShmConnection::ArmRead() {
 void ShmConnection::OnSpin(uv_idle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
-  if (c->inbox_.header()->head.load(std::memory_order_acquire) == c->inboxTail_) {
+  if (!c->HasInput()) c->HoldLoopForInput();
+  if (!c->HasInput()) {
     c->ArmRead();
     return;
   }
@@ -413,9 +412,50 @@ void ShmConnection::EndWait() {
   readablePolling_ = false;
 }
 
+thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
+thread_local ShmConnection* ShmConnection::loopHolder_ = nullptr;
+
+void ShmConnection::StartSpinning() {
+  spinStart_ = uv_hrtime();
+  uv_idle_start(spinIdle_, OnSpin);
+  spinning_ = true;
+  spinningIndex_ = spinningOnThisThread_.size();
+  spinningOnThisThread_.push_back(this);
+}
+
 void ShmConnection::StopSpinning() {
-  if (spinning_) uv_idle_stop(spinIdle_);
+  if (!spinning_) return;
+  uv_idle_stop(spinIdle_);
   spinning_ = false;
+  ShmConnection* last = spinningOnThisThread_.back();
+  spinningOnThisThread_[spinningIndex_] = last;
+  last->spinningIndex_ = spinningIndex_;
+  spinningOnThisThread_.pop_back();
+  if (loopHolder_ == this) loopHolder_ = nullptr;
+}
+
+// Polls every waiting ring of this thread until one has bytes, for at most
+// kHoldLoopNanos. One connection does it on each turn of the loop, one in
+// the first microseconds of its wait (the others skip), and not where a
+// peer last ran on this core (that peer needs the core to answer).
+void ShmConnection::HoldLoopForInput() {
+  uint64_t start = uv_hrtime();
+  auto young = [start](const ShmConnection* c) { return start - c->spinStart_ < kYieldAfterNanos; };
+  if (loopHolder_ != nullptr && loopHolder_ != this && young(loopHolder_)) return;
+  loopHolder_ = this;
+  if (!young(this)) return;
+  const uint32_t core = CurrentCore();
+  for (ShmConnection* c : spinningOnThisThread_) {
+    if (c->inbox_.header()->writerCore.load(std::memory_order_relaxed) == core) return;
+  }
+  do {
+    for (int i = 0; i < 64; i++) {
+      for (ShmConnection* c : spinningOnThisThread_) {
+        if (c->HasInput()) return;
+      }
+      CpuRelax();
+    }
+  } while (uv_hrtime() - start < kHoldLoopNanos);
 }
 
 void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {

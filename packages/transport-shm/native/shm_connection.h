@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ring.h"
 #include "tensorpipe/framed_connection.h"
@@ -55,6 +56,9 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static void OnReadableEvent(uv_poll_t* handle, int status, int events);
   static void OnWritableEvent(uv_poll_t* handle, int status, int events);
   static void OnSpin(uv_idle_t* handle);
+  bool HasInput() const { return inbox_.header()->head.load(std::memory_order_acquire) != inboxTail_; }
+  void HoldLoopForInput();
+  void StartSpinning();
   void StopSpinning();
   void EndWait();
   static void OnHandleClosed(uv_handle_t* handle);
@@ -101,6 +105,13 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   uv_idle_t* spinIdle_ = nullptr;
   uint64_t spinStart_ = 0;
   bool spinning_ = false;
+  size_t spinningIndex_ = 0;  // in spinning_ of this thread
+
+  // This thread's connections whose reads poll their rings, and the one of
+  // them that holds the loop for all of them on each turn: one, so that the
+  // loop is held once per turn however many connections wait.
+  static thread_local std::vector<ShmConnection*> spinningOnThisThread_;
+  static thread_local ShmConnection* loopHolder_;
   bool readablePolling_ = false;
   bool writablePolling_ = false;
   int openHandles_ = 0;
