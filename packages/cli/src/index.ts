@@ -18,4 +18,4 @@ export { ProgressBar, type ProgressStream } from "./progress-bar.js";
 export { type PeerProcess, type PeerEvent, type SpawnOptions, spawnPeer } from "./spawn-peer.js";
 export { sinkThroughput } from "./sink-throughput.js";
 export { CBaseline, type CBaselineSpec, type CRoundTrips, C_BASELINES } from "./c-baseline.js";
-export { type LatencySummary, percentile, median, summarize, fmt } from "./stats.js";
+export { type LatencySummary, percentile, median, pairedRatio, summarize, fmt } from "./stats.js";

@@ -10,6 +10,19 @@ export function median(values: readonly number[]): number {
   return percentile([...values].sort((a, b) => a - b), 50);
 }
 
+/**
+ * How `a` compares with `b` where both were measured turn by turn in one
+ * run (the same index is the same turn): the median of their ratios turn by
+ * turn. What the machine gives drifts from turn to turn (1 MiB streams over
+ * shm ran at 9 to 35 GB/s within a minute), and a ratio of two medians
+ * carries that drift where a ratio within each turn does not.
+ */
+export function pairedRatio(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  if (n === 0) return NaN;
+  return median(Array.from({ length: n }, (_, i) => a[i]! / b[i]!));
+}
+
 /** Round-trip percentiles, in microseconds. */
 export interface LatencySummary {
   /** The median. */

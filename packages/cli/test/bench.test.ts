@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { type BenchResult, README_LOOP, findBackends, runBench } from "../src/index.js";
+import { type BenchResult, README_LOOP, findBackends, median, runBench } from "../src/index.js";
 
 const run = promisify(execFile);
 const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
@@ -57,6 +57,9 @@ describe("tensorpipe bench", () => {
         const cell = s.cells[size]!;
         expect(cell.gbps, `${s.name} ${size}`).toBeGreaterThan(0);
         expect(cell.meanGbps, `${s.name} ${size}`).toBeGreaterThan(0);
+        // One figure per stream turn, as many in every series: ratios pair them turn by turn.
+        expect(cell.turnsGbps, `${s.name} ${size}`).toHaveLength(result.series[0]!.cells[size]!.turnsGbps.length);
+        expect(median(cell.turnsGbps)).toBe(cell.gbps);
         if (s.name !== "memcpy") expect(cell.p99!, `${s.name} ${size}`).toBeGreaterThanOrEqual(cell.p50!);
       }
     }
