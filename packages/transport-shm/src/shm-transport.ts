@@ -25,6 +25,9 @@ export interface ShmTransportOptions {
    * Microseconds a waiting read polls the ring from Node's loop before it
    * sleeps on an eventfd (default 200; 0 never polls). Polling trades a
    * little CPU for latency: a kernel wake-up costs tens of microseconds.
+   * For the first 20 us of a wait, one waiting connection per thread polls
+   * every waiting ring for up to 5 us on each turn of the loop, holding the
+   * loop that long, unless a peer last ran on this core.
    */
   spinMicros?: number;
 }
