@@ -435,9 +435,10 @@ void ShmConnection::StopSpinning() {
 }
 
 // Polls every waiting ring of this thread until one has bytes, for at most
-// kHoldLoopNanos. One connection does it on each turn of the loop, one in
-// the first microseconds of its wait (the others skip), and not where a
-// peer last ran on this core (that peer needs the core to answer).
+// kHoldLoopNanos: bytes that come meanwhile are seen at once, not a turn of
+// the loop later. Only the thread's holder does it, only in the first
+// kYieldAfterNanos of its wait (a holder past them hands the role on), and
+// not while a peer last ran on this core (that peer needs the core).
 void ShmConnection::HoldLoopForInput() {
   uint64_t start = uv_hrtime();
   auto young = [start](const ShmConnection* c) { return start - c->spinStart_ < kYieldAfterNanos; };

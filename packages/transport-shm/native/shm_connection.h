@@ -105,13 +105,14 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   uv_idle_t* spinIdle_ = nullptr;
   uint64_t spinStart_ = 0;
   bool spinning_ = false;
-  size_t spinningIndex_ = 0;  // in spinning_ of this thread
+  size_t spinningIndex_ = 0;  // in spinningOnThisThread_
 
   // This thread's connections whose reads poll their rings, and the one of
   // them that holds the loop for all of them on each turn: one, so that the
   // loop is held once per turn however many connections wait.
   static thread_local std::vector<ShmConnection*> spinningOnThisThread_;
   static thread_local ShmConnection* loopHolder_;
+
   bool readablePolling_ = false;
   bool writablePolling_ = false;
   int openHandles_ = 0;
