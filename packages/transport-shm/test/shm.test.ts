@@ -146,6 +146,38 @@ describe("shm peer credentials", () => {
 });
 
 describe("shm wake-ups", () => {
+  // A waiting read polls its ring from the loop, and for a moment holds the
+  // loop while it does: never for longer, whatever the peer does.
+  it("a read waiting on a silent peer leaves the loop turning", async () => {
+    const transport = new ShmTransport();
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("*", (c) => accepted.push(c));
+    const client = await transport.connect(listener.address());
+    try {
+      await expect.poll(() => accepted.length).toBe(1);
+      // The read starts from the loop's check phase, just before the next
+      // turn polls its ring; the loop must go on turning all the same.
+      let pending!: Promise<Uint8Array>;
+      let turns = 0;
+      const end = performance.now() + 20;
+      await new Promise<void>((resolve) => {
+        const turn = () => (++turns, performance.now() < end ? setImmediate(turn) : resolve());
+        setImmediate(() => {
+          pending = client.read(64);
+          setImmediate(turn);
+        });
+      });
+      pending.catch(() => undefined);
+      expect(turns).toBeGreaterThan(100);
+      await accepted[0]!.write([patterned(8, 3)]);
+      expect(await pending).toEqual(patterned(8, 3));
+    } finally {
+      client.close();
+      accepted.forEach((c) => c.close());
+      listener.close();
+    }
+  });
+
   // Two processes on one core: a reader polling its ring keeps the writer
   // off the core until it yields. It yields at once when the writer last
   // published from this core, else only after 20 us of polling (two such
