@@ -62,10 +62,6 @@ inline void CpuRelax() {
 // 1 + the core this thread runs on (a vDSO call of a few nanoseconds).
 inline uint32_t CurrentCore() { return static_cast<uint32_t>(sched_getcpu() + 1); }
 
-inline bool ShouldYield(uint64_t spunNanos, const std::atomic<uint32_t>& peerCore) {
-  return spunNanos >= kYieldAfterNanos || peerCore.load(std::memory_order_relaxed) == CurrentCore();
-}
-
 // Wake-ups go through eventfds, and only to a side that said it sleeps: a
 // side that finds nothing to do first polls the ring a while, then sets
 // its waiting flag, looks once more and sleeps on its eventfd.
@@ -119,10 +115,18 @@ class RingView {
     if (header_->writerWaiting.exchange(0) != 0) SignalEventfd(writerWakeFd);
   }
 
+  // Whether the writer (the reader) last published from `core` (CurrentCore()).
+  bool WriterLastOn(uint32_t core) const { return header_->writerCore.load(std::memory_order_relaxed) == core; }
+  bool ReaderLastOn(uint32_t core) const { return header_->readerCore.load(std::memory_order_relaxed) == core; }
+
   // A reader polling for bytes for `spunNanos` yields its core before the
   // next look; a writer polling for room, likewise.
-  bool ReaderShouldYield(uint64_t spunNanos) const { return ShouldYield(spunNanos, header_->writerCore); }
-  bool WriterShouldYield(uint64_t spunNanos) const { return ShouldYield(spunNanos, header_->readerCore); }
+  bool ReaderShouldYield(uint64_t spunNanos) const {
+    return spunNanos >= kYieldAfterNanos || WriterLastOn(CurrentCore());
+  }
+  bool WriterShouldYield(uint64_t spunNanos) const {
+    return spunNanos >= kYieldAfterNanos || ReaderLastOn(CurrentCore());
+  }
 
   // A reader about to sleep says so; true when bytes came meanwhile, which
   // no writer will signal.

@@ -447,7 +447,7 @@ void ShmConnection::HoldLoopForInput() {
   if (!young(this)) return;
   const uint32_t core = CurrentCore();
   for (ShmConnection* c : spinningOnThisThread_) {
-    if (c->inbox_.header()->writerCore.load(std::memory_order_relaxed) == core) return;
+    if (c->inbox_.WriterLastOn(core)) return;
   }
   do {
     for (int i = 0; i < 64; i++) {
