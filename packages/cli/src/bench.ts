@@ -364,7 +364,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     }
     for (const s of skipped) print(`  skipped ${s.name}: ${s.reason}`);
 
-    const samples = new Map<string, { rtt: number[]; gbps: number[]; seconds: number }>();
+    const samples = new Map<string, { rtt: number[]; gbps: number[] }>();
     const bar = new ProgressBar(sizes.length * rounds * measured.length, options.progress ?? process.stderr);
     for (const size of sizes) {
       const data = new Uint8Array(size).fill(1);
@@ -378,7 +378,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       const acc = (m: Measured) => {
         const key = `${m.name}/${size}`;
         let a = samples.get(key);
-        if (!a) samples.set(key, (a = { rtt: [], gbps: [], seconds: 0 }));
+        if (!a) samples.set(key, (a = { rtt: [], gbps: [] }));
         return a;
       };
       // Round trips go in short turns across the series: how fast a process
@@ -409,10 +409,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         for (let t = 0; t < bulkTurns; t++) {
           for (const m of orderOf(t, 1)) {
             bar.show(`${m.name} ${sizeLabel(size)} (round ${r + 1}/${rounds})`);
-            // Every turn moves as many bytes, so their mean rate is the harmonic mean.
-            const gbps = await m.throughput(data, Math.ceil(bulkCount(size) / bulkTurns));
-            acc(m).gbps.push(gbps);
-            acc(m).seconds += 1 / gbps;
+            acc(m).gbps.push(await m.throughput(data, Math.ceil(bulkCount(size) / bulkTurns)));
           }
         }
         for (const m of measured) bar.tick(`${m.name} ${sizeLabel(size)}`);
@@ -428,7 +425,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
         sizes.map((size) => {
           const acc = samples.get(`${m.name}/${size}`)!;
           const latency = acc.rtt.length ? summarize(acc.rtt) : {};
-          return [size, { ...latency, gbps: median(acc.gbps), meanGbps: acc.gbps.length / acc.seconds, turnsGbps: acc.gbps }];
+          // Every turn moves as many bytes, so their mean rate is the harmonic mean.
+          const meanGbps = acc.gbps.length / acc.gbps.reduce((seconds, gbps) => seconds + 1 / gbps, 0);
+          return [size, { ...latency, gbps: median(acc.gbps), meanGbps, turnsGbps: acc.gbps }];
         }),
       ),
     }));
