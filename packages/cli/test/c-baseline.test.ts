@@ -26,11 +26,19 @@ describe.each(C_BASELINES)("$name", (spec) => {
     else expect(cores).toEqual(allowed.slice(0, 2));
   });
 
-  it("times round trips where it is told when this process may use one core", async () => {
-    const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", "5"], { encoding: "utf8" });
-    if (taskset.error) return; // no taskset here
+  // `count` 8 B round trips with the program and its peer on this process's first core; undefined without taskset.
+  const onOneCore = (count: number): { us: number[]; cores: number[] } | undefined => {
+    const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", String(count)], {
+      encoding: "utf8",
+    });
+    if (taskset.error) return undefined;
     expect(taskset.status, taskset.stderr).toBe(0);
-    const out = JSON.parse(taskset.stdout) as { us: number[]; cores: number[] };
+    return JSON.parse(taskset.stdout) as { us: number[]; cores: number[] };
+  };
+
+  it("times round trips where it is told when this process may use one core", async () => {
+    const out = onOneCore(5);
+    if (!out) return; // no taskset here
     expect(out.us).toHaveLength(5);
     expect(out.cores).toEqual([]);
   });
@@ -38,10 +46,9 @@ describe.each(C_BASELINES)("$name", (spec) => {
   // The shm ring's ends yield at once to a peer that last ran on their core
   // (else only after 20 us of polling, twice a round trip).
   it.runIf(spec.name === "shm ring (C)")("hands one core back and forth at each look when both ends share it", () => {
-    const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", "3000"], { encoding: "utf8" });
-    if (taskset.error) return; // no taskset here
-    expect(taskset.status, taskset.stderr).toBe(0);
-    const us = (JSON.parse(taskset.stdout) as { us: number[] }).us.sort((a, b) => a - b);
+    const out = onOneCore(3000);
+    if (!out) return; // no taskset here
+    const us = out.us.sort((a, b) => a - b);
     expect(us[1500]).toBeLessThan(30);
   });
 
