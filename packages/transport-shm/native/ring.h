@@ -99,6 +99,21 @@ class RingView {
     if (n > first) std::memcpy(data_, src + first, n - first);
   }
 
+  // Writer: the room after `head`, from `tailSeen` (the reader's tail as
+  // last read, updated here) while it leaves `want` bytes, else from the
+  // tail read again: each read of the tail pulls the line the reader writes
+  // at every frame over to this core, and back at the reader's next write.
+  // False when the tail moved where no honest reader could.
+  bool Room(uint64_t head, uint64_t want, uint64_t* tailSeen, uint64_t* room) const {
+    *room = size_ - (head - *tailSeen);
+    if (*room >= want) return true;
+    uint64_t tail = header_->tail.load(std::memory_order_acquire);
+    if (tail - *tailSeen > head - *tailSeen) return false;
+    *tailSeen = tail;
+    *room = size_ - (head - tail);
+    return true;
+  }
+
   // Writer: bytes up to `head` are there to read; wakes a sleeping reader.
   void PublishHead(uint64_t head, int readerWakeFd) const {
     header_->writerCore.store(CurrentCore(), std::memory_order_relaxed);

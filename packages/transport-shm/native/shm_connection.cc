@@ -272,14 +272,11 @@ Napi::Value ShmConnection::Write(const Napi::CallbackInfo& info) {
 // Copies as much of `op` as the peer's ring has room for. False: the peer
 // moved its tail where no honest reader could.
 bool ShmConnection::CopyOut(FrameWrite& op) {
-  RingHeader* h = outbox_.header();
-  uint64_t tail = h->tail.load(std::memory_order_acquire);
-  if (tail - outboxTailSeen_ > outboxHead_ - outboxTailSeen_) {
+  uint64_t room;
+  if (!outbox_.Room(outboxHead_, op.Left(), &outboxTailSeen_, &room)) {
     protocolError_ = "peer's ring tail moved out of range";
     return false;
   }
-  outboxTailSeen_ = tail;
-  uint64_t room = outbox_.size() - (outboxHead_ - tail);
   uint64_t before = outboxHead_;
   while (!op.Done() && room > 0) {
     uv_buf_t& b = op.bufs[op.first];

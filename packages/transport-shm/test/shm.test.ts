@@ -48,6 +48,27 @@ describe("shm transport against a hostile peer", () => {
     expect((await accepted[1]!.read(1024)).byteLength).toBe(100);
   });
 
+  it("a tail moved out of range is a protocol error once a write needs more room than it knew of", async () => {
+    const { transport, listener, accepted } = await listen();
+    const hostile = runHostile(listener.address(), "tail");
+    await expect.poll(() => accepted.length).toBe(1);
+    const c = accepted[0]!;
+    expect(Buffer.from(await c.read(64)).toString()).toBe("tail");
+    // The 4 KiB ring was empty when last looked at: a small frame needs no new look at the tail.
+    await c.write([patterned(100, 1)]);
+    await expect(c.write([patterned(8192, 2)])).rejects.toMatchObject({
+      code: ErrorCode.PROTOCOL,
+      message: expect.stringMatching(/ring tail moved out of range/),
+    });
+    c.close();
+    expect(await hostile).toBe(0);
+    const good = await transport.connect(listener.address());
+    closers.push(() => good.close());
+    await good.write([patterned(100, 1)]);
+    await expect.poll(() => accepted.length).toBe(2);
+    expect((await accepted[1]!.read(1024)).byteLength).toBe(100);
+  });
+
   it.each([
     ["fds", /3 file descriptors|1 file descriptors/],
     ["magic", /not a tensorpipe-js shm endpoint/],

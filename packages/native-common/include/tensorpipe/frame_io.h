@@ -243,6 +243,13 @@ struct FrameWrite {
   }
 
   bool Done() const { return first == bufs.size(); }
+
+  // Bytes not written yet.
+  size_t Left() const {
+    size_t n = 0;
+    for (size_t i = first; i < bufs.size(); i++) n += bufs[i].len;
+    return n;
+  }
 };
 
 }  // namespace tensorpipe_js

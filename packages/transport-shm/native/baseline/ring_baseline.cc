@@ -68,7 +68,8 @@ class RingEnd : public baseline::End {
   void Write(const char* p, uint64_t n) override {
     RingView& r = out_.ring;
     while (n > 0) {
-      uint64_t room = kRingSize - (head_ - r.header()->tail.load(std::memory_order_acquire));
+      uint64_t room;
+      if (!r.Room(head_, n, &tailSeen_, &room)) Die("tail out of range");
       if (room == 0) {
         WaitFor([&] { return head_ - r.header()->tail.load(std::memory_order_acquire) < kRingSize; },
                 [&](uint64_t spun) { return r.WriterShouldYield(spun); }, [&] { return r.WriterSleeps(head_); },
@@ -112,6 +113,7 @@ class RingEnd : public baseline::End {
   Direction& out_;
   Direction& in_;
   uint64_t head_ = 0;
+  uint64_t tailSeen_ = 0;  // the out ring's tail as last read
   uint64_t tail_ = 0;
 };
 
