@@ -158,17 +158,15 @@ inline EnvLifecycle& LifecycleOf(Napi::Env env) { return env.GetInstanceData<Add
 // would run some fails. libuv callbacks check this before they make any JS
 // value or call: a failed call there would abort the process. The probe is
 // a call that could run JS (ToBoolean never does), so Node-API refuses it
-// exactly when JS cannot run.
+// exactly when JS cannot run. Called inside a handle scope, which keeps the
+// probe's two values: a scope of its own would cost an allocation (Node-API
+// allocates each scope), and a completion asks twice.
 inline bool CanCallIntoJs(Napi::Env env) {
   AddonEnv* data = env.GetInstanceData<AddonEnv>();
   if (data != nullptr && data->lifecycle.tearingDown()) return false;
-  napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return false;
   napi_value value;
   napi_value coerced;
-  bool ok = napi_get_boolean(env, true, &value) == napi_ok && napi_coerce_to_bool(env, value, &coerced) == napi_ok;
-  napi_close_handle_scope(env, scope);
-  return ok;
+  return napi_get_boolean(env, true, &value) == napi_ok && napi_coerce_to_bool(env, value, &coerced) == napi_ok;
 }
 
 }  // namespace tensorpipe_js

@@ -140,9 +140,20 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
       }
       napi_value result = GetAddonData(env)->results.Result(env, *op);
       InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
+      Recycle(std::move(op));
     }
     pumping_ = false;
     self().ArmRead();
+  }
+
+  // A read that waited and finished becomes the spare, its JS let go: the
+  // next read that has to wait (a pipe's next descriptor, nearly always)
+  // takes it and the memory it had, instead of allocating both again.
+  void Recycle(std::unique_ptr<FrameRead> op) {
+    if (spareRead_) return;
+    op->callback.Reset();
+    op->keepTarget.Reset();
+    spareRead_ = std::move(op);
   }
 
   // Reading ended: `status` is a libuv error (UV_EOF...), or 0 for the
@@ -213,7 +224,8 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
 
   State state_ = State::kStarting;
   std::deque<std::unique_ptr<FrameRead>> reads_;
-  // The read tried at once, kept for the next one when it finishes at once.
+  // The read tried at once, kept for the next one when it finishes at once
+  // or comes back when a waiting one finishes.
   std::unique_ptr<FrameRead> spareRead_;
   std::unique_ptr<FrameWrite> spareWrite_;
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).

@@ -86,9 +86,9 @@ inline bool GetBytes(Napi::Value value, ByteSpan* out) {
   return false;
 }
 
-// Calls a JS callback from a libuv callback: runs microtasks afterwards like
-// any Node callback, and turns a throwing callback into an uncaught exception
-// instead of a C++ crash.
+// Calls a JS callback from a libuv callback, inside a handle scope: runs
+// microtasks afterwards like any Node callback, and turns a throwing
+// callback into an uncaught exception instead of a C++ crash.
 // Nothing is called once the environment is going (see CanCallIntoJs).
 // Plain Node-API here: node-addon-api turns a failed call into a C++
 // exception, and building that exception aborts when JS cannot run.
@@ -115,8 +115,8 @@ inline void InvokeCallback(Napi::FunctionReference& fn, const Napi::AsyncContext
 // through libuv.
 template <typename F>
 inline void FromLoop(Napi::Env env, F&& body) {
-  if (!CanCallIntoJs(env)) return;
   Napi::HandleScope scope(env);
+  if (!CanCallIntoJs(env)) return;
   try {
     body();
   } catch (const Napi::Error& e) {
