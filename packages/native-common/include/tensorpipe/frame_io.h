@@ -79,10 +79,13 @@ struct FrameRead {
   }
 
   // The read did not finish at once: it holds on to its target and its
-  // callback until it does.
+  // callback until it does. A recycled state keeps the reference to the
+  // callback of its last wait, and a connection's reads all pass the same
+  // one: it is made again only for another.
   void Wait(const Napi::CallbackInfo& info) {
     if (hasTarget) keepTarget = Napi::Persistent(info[0]);
-    callback = Napi::Persistent(info[2].As<Napi::Function>());
+    Napi::Function fn = info[2].As<Napi::Function>();
+    if (callback.IsEmpty() || !fn.StrictEquals(callback.Value())) callback = Napi::Persistent(fn);
   }
 
   uint64_t BodyRemaining() const { return haveHeader ? frameLength - bodyGot : 0; }

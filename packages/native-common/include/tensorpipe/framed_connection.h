@@ -146,12 +146,13 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     self().ArmRead();
   }
 
-  // A read that waited and finished becomes the spare, its JS let go: the
-  // next read that has to wait (a pipe's next descriptor, nearly always)
-  // takes it and the memory it had, instead of allocating both again.
+  // A read that waited and finished becomes the spare, its target let go:
+  // the next read that has to wait (a pipe's next descriptor, nearly
+  // always) takes it, the memory it had and the reference to its callback,
+  // instead of making all three again. Closing lets the callback go too,
+  // and the callback itself may have closed the connection.
   void Recycle(std::unique_ptr<FrameRead> op) {
-    if (spareRead_) return;
-    op->callback.Reset();
+    if (spareRead_ || state_ == State::kClosed) return;
     op->keepTarget.Reset();
     spareRead_ = std::move(op);
   }
@@ -204,6 +205,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   void DropPending() {
     state_ = State::kClosed;
     reads_.clear();
+    if (spareRead_) spareRead_->callback.Reset();
     onFailure_.Reset();
   }
 
