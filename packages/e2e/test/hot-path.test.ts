@@ -4,9 +4,10 @@ import { Session } from "node:inspector/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type Allocation, CPU_DEVICE, type Message, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { createContext } from "@tensorpipe/cli";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { echoRoundTrips } from "../src/echo-round-trips.js";
 
 /**
  * Bytes the JS heap takes per round trip of an 8-byte tensor, both ends of
@@ -15,26 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
  * collections, and so the latency tail, are made of.
  */
 async function bytesPerRoundTrip(client: Pipe, server: Pipe, n: number): Promise<number> {
-  const message: Message = { tensors: [{ buffer: new Uint8Array(8).fill(7), targetDevice: CPU_DEVICE }] };
-  const echo: Message = { tensors: [{ buffer: new Uint8Array(8), targetDevice: CPU_DEVICE }] };
-  const back: Allocation = { payloads: [], tensors: [{ buffer: new Uint8Array(8) }] };
-  const landing: Allocation = { payloads: [], tensors: [{ buffer: echo.tensors![0]!.buffer }] };
-  const serve = async (count: number) => {
-    for (let i = 0; i < count; i++) {
-      await server.readDescriptor();
-      await server.read(landing);
-      await server.write(echo);
-    }
-  };
-  const roundTrips = async (count: number) => {
-    const served = serve(count);
-    for (let i = 0; i < count; i++) {
-      await client.write(message);
-      await client.readDescriptor();
-      await client.read(back);
-    }
-    await served;
-  };
+  const roundTrips = echoRoundTrips(client, server);
   await roundTrips(500);
   const session = new Session();
   session.connect();
@@ -52,20 +34,20 @@ async function bytesPerRoundTrip(client: Pipe, server: Pipe, n: number): Promise
     node.children.forEach(walk);
   };
   walk(profile.head);
-  expect((back.tensors[0]!.buffer as Uint8Array)[7]).toBe(7);
   return total / n;
 }
 
-const fixture = (name: string) => fileURLToPath(new URL(`fixtures/${name}`, import.meta.url));
+const mallocCounter = fileURLToPath(new URL("fixtures/malloc-count.c", import.meta.url));
+const nativeAllocations = fileURLToPath(new URL("../dist/native-allocations.js", import.meta.url));
 
 /**
  * malloc calls per round trip of an 8-byte tensor, both ends of the pipe in
- * a child process with fixtures/malloc-count.c preloaded (glibc's malloc,
- * so Linux only): what the addons, Node-API and V8 allocate in native
- * memory for each message.
+ * a child process (src/native-allocations.ts) with fixtures/malloc-count.c
+ * preloaded (glibc's malloc, so Linux only): what the addons, Node-API and
+ * V8 allocate in native memory for each message.
  */
 function mallocsPerRoundTrip(preload: string, transport: string, channel: string, n: number): number {
-  const run = spawnSync(process.execPath, [fixture("native-allocations.mjs"), transport, channel, String(n)], {
+  const run = spawnSync(process.execPath, [nativeAllocations, transport, channel, String(n)], {
     env: { ...process.env, LD_PRELOAD: preload },
     encoding: "utf8",
     timeout: 60_000,
@@ -107,7 +89,7 @@ describe.each([
     beforeAll(() => {
       dir = mkdtempSync(join(tmpdir(), "tp-malloc-"));
       preload = join(dir, "malloc-count.so");
-      execFileSync("cc", ["-O2", "-shared", "-fPIC", fixture("malloc-count.c"), "-o", preload]);
+      execFileSync("cc", ["-O2", "-shared", "-fPIC", mallocCounter, "-o", preload]);
     });
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
