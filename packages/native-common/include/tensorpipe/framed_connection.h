@@ -20,6 +20,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,17 +123,23 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     return info.Env().Undefined();
   }
 
-  // Completes, in order, the reads that the bytes at hand finish.
+  // Completes, in order, the reads that the bytes at hand finish. Called
+  // inside a handle scope, which holds the first read's values; each later
+  // one gets a scope of its own (Node-API allocates each), so that a pump
+  // of thousands does not pile their values up.
   void PumpReads() {
     if (pumping_) return;
     pumping_ = true;
     Napi::Env env = this->Env();
+    bool first = true;
     while (!reads_.empty() && state_ == State::kOpen) {
       Progress p = self().Consume(*reads_.front());
       if (p == Progress::kNeedMore) break;
       std::unique_ptr<FrameRead> op = std::move(reads_.front());
       reads_.pop_front();
-      Napi::HandleScope scope(env);
+      std::optional<Napi::HandleScope> scope;
+      if (!first) scope.emplace(env);
+      first = false;
       if (p == Progress::kError) {
         Fail(0);
         InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
