@@ -133,16 +133,21 @@ interface Measured {
 export const README_LOOP = "README loop";
 
 /**
- * Round trips as the README writes them: a fresh message each time, the
+ * One round trip as the README writes it: a fresh message each time, the
  * write awaited, then the descriptor, then a read into memory the user keeps.
  */
+export async function readmeRoundTrip(pipe: Pipe, data: Uint8Array, back: Uint8Array): Promise<void> {
+  await pipe.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
+  const d = await pipe.readDescriptor();
+  await pipe.read({ payloads: [], tensors: [{ buffer: back.subarray(0, d.tensors[0]!.length) }] });
+}
+
+/** `n` README round trips, each timed in microseconds. */
 async function readmeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
-    await pipe.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
-    const d = await pipe.readDescriptor();
-    await pipe.read({ payloads: [], tensors: [{ buffer: back.subarray(0, d.tensors[0]!.length) }] });
+    await readmeRoundTrip(pipe, data, back);
     samples.push((performance.now() - t0) * 1000);
   }
   return samples;

@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { CBaseline, C_BASELINES } from "../src/c-baseline.js";
+import { CBaseline, C_BASELINES, type CRoundTrips } from "../src/c-baseline.js";
 
 // The C programs the bench holds the transports against, built with the addons.
 describe.each(C_BASELINES)("$name", (spec) => {
@@ -27,13 +27,13 @@ describe.each(C_BASELINES)("$name", (spec) => {
   });
 
   // `count` 8 B round trips with the program and its peer on this process's first core; undefined without taskset.
-  const onOneCore = (count: number): { us: number[]; cores: number[] } | undefined => {
+  const onOneCore = (count: number): CRoundTrips | undefined => {
     const taskset = spawnSync("taskset", ["-c", String(allowedCores()[0]), (found as CBaseline).path, "pingpong", "8", String(count)], {
       encoding: "utf8",
     });
     if (taskset.error) return undefined;
     expect(taskset.status, taskset.stderr).toBe(0);
-    return JSON.parse(taskset.stdout) as { us: number[]; cores: number[] };
+    return JSON.parse(taskset.stdout) as CRoundTrips;
   };
 
   it("times round trips where it is told when this process may use one core", async () => {

@@ -16,7 +16,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { CBaseline, C_BASELINES, createContext, fmt, spawnPeer, summarize } from "@tensorpipe/cli";
+import { CBaseline, C_BASELINES, createContext, fmt, readmeRoundTrip, spawnPeer, summarize } from "@tensorpipe/cli";
 import { CPU_DEVICE, type Connection, type Pipe } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 
@@ -97,11 +97,7 @@ async function pipeLoop(pipe: Pipe, seconds: number, readme: boolean): Promise<n
   if (readme) {
     const data = new Uint8Array(8).fill(1);
     const back = new Uint8Array(8);
-    return loopFor(seconds, async () => {
-      await pipe.write({ tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
-      const d = await pipe.readDescriptor();
-      await pipe.read({ payloads: [], tensors: [{ buffer: back.subarray(0, d.tensors[0]!.length) }] });
-    });
+    return loopFor(seconds, () => readmeRoundTrip(pipe, data, back));
   }
   const message = { metadata: "" };
   const nothing = { payloads: [], tensors: [] };
