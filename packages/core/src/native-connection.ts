@@ -13,12 +13,14 @@ export interface NativeFrameConnection {
   write(frames: ArrayBufferView[], callback: (err: Error | null) => void): boolean;
   /**
    * false: queued, `callback` follows; otherwise the result at once: true
-   * (read into target), the frame (fresh memory) or an Error.
+   * (read into target), the frame or an Error. The frame is fresh memory,
+   * or with `lend` may be lent (see Connection.readFrame).
    */
   read(
     target: ArrayBufferView | null,
     maxLength: number,
     callback: (err: Error | null, frame?: Uint8Array) => void,
+    lend?: boolean,
   ): boolean | Uint8Array | Error;
   /** Closes the connection at once; queued operations get no callback. */
   close(): void;
@@ -129,7 +131,7 @@ export class NativeConnection implements Connection {
       callback(this.failure);
       return;
     }
-    const r = this.nativeRead(null, maxLength);
+    const r = this.nativeRead(null, maxLength, true);
     if (r === false) this.pendingReads.push(callback);
     else if (r instanceof Error) {
       this.close(r);
@@ -138,9 +140,9 @@ export class NativeConnection implements Connection {
   }
 
   /** The native read's answer, a throw turned into the Error it carries. */
-  private nativeRead(target: ArrayBufferView | null, maxLength: number): boolean | Uint8Array | Error {
+  private nativeRead(target: ArrayBufferView | null, maxLength: number, lend = false): boolean | Uint8Array | Error {
     try {
-      return this.native.read(target, maxLength, this.onRead);
+      return this.native.read(target, maxLength, this.onRead, lend);
     } catch (e) {
       return e as Error;
     }

@@ -83,7 +83,10 @@ export interface Connection {
    * read() with a callback instead of a promise, for a caller that reads
    * frame after frame and wants no allocation per frame for it. The
    * callback may run before readFrame returns, when the frame is already
-   * here. Optional: callers fall back to read().
+   * here. The frame may be lent: its bytes are valid until the callback
+   * returns, and a later frame may overwrite them; copy what you keep
+   * (a transport may as well give fresh memory). Optional: callers fall
+   * back to read().
    */
   readFrame?(maxLength: number, callback: FrameCallback): void;
   /** Reads the next frame straight into `target`, whose size must equal the frame's. */
@@ -108,7 +111,7 @@ export interface Connection {
   detach?(): Promise<DetachedSocket | null>;
 }
 
-/** Told of the next frame by Connection.readFrame(): an error, or the frame. */
+/** Told of the next frame by Connection.readFrame(): an error, or the frame (lent: valid until this returns). */
 export type FrameCallback = (err: Error | null, frame?: Uint8Array) => void;
 
 /** A stream socket taken over from a Connection (see Connection.detach). */

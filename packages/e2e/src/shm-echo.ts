@@ -7,7 +7,7 @@
  *   node packages/e2e/dist/shm-echo.js callback|await
  */
 import { ShmTransport } from "@tensorpipe/transport-shm";
-import type { Connection } from "@tensorpipe/core";
+import { type Connection, DONE } from "@tensorpipe/core";
 
 const style = process.argv[2] === "await" ? "await" : "callback";
 const transport = new ShmTransport();
@@ -19,8 +19,11 @@ function echoFromCallbacks(c: Connection): void {
     c.readFrame!(1 << 20, (err, frame) => {
       if (err) return;
       frames[0] = frame!;
-      c.write(frames).catch(() => undefined);
-      next();
+      // The frame is lent: a write that waits for room still needs its
+      // bytes, so the next read (which may reuse them) waits for it.
+      const wrote = c.write(frames);
+      if (wrote === DONE) next();
+      else wrote.then(next, () => undefined);
     });
   next();
 }

@@ -5,6 +5,7 @@ describeTransportConformance({
   name: "shm",
   create: () => new ShmTransport(),
   listenAddress: () => "*",
+  lendsFrames: true,
 });
 
 describeTransportConformance({
@@ -12,4 +13,5 @@ describeTransportConformance({
   create: () => new ShmTransport({ ringSize: 4096 }),
   listenAddress: () => "*",
   largeFrameBytes: 32 * 1024 * 1024,
+  lendsFrames: true,
 });

@@ -213,7 +213,8 @@ describe("shm wake-ups", () => {
       const t = new ShmTransport();
       if (process.argv[1] === "echo") {
         const l = await t.listen("*", (c) => {
-          const next = () => c.readFrame(64, (err, f) => { if (!err) { c.write([f]).catch(() => {}); next(); } });
+          // The frame is lent to the callback: what is written back is a copy.
+          const next = () => c.readFrame(64, (err, f) => { if (!err) { c.write([f.slice()]).catch(() => {}); next(); } });
           next();
         });
         console.log(l.address());

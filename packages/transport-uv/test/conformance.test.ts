@@ -5,6 +5,7 @@ describeTransportConformance({
   name: "uv (IPv4)",
   create: () => new UvTransport(),
   listenAddress: () => "127.0.0.1:0",
+  lendsFrames: true,
 });
 
 describeTransportConformance({
@@ -12,4 +13,5 @@ describeTransportConformance({
   create: () => new UvTransport(),
   listenAddress: () => "[::1]:0",
   largeFrameBytes: 16 * 1024 * 1024,
+  lendsFrames: true,
 });

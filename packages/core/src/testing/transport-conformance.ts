@@ -11,6 +11,19 @@ export interface TransportConformanceOptions {
   listenAddress(): string;
   /** Size of the large-frame test; at least 256 MiB unless the machine can't. */
   largeFrameBytes?: number;
+  /**
+   * Small frames of readFrame() are lent from one buffer of the connection
+   * (as the native transports do), which the suite then checks; a transport
+   * that gives fresh memory leaves this out.
+   */
+  lendsFrames?: boolean;
+}
+
+/** The next frame of readFrame(), with what its callback saw of it while it was lent. */
+function nextFrame(c: Connection, maxLength: number, tag: number): Promise<{ frame: Uint8Array; intact: boolean }> {
+  return new Promise((resolve, reject) =>
+    c.readFrame!(maxLength, (err, frame) => (err ? reject(err) : resolve({ frame: frame!, intact: hasPattern(frame!, tag) }))),
+  );
 }
 
 const MiB = 1024 * 1024;
@@ -96,6 +109,40 @@ export function describeTransportConformance(options: TransportConformanceOption
       await a.write([new Uint8Array(0)]);
       expect((await b.read(0)).byteLength).toBe(0);
       await b.readInto(new Uint8Array(0));
+    });
+
+    it("gives readFrame's callback each frame intact, and leaves frames from read() as they were", async () => {
+      const [a, b] = await pair();
+      if (!b.readFrame) return;
+      const sizes = [10, 20, 5000, 30, 0, 40];
+      const wrote = a.write(sizes.map((n, i) => patterned(n, i)));
+      const kept = await b.read(64);
+      for (let i = 1; i < sizes.length; i++) {
+        const { frame, intact } = await nextFrame(b, 1 << 20, i);
+        expect(frame.byteLength).toBe(sizes[i]);
+        expect(intact).toBe(true);
+      }
+      expect(hasPattern(kept, 0)).toBe(true);
+      await wrote;
+    });
+
+    it.runIf(options.lendsFrames)("lends readFrame's small frames from one buffer, and gives large ones memory of their own", async () => {
+      const [a, b] = await pair();
+      const wrote = a.write([patterned(10, 1), patterned(20, 2), patterned(5000, 3), patterned(30, 4)]);
+      const first = await nextFrame(b, 1 << 20, 1);
+      const second = await nextFrame(b, 1 << 20, 2);
+      const large = await nextFrame(b, 1 << 20, 3);
+      const last = await nextFrame(b, 1 << 20, 4);
+      expect([first, second, large, last].every((f) => f.intact)).toBe(true);
+      for (const f of [first, second, last]) {
+        expect(f.frame.buffer).toBe(last.frame.buffer);
+        expect(f.frame.byteOffset).toBe(0);
+      }
+      // The lent bytes are the last frame's now; the large frame kept its own.
+      expect(hasPattern(new Uint8Array(second.frame.buffer, 0, 30), 4)).toBe(true);
+      expect(large.frame.buffer).not.toBe(last.frame.buffer);
+      expect(hasPattern(large.frame, 3)).toBe(true);
+      await wrote;
     });
 
     it("reads into a view at an offset of a larger buffer, and from typed arrays of any kind", async () => {

@@ -37,6 +37,8 @@ struct FrameRead {
   char* target = nullptr;
   size_t targetLength = 0;
   bool hasTarget = false;
+  // The caller takes a small frame as a loan (readFrame): see LentFrames.
+  bool lend = false;
   uint64_t maxLength = 0;
   uint8_t header[8];
   size_t headerGot = 0;
@@ -55,7 +57,7 @@ struct FrameRead {
   ~FrameRead() { std::free(fresh); }
 
   // Becomes the read that read(target: ArrayBufferView | null, maxLength:
-  // number, callback) asks for. The memory a fresh frame took before is
+  // number, callback, lend?: boolean) asks for. The memory a fresh frame took before is
   // kept for the next one; nothing of JS is held until the read has to
   // wait (see Wait).
   void Assign(const Napi::CallbackInfo& info) {
@@ -76,6 +78,7 @@ struct FrameRead {
       targetLength = span.length;
     }
     maxLength = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
+    lend = info.Length() > 3 && info[3].ToBoolean().Value();
   }
 
   // The read did not finish at once: it holds on to its target and its
@@ -166,6 +169,39 @@ struct FrameRead {
                             std::to_string(frameLength) + " bytes"
                       : "truncated frame: peer closed the connection inside a frame header";
   }
+};
+
+// Small frames lent to a read's callback (readFrame), all in one buffer of
+// the connection's, each overwriting the one before: a reader that decodes
+// each frame as it comes (a pipe's descriptors) costs no memory per frame.
+// A slab of FrameResults lives as long as any view of it, so slabs outlived
+// young collections and went only at the next full one: a busy pipe's
+// process grew by 3 MB/s of them, and every fresh slab's pages faulted in
+// one by one as frames were copied in (760 faults a second, each a stall).
+class LentFrames {
+ public:
+  static constexpr uint64_t kMaxLength = 4096;
+
+  static bool Takes(const FrameRead& op) { return op.lend && !op.hasTarget && op.frameLength <= kMaxLength; }
+
+  Napi::Value View(Napi::Env env, const FrameRead& op) {
+    if (buffer_.IsEmpty()) {
+      Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, kMaxLength);
+      data_ = static_cast<char*>(buffer.Data());
+      buffer_ = Napi::Persistent(buffer);
+    }
+    if (op.frameLength > 0) std::memcpy(data_, op.fresh, op.frameLength);
+    return Napi::Uint8Array::New(env, op.frameLength, buffer_.Value(), 0);
+  }
+
+  void Release() {
+    buffer_.Reset();
+    data_ = nullptr;
+  }
+
+ private:
+  Napi::Reference<Napi::ArrayBuffer> buffer_;
+  char* data_ = nullptr;
 };
 
 // Hands finished reads to JS: `true` for a read into a target; small fresh

@@ -80,10 +80,11 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     this->Unref();
   }
 
-  // read(target: ArrayBufferView | null, maxLength, callback(err, frame))
-  // -> false when queued, or the result at once: true (read into target),
-  // a Uint8Array (fresh memory) or an Error. With nothing queued before it,
-  // a frame already here completes at once, even from inside a completion
+  // read(target: ArrayBufferView | null, maxLength, callback(err, frame),
+  // lend?) -> false when queued, or the result at once: true (read into
+  // target), a Uint8Array or an Error. The frame is fresh memory, or with
+  // `lend` and small, lent (LentFrames). With nothing queued before it, a
+  // frame already here completes at once, even from inside a completion
   // callback: order cannot change.
   Napi::Value Read(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -95,7 +96,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     op.Assign(info);
     if (reads_.empty()) {
       Progress p = self().Consume(op);
-      if (p == Progress::kDone) return GetAddonData(env)->results.Result(env, op);
+      if (p == Progress::kDone) return ResultOf(env, op);
       if (p == Progress::kError) {
         // Made before Fail(), whose callbacks may read again and reuse `op`.
         Napi::Value failure = FailureFor(op);
@@ -145,12 +146,17 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
         InvokeCallback(op->callback, *asyncContext_, {FailureFor(*op)});
         break;
       }
-      napi_value result = GetAddonData(env)->results.Result(env, *op);
+      napi_value result = ResultOf(env, *op);
       InvokeCallback(op->callback, *asyncContext_, {env.Null(), result});
       Recycle(std::move(op));
     }
     pumping_ = false;
     self().ArmRead();
+  }
+
+  Napi::Value ResultOf(Napi::Env env, FrameRead& op) {
+    if (LentFrames::Takes(op)) return lent_.View(env, op);
+    return GetAddonData(env)->results.Result(env, op);
   }
 
   // A read that waited and finished becomes the spare, its target let go:
@@ -214,6 +220,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     reads_.clear();
     if (spareRead_) spareRead_->callback.Reset();
     onFailure_.Reset();
+    lent_.Release();
   }
 
   // The frames of write(frames, callback), in memory reused by every write
@@ -237,6 +244,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   // or comes back when a waiting one finishes.
   std::unique_ptr<FrameRead> spareRead_;
   std::unique_ptr<FrameWrite> spareWrite_;
+  LentFrames lent_;
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
   int failStatus_ = 0;
