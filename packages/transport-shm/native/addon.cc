@@ -1,6 +1,7 @@
 // The shm transport's native half: abstract Unix sockets to meet, memfd
 // rings to move bytes, eventfds to wake up, all on Node's own loop.
 #include <napi.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -51,9 +52,14 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
 // Whether this process can make what a connection needs; the reason if not.
 Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = memfd_create("tensorpipe-js-probe", MFD_CLOEXEC);
+  int fd = memfd_create("tensorpipe-js-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Napi::String::New(env, std::string("memfd_create failed: ") + strerror(errno));
-  bool mapped = ftruncate(fd, 4096) == 0 && [&] {
+  if (ftruncate(fd, 4096) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Napi::String::New(env, std::string("cannot size and seal shared memory: ") + strerror(err));
+  }
+  bool mapped = [&] {
     void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return false;
     munmap(p, 4096);

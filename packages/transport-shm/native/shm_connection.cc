@@ -1,5 +1,6 @@
 #include "shm_connection.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -23,6 +24,8 @@ namespace {
 constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '1'};
 constexpr uint64_t kMinRing = 4096;
 constexpr uint64_t kMaxRing = 1ull << 30;
+// What a ring's memfd must be sealed against before its writer maps it.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 struct Hello {
   char magic[8];
@@ -96,9 +99,12 @@ int ShmConnection::Begin() {
     return UV_EACCES;
   }
   inboxMapSize_ = kRingHeaderSize + options_.ringSize;
-  inboxMemfd_ = memfd_create("tensorpipe-js-shm", MFD_CLOEXEC);
+  inboxMemfd_ = memfd_create("tensorpipe-js-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (inboxMemfd_ < 0) return uv_translate_sys_error(errno);
   if (ftruncate(inboxMemfd_, static_cast<off_t>(inboxMapSize_)) != 0) return uv_translate_sys_error(errno);
+  // The peer writes here: a ring cut short under its mapping would kill it
+  // with SIGBUS, so its size is sealed, and the peer checks (kRequiredSeals).
+  if (fcntl(inboxMemfd_, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) return uv_translate_sys_error(errno);
   inboxMap_ = mmap(nullptr, inboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, inboxMemfd_, 0);
   if (inboxMap_ == MAP_FAILED) {
     inboxMap_ = nullptr;
@@ -190,6 +196,8 @@ void ShmConnection::OnSocket() {
       problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 3";
     else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
       problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
+    else if ((fcntl(received[0], F_GET_SEALS) & kRequiredSeals) != kRequiredSeals)
+      problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
     else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
       problem = "peer's ring memory does not have the size it announced";
     else if (!IsEventfd(received[1]) || !IsEventfd(received[2]))

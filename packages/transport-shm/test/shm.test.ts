@@ -33,11 +33,12 @@ describe("shm transport against a hostile peer", () => {
 
   // After the hostile peer's connection failed, a good one still gets through.
   async function expectListenerGoesOn({ transport, listener, accepted }: Awaited<ReturnType<typeof listen>>) {
+    const before = accepted.length;
     const good = await transport.connect(listener.address());
     closers.push(() => good.close());
     await good.write([patterned(100, 1)]);
-    await expect.poll(() => accepted.length).toBe(2);
-    expect((await accepted[1]!.read(1024)).byteLength).toBe(100);
+    await expect.poll(() => accepted.length).toBe(before + 1);
+    expect((await accepted[before]!.read(1024)).byteLength).toBe(100);
   }
 
   it.each([
@@ -81,6 +82,21 @@ describe("shm transport against a hostile peer", () => {
     await expect.poll(() => errors.length).toBe(1);
     expect(errors[0]).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(message) });
     expect(accepted).toHaveLength(0);
+  });
+
+  it("a ring that is not sealed against shrinking is refused: one cut short would kill its writer with SIGBUS", async () => {
+    const listening = await listen();
+    const { listener, accepted, errors } = listening;
+    const hostile = runHostile(listener.address(), "unsealed");
+    await expect.poll(() => errors.length + accepted.length).toBe(1);
+    // Had it been taken, this write would land where the peer cut its ring.
+    for (const c of accepted) {
+      await new Promise((r) => setTimeout(r, 100));
+      await c.write([patterned(100, 1)]);
+    }
+    expect(errors[0]).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/not sealed/) });
+    await hostile;
+    await expectListenerGoesOn(listening);
   });
 });
 
