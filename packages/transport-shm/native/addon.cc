@@ -78,7 +78,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  AddonData* data = AddonEnv::Install<AddonData>(env);
+  AddonData* data = AddonEnv::Install<ShmEnv>(env);
   Napi::Function connection = ShmConnection::Define(env);
   data->connectionConstructor = Napi::Persistent(connection);
   exports.Set("ShmConnection", connection);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -219,6 +220,12 @@ void ShmConnection::OnSocket() {
       return;
     }
     outbox_ = RingView(outboxMap_, hello.ringSize);
+    // No more than this side's own ring takes: a peer's ring that is not
+    // allocated yet does not get this process to allocate 1 GiB.
+    uint64_t limit = kRingHeaderSize + std::max(options_.ringSize, kDefaultRingSize);
+    RingPopulator& populator = AddonEnv::Get<ShmEnv>(env)->populator;
+    inboxPopulation_ = populator.Add(static_cast<char*>(inboxMap_), inboxMapSize_, false);
+    outboxPopulation_ = populator.Add(static_cast<char*>(outboxMap_), std::min<uint64_t>(outboxMapSize_, limit), true);
     FinishHandshake();
     return;
   }
@@ -531,6 +538,10 @@ void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
 void ShmConnection::FreeDescriptorsAndMappings() {
   for (int* fd : {&sock_, &inboxMemfd_, &inboxReadableFd_, &inboxWritableFd_, &outboxReadableFd_, &outboxWritableFd_}) {
     CloseFd(fd);
+  }
+  for (std::shared_ptr<RingPopulation>* p : {&inboxPopulation_, &outboxPopulation_}) {
+    if (*p) (*p)->Cancel();
+    p->reset();
   }
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
   if (outboxMap_) munmap(outboxMap_, outboxMapSize_);

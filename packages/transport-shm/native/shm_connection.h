@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ring.h"
+#include "ring_populator.h"
 #include "tensorpipe/framed_connection.h"
 
 namespace tensorpipe_js {
@@ -24,6 +25,12 @@ struct ShmOptions {
   // How long a waiting read polls the ring from the loop before it sleeps
   // on the eventfd: a wake-up through the kernel costs tens of microseconds.
   uint64_t spinMicros = kDefaultSpinMicros;
+};
+
+// The shm addon's data in one environment.
+struct ShmEnv : AddonData {
+  explicit ShmEnv(napi_env env) : AddonData(env), populator(lifecycle) {}
+  RingPopulator populator;
 };
 
 class ShmConnection : public FramedConnection<ShmConnection> {
@@ -96,6 +103,9 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   RingView outbox_;
   uint64_t outboxHead_ = 0;
   uint64_t outboxTailSeen_ = 0;
+  // The rings' pages being mapped in the background (RingPopulator).
+  std::shared_ptr<RingPopulation> inboxPopulation_;
+  std::shared_ptr<RingPopulation> outboxPopulation_;
   int outboxReadableFd_ = -1;  // I signal: data for the peer
   int outboxWritableFd_ = -1;  // peer signals: room for me
 
