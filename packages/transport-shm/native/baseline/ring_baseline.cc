@@ -30,8 +30,8 @@ struct Direction {
   int writerWake = -1;
 
   Direction() {
-    // Populated: a transport's ring has been written all over after its
-    // first few MiB; a fresh one would time page faults.
+    // Populated, as a transport's rings are once their connection has
+    // lived 20 ms (RingPopulator): a fresh one would time page faults.
     void* base = mmap(nullptr, kRingHeaderSize + kRingSize, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (base == MAP_FAILED) Die("mmap");
