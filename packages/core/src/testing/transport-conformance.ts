@@ -128,20 +128,45 @@ export function describeTransportConformance(options: TransportConformanceOption
 
     it.runIf(options.lendsFrames)("lends readFrame's small frames from one buffer, and gives large ones memory of their own", async () => {
       const [a, b] = await pair();
-      const wrote = a.write([patterned(10, 1), patterned(20, 2), patterned(5000, 3), patterned(30, 4)]);
+      const wrote = a.write([patterned(10, 1), patterned(20, 2), patterned(5000, 3), patterned(30, 4), patterned(30, 5)]);
       const first = await nextFrame(b, 1 << 20, 1);
       const second = await nextFrame(b, 1 << 20, 2);
       const large = await nextFrame(b, 1 << 20, 3);
       const last = await nextFrame(b, 1 << 20, 4);
-      expect([first, second, large, last].every((f) => f.intact)).toBe(true);
+      const sameLength = await nextFrame(b, 1 << 20, 5);
+      expect([first, second, large, last, sameLength].every((f) => f.intact)).toBe(true);
+      // Frames of one length come as one view: no object a frame.
+      expect(sameLength.frame).toBe(last.frame);
       for (const f of [first, second, last]) {
         expect(f.frame.buffer).toBe(last.frame.buffer);
         expect(f.frame.byteOffset).toBe(0);
       }
       // The lent bytes are the last frame's now; the large frame kept its own.
-      expect(hasPattern(new Uint8Array(second.frame.buffer, 0, 30), 4)).toBe(true);
+      expect(hasPattern(new Uint8Array(second.frame.buffer, 0, 30), 5)).toBe(true);
       expect(large.frame.buffer).not.toBe(last.frame.buffer);
       expect(hasPattern(large.frame, 3)).toBe(true);
+      await wrote;
+    });
+
+    it("reads on intact after a frame's buffer was transferred away", async () => {
+      const [a, b] = await pair();
+      await a.write([patterned(40, 8), patterned(40, 9)]);
+      const first = await b.read(64);
+      const offset = first.byteOffset;
+      const moved = structuredClone(first.buffer as ArrayBuffer, { transfer: [first.buffer as ArrayBuffer] });
+      expect(hasPattern(await b.read(64), 9)).toBe(true);
+      expect(hasPattern(new Uint8Array(moved, offset, 40), 8)).toBe(true);
+    });
+
+    it.runIf(options.lendsFrames)("leaves alone a lent buffer that the callback transferred away", async () => {
+      const [a, b] = await pair();
+      const wrote = a.write([patterned(40, 6), patterned(40, 7)]);
+      const moved = await new Promise<ArrayBuffer>((resolve, reject) =>
+        b.readFrame!(64, (err, frame) => (err ? reject(err) : resolve(structuredClone(frame!.buffer as ArrayBuffer, { transfer: [frame!.buffer as ArrayBuffer] })))),
+      );
+      const next = await nextFrame(b, 64, 7);
+      expect(next.intact).toBe(true);
+      expect(hasPattern(new Uint8Array(moved, 0, 40), 6)).toBe(true);
       await wrote;
     });
 

@@ -184,23 +184,34 @@ class LentFrames {
 
   static bool Takes(const FrameRead& op) { return op.lend && !op.hasTarget && op.frameLength <= kMaxLength; }
 
+  // The frame in the lent buffer, as the same view while frames keep
+  // their length (a pipe's descriptors mostly do): no JS object a frame.
   Napi::Value View(Napi::Env env, const FrameRead& op) {
-    if (buffer_.IsEmpty()) {
+    // A buffer the caller transferred away is no longer this one's to write.
+    if (buffer_.IsEmpty() || buffer_.Value().IsDetached()) {
       Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, kMaxLength);
       data_ = static_cast<char*>(buffer.Data());
       buffer_ = Napi::Persistent(buffer);
+      view_.Reset();
     }
     if (op.frameLength > 0) std::memcpy(data_, op.fresh, op.frameLength);
-    return Napi::Uint8Array::New(env, op.frameLength, buffer_.Value(), 0);
+    if (view_.IsEmpty() || viewLength_ != op.frameLength) {
+      view_ = Napi::Persistent(Napi::Uint8Array::New(env, op.frameLength, buffer_.Value(), 0));
+      viewLength_ = op.frameLength;
+    }
+    return view_.Value();
   }
 
   void Release() {
+    view_.Reset();
     buffer_.Reset();
     data_ = nullptr;
   }
 
  private:
   Napi::Reference<Napi::ArrayBuffer> buffer_;
+  Napi::Reference<Napi::Uint8Array> view_;
+  uint64_t viewLength_ = 0;
   char* data_ = nullptr;
 };
 
@@ -212,7 +223,7 @@ class FrameResults {
   Napi::Value Result(Napi::Env env, FrameRead& op) {
     if (op.hasTarget) return Napi::Boolean::New(env, true);
     if (op.frameLength <= kSmallFrame) {
-      if (slab_.IsEmpty() || slabUsed_ + op.frameLength > kSlabSize) {
+      if (slab_.IsEmpty() || slabUsed_ + op.frameLength > kSlabSize || slab_.Value().IsDetached()) {
         Napi::ArrayBuffer slab = Napi::ArrayBuffer::New(env, kSlabSize);
         slab_ = Napi::Persistent(slab);
         slabData_ = static_cast<char*>(slab.Data());
