@@ -103,6 +103,14 @@ describe("shm transport against a hostile peer", () => {
 describe("shm ring pages", () => {
   // Minor page faults of this thread so far (/proc/thread-self/stat, field 10).
   const threadFaults = () => Number(readFileSync("/proc/thread-self/stat", "utf8").split(") ")[1]!.split(" ")[7]);
+  // Resident KiB of this process's ring mappings (/proc/self/smaps).
+  const ringPagesMappedKiB = () => {
+    let total = 0;
+    for (const block of readFileSync("/proc/self/smaps", "utf8").split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)) {
+      if (block.split("\n", 1)[0]!.includes("tensorpipe-js-shm")) total += Number(/\nRss:\s+(\d+) kB/.exec(block)?.[1] ?? 0);
+    }
+    return total;
+  };
 
   it("are mapped off the loop: writing a fresh ring through once faults the loop thread in few of them", async () => {
     const transport = new ShmTransport();
@@ -112,8 +120,8 @@ describe("shm ring pages", () => {
     const a = await transport.connect(listener.address());
     const b = await server;
     try {
-      // The populator's turn: 4 MiB a side takes it a few milliseconds.
-      await new Promise((r) => setTimeout(r, 300));
+      // The populator's turn: both rings mapped into both ends (this process).
+      await expect.poll(ringPagesMappedKiB, { timeout: 20_000 }).toBeGreaterThanOrEqual(4 * (4096 + 4));
       const frame = patterned(1016, 5);
       const target = new Uint8Array(1016);
       // 4 MiB of ring (1 KiB a frame with its header), each frame read as it
