@@ -17,7 +17,11 @@ import { type NativeShmOptions, loadAddon } from "./native.js";
 
 /** Options of the shm transport. */
 export interface ShmTransportOptions {
-  /** Bytes of each direction's ring, a power of two (default 4 MiB). */
+  /**
+   * Bytes of each direction's ring, a power of two (default 4 MiB). A
+   * connection's rings take this much memory each once it has lived 20 ms,
+   * when a thread of the addon maps their pages.
+   */
   ringSize?: number;
   /** Accept peers running as another user (default: refuse them). */
   allowOtherUsers?: boolean;
