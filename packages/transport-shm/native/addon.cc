@@ -54,7 +54,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = memfd_create("tensorpipe-js-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Napi::String::New(env, std::string("memfd_create failed: ") + strerror(errno));
-  if (ftruncate(fd, 4096) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+  if (ftruncate(fd, 4096) != 0 || fcntl(fd, F_ADD_SEALS, kRingSeals) != 0) {
     int err = errno;
     ::close(fd);
     return Napi::String::New(env, std::string("cannot size and seal shared memory: ") + strerror(err));

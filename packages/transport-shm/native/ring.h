@@ -4,6 +4,7 @@
 // the bytes it sends, never this process's memory.
 #pragma once
 
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -26,6 +27,11 @@ struct RingHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
 
 constexpr size_t kRingHeaderSize = 4096;
+
+// What a ring's memfd is sealed against before it is handed to its writer,
+// and what the writer checks: a ring cut short under the writer's mapping
+// would kill the writer with SIGBUS.
+constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 // The transport's defaults: bytes per direction, and how long a waiting
 // side polls the ring before it sleeps on its eventfd.

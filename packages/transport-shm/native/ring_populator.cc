@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <system_error>
 
 #ifndef MADV_POPULATE_READ
@@ -50,15 +49,14 @@ void RingPopulator::Run() {
     std::shared_ptr<RingPopulation> p = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    for (;;) {
+    for (uint64_t done = 0; done < p->length; done += kChunk) {
       std::lock_guard<std::mutex> hold(p->mutex);
-      if (p->cancelled || p->done >= p->length) break;
-      uint64_t n = std::min(kChunk, p->length - p->done);
+      if (p->cancelled) break;
+      uint64_t n = std::min(kChunk, p->length - done);
       // MADV_POPULATE_* (Linux 5.14) fault the pages in as a write or a
       // read would, without writing: bytes the loop writes meanwhile stay.
       // An older kernel refuses them, and the pages come on first use.
-      if (madvise(p->base + p->done, n, p->forWriting ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0) break;
-      p->done += n;
+      if (madvise(p->base + done, n, p->forWriting ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0) break;
     }
     lock.lock();
   }

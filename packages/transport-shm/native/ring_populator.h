@@ -29,7 +29,6 @@ struct RingPopulation {
   bool forWriting;
   // Not before then: a connection closed sooner costs no work.
   std::chrono::steady_clock::time_point due;
-  uint64_t done = 0;
   bool cancelled = false;
   std::mutex mutex;
 

@@ -25,8 +25,6 @@ namespace {
 constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '1'};
 constexpr uint64_t kMinRing = 4096;
 constexpr uint64_t kMaxRing = 1ull << 30;
-// What a ring's memfd must be sealed against before its writer maps it.
-constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 struct Hello {
   char magic[8];
@@ -103,9 +101,8 @@ int ShmConnection::Begin() {
   inboxMemfd_ = memfd_create("tensorpipe-js-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (inboxMemfd_ < 0) return uv_translate_sys_error(errno);
   if (ftruncate(inboxMemfd_, static_cast<off_t>(inboxMapSize_)) != 0) return uv_translate_sys_error(errno);
-  // The peer writes here: a ring cut short under its mapping would kill it
-  // with SIGBUS, so its size is sealed, and the peer checks (kRequiredSeals).
-  if (fcntl(inboxMemfd_, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) return uv_translate_sys_error(errno);
+  // The peer writes here, and checks the seals (kRingSeals).
+  if (fcntl(inboxMemfd_, F_ADD_SEALS, kRingSeals | F_SEAL_SEAL) != 0) return uv_translate_sys_error(errno);
   inboxMap_ = mmap(nullptr, inboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, inboxMemfd_, 0);
   if (inboxMap_ == MAP_FAILED) {
     inboxMap_ = nullptr;
@@ -197,7 +194,7 @@ void ShmConnection::OnSocket() {
       problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 3";
     else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
       problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
-    else if ((fcntl(received[0], F_GET_SEALS) & kRequiredSeals) != kRequiredSeals)
+    else if ((fcntl(received[0], F_GET_SEALS) & kRingSeals) != kRingSeals)
       problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
     else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
       problem = "peer's ring memory does not have the size it announced";

@@ -57,9 +57,9 @@ struct FrameRead {
   ~FrameRead() { std::free(fresh); }
 
   // Becomes the read that read(target: ArrayBufferView | null, maxLength:
-  // number, callback, lend?: boolean) asks for. The memory a fresh frame took before is
-  // kept for the next one; nothing of JS is held until the read has to
-  // wait (see Wait).
+  // number, callback, lend?: boolean) asks for. The memory a fresh frame
+  // took before is kept for the next one; nothing of JS is held until the
+  // read has to wait (see Wait).
   void Assign(const Napi::CallbackInfo& info) {
     target = nullptr;
     targetLength = 0;
