@@ -33,8 +33,8 @@ constexpr size_t kRingHeaderSize = 4096;
 // would kill the writer with SIGBUS.
 constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-// The transport's defaults: bytes per direction, and how long a waiting
-// side polls the ring before it sleeps on its eventfd.
+// The transport's defaults: bytes per direction, and how long at most a
+// waiting side polls the ring before it sleeps on its eventfd.
 constexpr uint64_t kDefaultRingSize = 4 << 20;
 constexpr uint64_t kDefaultSpinMicros = 200;
 
@@ -121,11 +121,14 @@ class RingView {
   }
 
   // Writer: bytes up to `head` are there to read; wakes a sleeping reader.
-  void PublishHead(uint64_t head, int readerWakeFd) const {
+  // True when the reader slept.
+  bool PublishHead(uint64_t head, int readerWakeFd) const {
     header_->writerCore.store(CurrentCore(), std::memory_order_relaxed);
     header_->head.store(head, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (header_->readerWaiting.exchange(0) != 0) SignalEventfd(readerWakeFd);
+    if (header_->readerWaiting.exchange(0) == 0) return false;
+    SignalEventfd(readerWakeFd);
+    return true;
   }
 
   // Reader: bytes up to `tail` are free again; wakes a writer waiting for room.
@@ -155,6 +158,10 @@ class RingView {
     header_->readerWaiting.store(1, std::memory_order_seq_cst);
     return header_->head.load(std::memory_order_seq_cst) != tail;
   }
+
+  // A sleeping reader that polls again takes its word back; false when the
+  // writer took it first (and signals, or has).
+  bool ReaderWakesItself() const { return header_->readerWaiting.exchange(0) != 0; }
 
   // A writer about to sleep for room says so; true when room came meanwhile.
   bool WriterSleeps(uint64_t head) const {

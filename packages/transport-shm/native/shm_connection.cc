@@ -65,6 +65,7 @@ Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& op
   // Owned from here on: whatever fails next, closing it closes the socket.
   c->sock_ = sock;
   c->options_ = options;
+  c->spells_ = PollingSpells(options.spinMicros * 1000);
   c->onReady_ = Napi::Persistent(onReady);
   int r = c->Begin();
   if (r < 0) {
@@ -298,7 +299,10 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
     room -= n;
     op.Advance(n);
   }
-  if (outboxHead_ != before) outbox_.PublishHead(outboxHead_, outboxReadableFd_);
+  if (outboxHead_ != before) {
+    bool peerSlept = outbox_.PublishHead(outboxHead_, outboxReadableFd_);
+    if (waiting_ && !peerSlept) AwaitAnswer(uv_hrtime());
+  }
   return true;
 }
 
@@ -374,27 +378,51 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
 }
 
 // Waits for data: first by polling the ring on every loop iteration for a
-// short while (the loop does not block meanwhile, so other work goes on),
-// then by sleeping on the eventfd: tells the peer, then looks again so that
-// data written in between is not missed (it is then signalled to ourselves).
+// spell (the loop does not block meanwhile, so other work goes on), then by
+// sleeping on the eventfd.
 void ShmConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   if (reads_.empty()) {
-    EndWait();
+    EndWait(false);
     return;
   }
-  if (options_.spinMicros > 0 && !readablePolling_) {
-    if (!spinning_) {
-      StartSpinning();
-      return;
-    }
-    uint64_t spun = uv_hrtime() - spinStart_;
-    if (spun < options_.spinMicros * 1000) {
+  if (!waiting_) {
+    BeginWait();
+    if (spinning_) return;
+  }
+  if (spinning_) {
+    uint64_t spun = uv_hrtime() - spellStart_;
+    if (spun < spell_) {
       if (inbox_.ReaderShouldYield(spun)) sched_yield();
       return;
     }
     StopSpinning();
   }
+  Sleep();
+}
+
+void ShmConnection::BeginWait() {
+  waiting_ = true;
+  waitBegan_ = spellStart_ = uv_hrtime();
+  answerDueSince_ = 0;
+  spell_ = spells_.Spell(PollingSpells::kNext);
+  if (spell_ > 0) StartSpinning();
+}
+
+// A frame went to an awake peer while the read waits: what comes next may
+// be its answer, so the answer's spell starts, polling again if the read
+// slept (unless the peer is already waking it). A peer that slept answers
+// only after its own wake-up, and polling for that was no faster here
+// (docs/performance.md), so the read then sleeps on.
+void ShmConnection::AwaitAnswer(uint64_t now) {
+  answerDueSince_ = spellStart_ = now;
+  spell_ = spells_.Spell(PollingSpells::kAnswer);
+  if (spell_ > 0 && !spinning_ && inbox_.ReaderWakesItself()) StartSpinning();
+}
+
+// Tells the peer, then looks again so that data written in between is not
+// missed (it is then signalled to ourselves).
+void ShmConnection::Sleep() {
   if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(inboxReadableFd_);
   if (!readablePolling_) uv_poll_start(readablePoll_, UV_READABLE, OnReadableEvent);
   readablePolling_ = true;
@@ -409,13 +437,20 @@ void ShmConnection::OnSpin(uv_idle_t* handle) {
     return;
   }
   FromLoop(c->Env(), [&] {
-    c->EndWait();
+    c->EndWait(true);
     c->PumpReads();
   });
 }
 
-// Data came: the next wait gets a fresh spell of polling.
-void ShmConnection::EndWait() {
+// The wait is over (data came, or no read waits any more): the next wait
+// starts afresh, and one that bytes ended teaches its kind's spell.
+void ShmConnection::EndWait(bool bytesCame) {
+  if (waiting_ && bytesCame) {
+    uint64_t now = uv_hrtime();
+    spells_.Learn(PollingSpells::kNext, now - waitBegan_);
+    if (answerDueSince_ != 0) spells_.Learn(PollingSpells::kAnswer, now - answerDueSince_);
+  }
+  waiting_ = false;
   StopSpinning();
   if (readablePolling_) uv_poll_stop(readablePoll_);
   readablePolling_ = false;
@@ -425,7 +460,6 @@ thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
 thread_local ShmConnection* ShmConnection::loopHolder_ = nullptr;
 
 void ShmConnection::StartSpinning() {
-  spinStart_ = uv_hrtime();
   uv_idle_start(spinIdle_, OnSpin);
   spinning_ = true;
   spinningIndex_ = spinningOnThisThread_.size();
@@ -450,7 +484,7 @@ void ShmConnection::StopSpinning() {
 // not while a peer last ran on this core (that peer needs the core).
 void ShmConnection::HoldLoopForInput() {
   uint64_t start = uv_hrtime();
-  auto young = [start](const ShmConnection* c) { return start - c->spinStart_ < kYieldAfterNanos; };
+  auto young = [start](const ShmConnection* c) { return start - c->spellStart_ < kYieldAfterNanos; };
   if (loopHolder_ != nullptr && loopHolder_ != this && young(loopHolder_)) return;
   loopHolder_ = this;
   if (!young(this)) return;
@@ -473,7 +507,7 @@ void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
   if (c->state_ != State::kOpen) return;
   FromLoop(c->Env(), [&] {
     DrainEventfd(c->inboxReadableFd_);
-    c->EndWait();
+    c->EndWait(c->HasInput());
     c->PumpReads();
   });
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "polling_spells.h"
 #include "ring.h"
 #include "ring_populator.h"
 #include "tensorpipe/framed_connection.h"
@@ -22,8 +23,9 @@ namespace tensorpipe_js {
 struct ShmOptions {
   uint64_t ringSize = kDefaultRingSize;
   bool allowOtherUsers = false;
-  // How long a waiting read polls the ring from the loop before it sleeps
-  // on the eventfd: a wake-up through the kernel costs tens of microseconds.
+  // How long at most a waiting read polls the ring from the loop before it
+  // sleeps on the eventfd (a wake-up through the kernel costs tens of
+  // microseconds); PollingSpells learns how long within that.
   uint64_t spinMicros = kDefaultSpinMicros;
 };
 
@@ -65,9 +67,12 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static void OnSpin(uv_idle_t* handle);
   bool HasInput() const { return inbox_.header()->head.load(std::memory_order_acquire) != inboxTail_; }
   void HoldLoopForInput();
+  void BeginWait();
+  void AwaitAnswer(uint64_t now);
+  void Sleep();
   void StartSpinning();
   void StopSpinning();
-  void EndWait();
+  void EndWait(bool bytesCame);
   static void OnHandleClosed(uv_handle_t* handle);
   void FreeDescriptorsAndMappings();
 
@@ -113,7 +118,14 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   uv_poll_t* readablePoll_ = nullptr;
   uv_poll_t* writablePoll_ = nullptr;
   uv_idle_t* spinIdle_ = nullptr;
-  uint64_t spinStart_ = 0;
+  // The read's wait: when it began, when it last wrote to an awake peer
+  // (0: not since it began), and the spell in force: from when, how long.
+  PollingSpells spells_;
+  bool waiting_ = false;
+  uint64_t waitBegan_ = 0;
+  uint64_t answerDueSince_ = 0;
+  uint64_t spellStart_ = 0;
+  uint64_t spell_ = 0;
   bool spinning_ = false;
   size_t spinningIndex_ = 0;  // in spinningOnThisThread_
 

@@ -26,12 +26,16 @@ export interface ShmTransportOptions {
   /** Accept peers running as another user (default: refuse them). */
   allowOtherUsers?: boolean;
   /**
-   * Microseconds a waiting read polls the ring from Node's loop before it
-   * sleeps on an eventfd (default 200; 0 never polls). Polling trades a
-   * little CPU for latency: a kernel wake-up costs tens of microseconds.
-   * For the first 20 us of a wait, one waiting connection per thread polls
-   * every waiting ring for up to 5 us on each turn of the loop, holding the
-   * loop that long, unless a peer last ran on this core.
+   * Microseconds at most a waiting read polls the ring from Node's loop
+   * before it sleeps on an eventfd (default 200; 0 never polls). Polling
+   * trades a little CPU for latency: a kernel wake-up costs tens of
+   * microseconds. Within this bound each connection learns how long to
+   * poll from its waits: a peer that pauses longer than the bound, three
+   * times in a row, gets polled for less and then not at all, and the
+   * first wait that polling would have caught brings it back. For the
+   * first 20 us of a wait, one waiting connection per thread polls every
+   * waiting ring for up to 5 us on each turn of the loop, holding the loop
+   * that long, unless a peer last ran on this core.
    */
   spinMicros?: number;
 }

@@ -267,6 +267,73 @@ describe("shm wake-ups", () => {
     }
   });
 
+  // How long a read polls is learnt from its waits: through a peer's
+  // pauses it stops polling (which spun the loop for the whole spell before
+  // each message), and once answers come at once it polls for them again
+  // instead of sleeping on its eventfd (a write and a read of the eventfd
+  // per message, on this thread since both ends are here).
+  it("a read stops polling through its peer's pauses, and polls again once answers come at once", async () => {
+    const transport = new ShmTransport({ spinMicros: 2000, ringSize: 64 * 1024 });
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("*", (c) => accepted.push(c));
+    const a = await transport.connect(listener.address());
+    const frame = new Uint8Array(8);
+    const eventfdCalls = () => {
+      const io = readFileSync("/proc/thread-self/io", "utf8");
+      return Number(/^syscr: (\d+)/m.exec(io)![1]) + Number(/^syscw: (\d+)/m.exec(io)![1]);
+    };
+    try {
+      await expect.poll(() => accepted.length).toBe(1);
+      const b = accepted[0]!;
+      let got = 0;
+      let echo = false;
+      const onB = (err: Error | null) => {
+        if (err) return;
+        got++;
+        b.readFrame(64, onB);
+        if (echo) void b.write([frame]);
+      };
+      b.readFrame(64, onB);
+
+      const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+      for (let i = 0; i < 10; i++) {
+        await a.write([frame]);
+        await sleep(5);
+      }
+      const before = process.cpuUsage();
+      for (let i = 0; i < 30; i++) {
+        await a.write([frame]);
+        await sleep(5);
+      }
+      const cpu = process.cpuUsage(before);
+      expect(got).toBe(40);
+      // Polling each 5 ms pause for its 2 ms spell took 60 ms or more.
+      expect((cpu.user + cpu.system) / 1000).toBeLessThan(25);
+
+      echo = true;
+      const pingPong = (rounds: number) =>
+        new Promise<void>((resolve) => {
+          let left = rounds;
+          const onA = (err: Error | null) => {
+            if (err) return;
+            if (--left === 0) return resolve();
+            a.readFrame(64, onA);
+            void a.write([frame]);
+          };
+          a.readFrame(64, onA);
+          void a.write([frame]);
+        });
+      await pingPong(500);
+      const calls = eventfdCalls();
+      await pingPong(500);
+      expect(eventfdCalls() - calls).toBeLessThan(100);
+    } finally {
+      a.close();
+      accepted.forEach((c) => c.close());
+      listener.close();
+    }
+  });
+
   // Two processes on one core: a reader polling its ring keeps the writer
   // off the core until it yields. It yields at once when the writer last
   // published from this core, else only after 20 us of polling (two such
