@@ -27,7 +27,8 @@ export interface ShmTransportOptions {
   allowOtherUsers?: boolean;
   /**
    * Microseconds at most a waiting read polls the ring from Node's loop
-   * before it sleeps on an eventfd (default 200; 0 never polls). Polling
+   * before it sleeps on an eventfd (default 200; 0 never polls; at most
+   * 1,000,000, else ERR_TP_INVALID_ARG). Polling
    * trades a little CPU for latency: a kernel wake-up costs tens of
    * microseconds. Within this bound each connection learns how long to
    * poll from its waits: a peer that pauses longer than the bound, three
@@ -55,11 +56,12 @@ export class ShmTransport implements TransportContext {
     if (!(ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${ringSize}`);
     }
-    this.native = {
-      ringSize,
-      allowOtherUsers: options.allowOtherUsers ?? false,
-      spinMicros: Math.max(0, options.spinMicros ?? 200),
-    };
+    const spinMicros = options.spinMicros ?? 200;
+    // Nanoseconds in the addon: a second bounds it well inside 64 bits.
+    if (!(spinMicros >= 0 && spinMicros <= 1_000_000)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `spinMicros must be a number from 0 to 1000000, got ${spinMicros}`);
+    }
+    this.native = { ringSize, allowOtherUsers: options.allowOtherUsers ?? false, spinMicros };
   }
 
   /** Whether the transport can work here, and if not why. */

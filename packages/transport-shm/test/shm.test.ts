@@ -234,6 +234,15 @@ describe("shm peer credentials", () => {
   });
 });
 
+describe("shm transport options", () => {
+  it("refuses a ring size or a polling bound it cannot use", () => {
+    for (const options of [{ ringSize: 3000 }, { ringSize: 2 ** 31 }, { spinMicros: -1 }, { spinMicros: Infinity }, { spinMicros: Number.NaN }]) {
+      expect(() => new ShmTransport(options), JSON.stringify(options)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
+    }
+    expect(() => new ShmTransport({ ringSize: 4096, spinMicros: 0 })).not.toThrow();
+  });
+});
+
 describe("shm wake-ups", () => {
   // A waiting read polls its ring from the loop, and for a moment holds the
   // loop while it does: never for longer, whatever the peer does.
