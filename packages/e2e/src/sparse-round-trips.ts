@@ -9,6 +9,7 @@
  *   node packages/e2e/dist/sparse-round-trips.js [--gaps 1,5] [--count 1000] [--json]
  */
 import { readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { createContext, fmt, percentile, readmeRoundTrip, spawnPeer } from "@tensorpipe/cli";
 
@@ -30,8 +31,6 @@ function cpuOf(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function sparseRoundTrips(gapsMs: readonly number[], count: number): Promise<SparseResult[]> {
   const peer = await spawnPeer("127.0.0.1", ["--transports", "shm"]);

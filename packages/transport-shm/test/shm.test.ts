@@ -1,5 +1,6 @@
 import { execFile, spawn } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { type Connection, Context, ErrorCode } from "@tensorpipe/core";
 import { patterned } from "@tensorpipe/core/testing";
@@ -304,7 +305,6 @@ describe("shm wake-ups", () => {
       };
       b.readFrame(64, onB);
 
-      const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
       for (let i = 0; i < 10; i++) {
         await a.write([frame]);
         await sleep(5);
