@@ -391,8 +391,8 @@ void ShmConnection::ArmRead() {
     if (spinning_) return;
   }
   if (spinning_) {
-    uint64_t spun = uv_hrtime() - spellStart_;
-    if (spun < spell_) {
+    uint64_t spun = uv_hrtime() - SpellStart();
+    if (spun < Spell()) {
       if (inbox_.ReaderShouldYield(spun)) sched_yield();
       return;
     }
@@ -403,10 +403,9 @@ void ShmConnection::ArmRead() {
 
 void ShmConnection::BeginWait() {
   waiting_ = true;
-  waitBegan_ = spellStart_ = uv_hrtime();
+  waitBegan_ = uv_hrtime();
   answerDueSince_ = 0;
-  spell_ = spells_.Spell(PollingSpells::kNext);
-  if (spell_ > 0) StartSpinning();
+  if (Spell() > 0) StartSpinning();
 }
 
 // A frame went to an awake peer while the read waits: what comes next may
@@ -415,9 +414,8 @@ void ShmConnection::BeginWait() {
 // only after its own wake-up, and polling for that was no faster here
 // (docs/performance.md), so the read then sleeps on.
 void ShmConnection::AwaitAnswer(uint64_t now) {
-  answerDueSince_ = spellStart_ = now;
-  spell_ = spells_.Spell(PollingSpells::kAnswer);
-  if (spell_ > 0 && !spinning_ && inbox_.ReaderWakesItself()) StartSpinning();
+  answerDueSince_ = now;
+  if (Spell() > 0 && !spinning_ && inbox_.ReaderWakesItself()) StartSpinning();
 }
 
 // Tells the peer, then looks again so that data written in between is not
@@ -484,7 +482,7 @@ void ShmConnection::StopSpinning() {
 // not while a peer last ran on this core (that peer needs the core).
 void ShmConnection::HoldLoopForInput() {
   uint64_t start = uv_hrtime();
-  auto young = [start](const ShmConnection* c) { return start - c->spellStart_ < kYieldAfterNanos; };
+  auto young = [start](const ShmConnection* c) { return start - c->SpellStart() < kYieldAfterNanos; };
   if (loopHolder_ != nullptr && loopHolder_ != this && young(loopHolder_)) return;
   loopHolder_ = this;
   if (!young(this)) return;

@@ -67,6 +67,9 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static void OnSpin(uv_idle_t* handle);
   bool HasInput() const { return inbox_.header()->head.load(std::memory_order_acquire) != inboxTail_; }
   void HoldLoopForInput();
+  // The spell in force and its start: see waitBegan_.
+  uint64_t SpellStart() const { return answerDueSince_ != 0 ? answerDueSince_ : waitBegan_; }
+  uint64_t Spell() const { return spells_.Spell(answerDueSince_ != 0 ? PollingSpells::kAnswer : PollingSpells::kNext); }
   void BeginWait();
   void AwaitAnswer(uint64_t now);
   void Sleep();
@@ -118,14 +121,13 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   uv_poll_t* readablePoll_ = nullptr;
   uv_poll_t* writablePoll_ = nullptr;
   uv_idle_t* spinIdle_ = nullptr;
-  // The read's wait: when it began, when it last wrote to an awake peer
-  // (0: not since it began), and the spell in force: from when, how long.
+  // The read's wait: when it began, and when it last wrote to an awake
+  // peer (0: not since it began). The spell in force is the answer's from
+  // then, else the next message's from the wait's start.
   PollingSpells spells_;
   bool waiting_ = false;
   uint64_t waitBegan_ = 0;
   uint64_t answerDueSince_ = 0;
-  uint64_t spellStart_ = 0;
-  uint64_t spell_ = 0;
   bool spinning_ = false;
   size_t spinningIndex_ = 0;  // in spinningOnThisThread_
 
