@@ -3,7 +3,7 @@
  * to it, a matrix of tensor sizes, and the baselines measured in the same
  * run in alternating blocks, so that a noisy machine's drift hits every
  * series alike: the machine's limits (memcpy on the best number of threads,
- * C programs doing the transports' exchange without Node) and the peers a
+ * C programs doing the backends' exchange without Node) and the peers a
  * user would pick instead (node:net, zeromq.js).
  */
 import { writeFileSync } from "node:fs";
@@ -15,7 +15,7 @@ import { sinkThroughput } from "./sink-throughput.js";
 import { type PeerProcess, spawnPeer } from "./spawn-peer.js";
 import { fmt, median, pairedRatio, summarize } from "./stats.js";
 import { svgLinePlot } from "./svg-plot.js";
-import { CBaseline, C_BASELINES } from "./c-baseline.js";
+import { type CBaseline, findCBaselines } from "./c-baseline.js";
 import { ParallelMemcpy } from "./memcpy-baseline.js";
 import { ZmqClient, loadZmq } from "./zmq-baseline.js";
 
@@ -237,7 +237,7 @@ function cBaseline(c: CBaseline): Measured {
   return {
     name: c.name,
     kind: "baseline",
-    roundTrips: async (data, _back, n) => (await c.roundTrips(data.length, n)).us,
+    ...(c.spec.roundTrips ? { roundTrips: async (data: Uint8Array, _back: Uint8Array, n: number) => (await c.roundTrips(data.length, n)).us } : {}),
     throughput: (data, count) => c.throughput(data.length, count),
     close: () => undefined,
   };
@@ -345,11 +345,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
       measured.push(userCode.measured);
     }
     measured.push(memcpy());
-    for (const spec of C_BASELINES) {
-      const baseline = CBaseline.find(spec);
-      if ("missing" in baseline) skipped.push({ name: spec.name, reason: baseline.missing });
-      else measured.push(cBaseline(baseline));
-    }
+    const cBaselines = findCBaselines(found);
+    measured.push(...cBaselines.found.map(cBaseline));
+    skipped.push(...cBaselines.skipped);
     measured.push(await nodeNet(peer));
     if (options.noZmq) skipped.push({ name: "zeromq", reason: "--no-zmq" });
     else {
@@ -516,6 +514,7 @@ function targets(sizes: readonly number[]): Record<string, string> {
     "uv+basic 64 MiB GB/s / node:net": ">= 1.3",
     "uv+basic 8 B RTT p50 / node:net": "<= 1.0",
     "shm+cma 64 MiB GB/s / memcpy": ">= 0.9",
+    "shm+cma 64 MiB GB/s / cma (C)": ">= 0.95",
     [`${README_LOOP} 8 B RTT p50 / tuned loop`]: "<= 1.2",
     [`${README_LOOP} 8 B RTT p50 / shm ring (C)`]: "<= 4",
     [`${README_LOOP} 8 B RTT p99 / its p50`]: "<= 4",

@@ -1,33 +1,61 @@
 /**
- * The machine's limit for the exchange a transport does: the small C
- * programs the transport packages build beside their addons
+ * The machine's limit for the exchange a backend does: the small C
+ * programs the backend packages build beside their addons
  * (native/baseline), run as two processes with no Node between them.
  * "shm ring (C)" moves frames over the shm transport's own rings and
- * wake-ups; "TCP (C)" over one loopback TCP connection.
+ * wake-ups; "TCP (C)" over one loopback TCP connection; "cma (C)" copies
+ * them with process_vm_readv on copier threads, as the cma channel does.
  */
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { packageRoot } from "./backends.js";
+import { type FoundBackend, packageRoot } from "./backends.js";
 
 const run = promisify(execFile);
 
-/** A C program built beside a transport's addon. */
+/** A C program built beside a backend's addon. */
 export interface CBaselineSpec {
   /** The series it stands for in `tensorpipe bench` ("shm ring (C)"). */
   name: string;
+  /** The backend whose exchange it does: where that one is not viable, neither is the program. */
+  backend: string;
   /** The package that builds it. */
   packageName: string;
   /** Its file name under the package's build/Release. */
   program: string;
+  /** Whether it times round trips too, or streams only. */
+  roundTrips: boolean;
 }
 
-/** The programs `tensorpipe bench` holds the transports against. */
+/** The programs `tensorpipe bench` holds the backends against. */
 export const C_BASELINES: readonly CBaselineSpec[] = [
-  { name: "shm ring (C)", packageName: "@tensorpipe/transport-shm", program: "shm_ring_baseline" },
-  { name: "TCP (C)", packageName: "@tensorpipe/transport-uv", program: "tcp_baseline" },
+  { name: "shm ring (C)", backend: "shm", packageName: "@tensorpipe/transport-shm", program: "shm_ring_baseline", roundTrips: true },
+  { name: "TCP (C)", backend: "uv", packageName: "@tensorpipe/transport-uv", program: "tcp_baseline", roundTrips: true },
+  // Streams only: cma sends small tensors inline, through the transport.
+  { name: "cma (C)", backend: "cma", packageName: "@tensorpipe/channel-cma", program: "cma_baseline", roundTrips: false },
 ];
+
+/**
+ * The programs that can run here, each found where its package built it;
+ * the others with why not (among them those whose backend, as `backends`
+ * found it, is not viable here: the C program would fail the same way).
+ */
+export function findCBaselines(
+  backends: readonly FoundBackend[],
+  specs: readonly CBaselineSpec[] = C_BASELINES,
+): { found: CBaseline[]; skipped: { name: string; reason: string }[] } {
+  const found: CBaseline[] = [];
+  const skipped: { name: string; reason: string }[] = [];
+  for (const spec of specs) {
+    const backend = backends.find((b) => b.spec.name === spec.backend);
+    const baseline = CBaseline.find(spec);
+    if (backend && !backend.viability.viable) skipped.push({ name: spec.name, reason: `${spec.backend} is not viable here: ${backend.viability.reason}` });
+    else if ("missing" in baseline) skipped.push({ name: spec.name, reason: baseline.missing });
+    else found.push(baseline);
+  }
+  return { found, skipped };
+}
 
 /** What a C program's round trips report. */
 export interface CRoundTrips {
@@ -40,11 +68,16 @@ export interface CRoundTrips {
 /** One of those programs, found where its package built it. */
 export class CBaseline {
   private constructor(
-    /** The series it stands for. */
-    readonly name: string,
+    /** What it is. */
+    readonly spec: CBaselineSpec,
     /** The program. */
     readonly path: string,
   ) {}
+
+  /** The series it stands for. */
+  get name(): string {
+    return this.spec.name;
+  }
 
   /** The program built in the package's tree, or why there is none. */
   static find(spec: CBaselineSpec): CBaseline | {
@@ -55,7 +88,7 @@ export class CBaseline {
     if (!root) return { missing: `${spec.packageName} is not installed` };
     const path = join(root, "build", "Release", spec.program);
     if (!existsSync(path)) return { missing: `${spec.program} is built only from source (${path} is missing)` };
-    return new CBaseline(spec.name, path);
+    return new CBaseline(spec, path);
   }
 
   /**
@@ -63,6 +96,7 @@ export class CBaseline {
    * the processes were pinned to (none where this process may use one).
    */
   async roundTrips(size: number, n: number): Promise<CRoundTrips> {
+    if (!this.spec.roundTrips) throw new Error(`${this.spec.program} streams only`);
     return (await this.exec("pingpong", size, n)) as CRoundTrips;
   }
 

@@ -1,17 +1,20 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { CBaseline, C_BASELINES, type CRoundTrips } from "../src/c-baseline.js";
+import { VIABLE, notViable } from "@tensorpipe/core";
+import type { FoundBackend } from "../src/backends.js";
+import { CBaseline, C_BASELINES, type CRoundTrips, findCBaselines } from "../src/c-baseline.js";
 
-// The C programs the bench holds the transports against, built with the addons.
+// The C programs the bench holds the backends against, built with the addons.
 describe.each(C_BASELINES)("$name", (spec) => {
   const found = CBaseline.find(spec);
+  const roundTrips = it.runIf(spec.roundTrips);
 
-  it("is built beside its transport's addon", () => {
+  it("is built beside its backend's addon", () => {
     expect(found).toBeInstanceOf(CBaseline);
   });
 
-  it("times one round trip per frame, the bytes echoed intact", async () => {
+  roundTrips("times one round trip per frame, the bytes echoed intact", async () => {
     const { us } = await (found as CBaseline).roundTrips(4096, 50);
     expect(us).toHaveLength(50);
     for (const t of us) expect(t).toBeGreaterThan(0);
@@ -19,7 +22,7 @@ describe.each(C_BASELINES)("$name", (spec) => {
 
   // Left together on the parent's core, the two processes time the
   // scheduler's hand-over rather than the exchange.
-  it("times round trips from two cores where this process may use two", async () => {
+  roundTrips("times round trips from two cores where this process may use two", async () => {
     const { cores } = await (found as CBaseline).roundTrips(8, 10);
     const allowed = allowedCores();
     if (allowed.length < 2) expect(cores).toEqual([]);
@@ -36,7 +39,7 @@ describe.each(C_BASELINES)("$name", (spec) => {
     return JSON.parse(taskset.stdout) as CRoundTrips;
   };
 
-  it("times round trips where it is told when this process may use one core", async () => {
+  roundTrips("times round trips where it is told when this process may use one core", async () => {
     const out = onOneCore(5);
     if (!out) return; // no taskset here
     expect(out.us).toHaveLength(5);
@@ -55,6 +58,33 @@ describe.each(C_BASELINES)("$name", (spec) => {
   it("streams frames larger than a ring or a socket buffer, the last one checked at the peer", async () => {
     const gbps = await (found as CBaseline).throughput(9 * 1024 * 1024 + 5, 3);
     expect(gbps).toBeGreaterThan(0);
+  });
+
+  it.runIf(!spec.roundTrips)("says it streams only when asked for round trips", async () => {
+    await expect((found as CBaseline).roundTrips(8, 1)).rejects.toThrow(/streams only/);
+    const direct = spawnSync((found as CBaseline).path, ["pingpong", "8", "1"], { encoding: "utf8" });
+    expect(direct.status).toBe(2);
+    expect(direct.stderr).toMatch(/stream only/);
+  });
+});
+
+describe("the C programs that can run here", () => {
+  const backend = (name: string, viable: boolean): FoundBackend => ({
+    spec: { kind: name === "cma" ? "channel" : "transport", name, packageName: `@tensorpipe/x-${name}`, priority: 0, create: () => undefined as never },
+    installed: true,
+    viability: viable ? VIABLE : notViable("no process_vm_readv in this test"),
+  });
+
+  it("leaves out the program of a backend that is not viable here, saying why", () => {
+    const { found, skipped } = findCBaselines([backend("shm", true), backend("uv", true), backend("cma", false)]);
+    expect(found.map((b) => b.name)).toEqual(["shm ring (C)", "TCP (C)"]);
+    expect(skipped).toEqual([{ name: "cma (C)", reason: "cma is not viable here: no process_vm_readv in this test" }]);
+  });
+
+  it("runs every program whose backend is viable or was not looked for", () => {
+    const { found, skipped } = findCBaselines([backend("cma", true)]);
+    expect(found.map((b) => b.name)).toEqual(C_BASELINES.map((s) => s.name));
+    expect(skipped).toEqual([]);
   });
 });
 

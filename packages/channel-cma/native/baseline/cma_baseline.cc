@@ -1,0 +1,240 @@
+// The exchange the cma channel is held against in `tensorpipe bench`, with
+// no Node, event loop or JS between: the sender announces each frame's
+// address on a socket, the reader's copier threads pull it in 2 MiB chunks
+// with process_vm_readv straight into a reused buffer, in the order the
+// frames came and two frames in flight, as cma's copiers and the bench's
+// peer do; buffers of 8 MiB and more are turned into huge pages first, as
+// cma turns them. Every size goes through process_vm_readv (cma sends the
+// small ones inline); only the acknowledgement travels on the socket.
+//
+//   cma_baseline stream SIZE COUNT [THREADS]   (THREADS: cma's default, min(4, cores))
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "tensorpipe/baseline_main.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+namespace tensorpipe_js {
+namespace {
+
+using baseline::Die;
+
+constexpr uint64_t kChunk = 2 << 20;
+constexpr uint64_t kHugePage = 2 << 20;
+// Frames up to this size travel on the socket: the acknowledgement.
+constexpr uint64_t kInlineMax = 64;
+
+// The whole 2 MiB pages inside a large buffer made huge, once, as cma's
+// CollapseLater does; advice only, like cma's.
+void MakeHuge(const char* p, uint64_t n) {
+  if (n < 4 * kHugePage) return;
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(kHugePage - 1);
+  if (end <= begin) return;
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLLAPSE);
+}
+
+// Copier threads taking chunks of the frames in the order they were added.
+class Copiers {
+ public:
+  Copiers(pid_t peer, unsigned threads) : peer_(peer) {
+    for (unsigned i = 0; i < threads; i++) threads_.emplace_back([this] { Loop(); });
+  }
+
+  ~Copiers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closing_ = true;
+    }
+    work_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Queues the next frame.
+  void Add(char* local, uint64_t remote, uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      uint64_t chunks = 0;
+      for (uint64_t off = 0; off < n; off += kChunk, chunks++) {
+        chunks_.push_back({added_, local + off, remote + off, std::min(kChunk, n - off)});
+      }
+      left_.push_back(chunks);
+      added_++;
+    }
+    work_.notify_all();
+  }
+
+  // Until at most `inFlight` frames are still landing.
+  void Wait(uint64_t inFlight) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    landed_.wait(lock, [&] { return added_ - Landed() <= inFlight; });
+  }
+
+ private:
+  struct Chunk {
+    uint64_t frame;
+    char* local;
+    uint64_t remote;
+    uint64_t n;
+  };
+
+  // Frames landed so far: the leading ones with no chunk left (under the lock).
+  uint64_t Landed() {
+    while (!left_.empty() && left_.front() == 0) {
+      left_.pop_front();
+      first_++;
+    }
+    return first_;
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [this] { return closing_ || !chunks_.empty(); });
+      if (chunks_.empty()) return;
+      Chunk c = chunks_.front();
+      chunks_.pop_front();
+      lock.unlock();
+      Copy(c);
+      lock.lock();
+      if (--left_[c.frame - first_] == 0) landed_.notify_all();
+    }
+  }
+
+  void Copy(const Chunk& c) {
+    uint64_t done = 0;
+    while (done < c.n) {
+      struct iovec l = {c.local + done, c.n - done};
+      struct iovec r = {reinterpret_cast<void*>(c.remote + done), c.n - done};
+      ssize_t got = process_vm_readv(peer_, &l, 1, &r, 1, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) Die("process_vm_readv");
+      done += static_cast<uint64_t>(got);
+    }
+  }
+
+  const pid_t peer_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::condition_variable landed_;
+  std::deque<Chunk> chunks_;
+  // Chunks left of each frame not counted as landed yet, from frame first_.
+  std::deque<uint64_t> left_;
+  uint64_t first_ = 0;
+  uint64_t added_ = 0;
+  bool closing_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A frame on the socket: its length, and where the sender holds it (0
+// when its bytes follow inline).
+struct Announce {
+  uint64_t length;
+  uint64_t address;
+};
+
+class CmaEnd : public baseline::End {
+ public:
+  CmaEnd(int fd, pid_t peer, unsigned threads) : fd_(fd), copiers_(peer, threads) {}
+  ~CmaEnd() override { close(fd_); }
+
+  void Write(const char* p, uint64_t n) override {
+    while (n > 0) {
+      ssize_t w = write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) Die("write");
+      p += w;
+      n -= static_cast<uint64_t>(w);
+    }
+  }
+
+  void Read(char* p, uint64_t n) override {
+    while (n > 0) {
+      ssize_t r = read(fd_, p, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) Die("read");
+      p += r;
+      n -= static_cast<uint64_t>(r);
+    }
+  }
+
+  void WriteFrame(const char* p, uint64_t n) override {
+    bool inline_ = n <= kInlineMax;
+    if (!inline_) Once(p, n);
+    Announce a = {n, inline_ ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))};
+    Write(reinterpret_cast<const char*>(&a), sizeof a);
+    if (inline_) Write(p, n);
+  }
+
+  // Returns with the frame queued and at most one older frame still landing.
+  void ReadFrame(char* p, uint64_t n) override {
+    Announce a;
+    Read(reinterpret_cast<char*>(&a), sizeof a);
+    if (a.length != n) {
+      std::fprintf(stderr, "frame of %llu bytes where %llu were expected\n", static_cast<unsigned long long>(a.length),
+                   static_cast<unsigned long long>(n));
+      std::exit(1);
+    }
+    if (a.address == 0) return Read(p, n);
+    Once(p, n);
+    copiers_.Add(p, a.address, n);
+    copiers_.Wait(1);
+  }
+
+  void Drain() override { copiers_.Wait(0); }
+
+ private:
+  // A buffer's first sight: made huge (in the untimed first pass).
+  void Once(const char* p, uint64_t n) {
+    if (std::find(seen_.begin(), seen_.end(), p) != seen_.end()) return;
+    seen_.push_back(p);
+    MakeHuge(p, n);
+  }
+
+  int fd_;
+  Copiers copiers_;
+  std::vector<const char*> seen_;
+};
+
+}  // namespace
+}  // namespace tensorpipe_js
+
+int main(int argc, char** argv) {
+  using namespace tensorpipe_js;
+  baseline::Args a = baseline::ParseArgs(argc, argv, "[THREADS]");
+  if (a.mode != "stream") {
+    std::fprintf(stderr, "%s: stream only (cma sends small tensors inline, through the transport)\n", argv[0]);
+    return 2;
+  }
+  unsigned threads = std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  if (!a.rest.empty()) threads = static_cast<unsigned>(std::strtoul(a.rest[0].c_str(), nullptr, 10));
+  if (threads < 1 || threads > 64) {
+    std::fprintf(stderr, "%s: THREADS must be from 1 to 64\n", argv[0]);
+    return 2;
+  }
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) Die("socketpair");
+  pid_t parent = getpid();
+  // The forked peer reads: the timing end (this process) is the sender.
+  return baseline::Run(
+      a,
+      [&] {
+        close(fds[0]);
+        return std::make_unique<CmaEnd>(fds[1], parent, threads);
+      },
+      [&] {
+        close(fds[1]);
+        return std::make_unique<CmaEnd>(fds[0], 0, 0);
+      });
+}
