@@ -1,0 +1,108 @@
+/**
+ * Large tensors over shm+cma to the bench's peer, in turns alternating with
+ * "cma (C)" (the same copy with no Node between): GB/s of both, and what
+ * each process's main thread spends per message beside the copier threads
+ * (CPU and context switches). On a machine whose cores the copiers fill,
+ * that time is taken from them: it is the library's part of the gap to the
+ * C program.
+ *
+ *   node packages/e2e/dist/cma-main-threads.js [--sizes 16MiB,64MiB] [--seconds 3] [--json]
+ */
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { CPU_DEVICE } from "@tensorpipe/core";
+import { CBaseline, C_BASELINES, createContext, fmt, median, parseSize, sinkThroughput, sizeLabel, spawnPeer } from "@tensorpipe/cli";
+
+/** One size's figures, medians over the turns. */
+export interface MainThreadsResult {
+  size: number;
+  /** Messages timed over shm+cma. */
+  messages: number;
+  /** GB/s of shm+cma, and of cma (C) in the turns between. */
+  gbps: number;
+  cGbps: number;
+  /** Main-thread CPU per message, microseconds, of this process (the sender) and of the peer (the reader). */
+  senderCpu: number;
+  readerCpu: number;
+  /** Context switches per message of the same threads. */
+  senderSwitches: number;
+  readerSwitches: number;
+}
+
+/** A main thread's CPU time (nanoseconds, schedstat) and context switches so far. */
+function mainThread(pid: number): { ns: number; switches: number } {
+  const ns = Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ")[0]);
+  const status = readFileSync(`/proc/${pid}/task/${pid}/status`, "utf8");
+  const count = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(status)![1]);
+  return { ns, switches: count("voluntary_ctxt_switches") + count("nonvoluntary_ctxt_switches") };
+}
+
+export async function cmaMainThreads(sizes: readonly number[], seconds: number): Promise<MainThreadsResult[]> {
+  const spec = C_BASELINES.find((s) => s.name === "cma (C)")!;
+  const c = CBaseline.find(spec);
+  if ("missing" in c) throw new Error(c.missing);
+  const peer = await spawnPeer("127.0.0.1", ["--transports", "shm"]);
+  const context = await createContext({ transports: ["shm"], channels: ["cma"] });
+  const results: MainThreadsResult[] = [];
+  try {
+    const pipe = await context.connect(peer.urls.find((u) => u.startsWith("shm://"))!);
+    if (pipe.channelFor(CPU_DEVICE, CPU_DEVICE) !== "cma") throw new Error("the pipe did not negotiate cma");
+    for (const size of sizes) {
+      const data = new Uint8Array(size).fill(1);
+      // A turn of about 384 MiB, as the bench's 64 MiB turns; the first ones
+      // untimed (cma makes the buffers huge pages over its first transfers).
+      const batch = Math.max(2, Math.ceil((384 * 2 ** 20) / size));
+      for (let i = 0; i < 3; i++) await sinkThroughput(pipe, data, batch);
+      const gbps: number[] = [];
+      const cGbps: number[] = [];
+      let messages = 0;
+      let cpuNs = { sender: 0, reader: 0 };
+      let switches = { sender: 0, reader: 0 };
+      const t0 = performance.now();
+      while (gbps.length < 2 || performance.now() - t0 < seconds * 1000) {
+        const s = mainThread(process.pid);
+        const r = mainThread(peer.pid);
+        gbps.push(await sinkThroughput(pipe, data, batch));
+        const s1 = mainThread(process.pid);
+        const r1 = mainThread(peer.pid);
+        cpuNs = { sender: cpuNs.sender + s1.ns - s.ns, reader: cpuNs.reader + r1.ns - r.ns };
+        switches = { sender: switches.sender + s1.switches - s.switches, reader: switches.reader + r1.switches - r.switches };
+        messages += batch;
+        cGbps.push(await c.throughput(size, batch));
+      }
+      results.push({
+        size,
+        messages,
+        gbps: median(gbps),
+        cGbps: median(cGbps),
+        senderCpu: cpuNs.sender / messages / 1000,
+        readerCpu: cpuNs.reader / messages / 1000,
+        senderSwitches: switches.sender / messages,
+        readerSwitches: switches.reader / messages,
+      });
+    }
+  } finally {
+    await context.close();
+    await peer.stop();
+  }
+  return results;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const args = process.argv.slice(2);
+  const arg = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
+  const sizes = (arg("--sizes") ?? "16MiB,64MiB").split(",").map(parseSize);
+  const results = await cmaMainThreads(sizes, Number(arg("--seconds") ?? 3));
+  if (args.includes("--json")) console.log(JSON.stringify(results));
+  else {
+    console.log("shm+cma against cma (C), turn by turn; main threads per message (CPU in microseconds)");
+    console.log(
+      `${"size".padEnd(8)}${"messages".padStart(9)}${"GB/s".padStart(8)}${"C GB/s".padStart(8)}${"sender CPU".padStart(12)}${"reader CPU".padStart(12)}${"sender sw".padStart(11)}${"reader sw".padStart(11)}`,
+    );
+    for (const r of results) {
+      console.log(
+        `${sizeLabel(r.size).padEnd(8)}${String(r.messages).padStart(9)}${fmt(r.gbps, 2).padStart(8)}${fmt(r.cGbps, 2).padStart(8)}${fmt(r.senderCpu, 0).padStart(12)}${fmt(r.readerCpu, 0).padStart(12)}${fmt(r.senderSwitches, 2).padStart(11)}${fmt(r.readerSwitches, 2).padStart(11)}`,
+      );
+    }
+  }
+}
