@@ -151,8 +151,15 @@ class CopyQueue : public EnvResource {
       if (t->error == 0) t->error = error;
       if (--t->chunksLeft > 0) continue;
       ended_.push_back(t);
-      // Under the lock: Teardown() closes the handle once closing_ is set under it.
-      if (!closing_) uv_async_send(&async_);
+      // Outside the lock: the loop thread it wakes takes the lock at once,
+      // and, woken on this core, it ran before this thread let go: it then
+      // waited for this thread to run again, up to a scheduler slice (a
+      // 16 MiB stream's reader blocked on the lock 340 times in 2 s, once
+      // for 2.2 ms). Teardown() closes the handle only after joining the
+      // copiers.
+      lock.unlock();
+      uv_async_send(&async_);
+      lock.lock();
     }
   }
 

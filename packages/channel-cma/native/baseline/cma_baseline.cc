@@ -108,7 +108,12 @@ class Copiers {
       lock.unlock();
       Copy(c);
       lock.lock();
-      if (--left_[c.frame - first_] == 0) landed_.notify_all();
+      if (--left_[c.frame - first_] > 0) continue;
+      // Outside the lock, which the woken thread takes at once (cma's
+      // copiers wake the loop so too).
+      lock.unlock();
+      landed_.notify_all();
+      lock.lock();
     }
   }
 
