@@ -133,27 +133,35 @@ LaneSet::Op* LaneSet::Submit(const Napi::CallbackInfo& info, uint64_t seq) {
 // send(view, length, id)
 Napi::Value LaneSet::Send(const Napi::CallbackInfo& info) {
   Op* op = Submit(info, nextSendSeq_++);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (op->length == 0) {
-    CompleteLocked(op);
-  } else {
-    sends_.push_back(op);
-    sendable_.notify_all();
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (op->length == 0) {
+      wake = CompleteLocked(op);
+    } else {
+      sends_.push_back(op);
+      sendable_.notify_all();
+    }
   }
+  if (wake) Signal();
   return info.Env().Undefined();
 }
 
 // recv(view, length, id)
 Napi::Value LaneSet::Recv(const Napi::CallbackInfo& info) {
   Op* op = Submit(info, nextRecvSeq_++);
-  std::lock_guard<std::mutex> lock(mu_);
-  recvsPosted_ = op->seq + 1;
-  if (op->length == 0) {
-    CompleteLocked(op);
-  } else {
-    recvs_[op->seq] = op;
-    posted_.notify_all();
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recvsPosted_ = op->seq + 1;
+    if (op->length == 0) {
+      wake = CompleteLocked(op);
+    } else {
+      recvs_[op->seq] = op;
+      posted_.notify_all();
+    }
   }
+  if (wake) Signal();
   return info.Env().Undefined();
 }
 
@@ -214,9 +222,13 @@ void LaneSet::SendLoop(Lane* lane) {
         iov[first].iov_len -= left;
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    op->moved += length;
-    if (op->moved == op->length) CompleteLocked(op);
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      op->moved += length;
+      if (op->moved == op->length) wake = CompleteLocked(op);
+    }
+    if (wake) Signal();
   }
 }
 
@@ -298,18 +310,22 @@ void LaneSet::RecvLoop(Lane* lane) {
       FailLocked({status, "recv", ""});
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    op->moved += length;
-    if (op->moved == op->length) {
-      recvs_.erase(op->seq);
-      CompleteLocked(op);
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      op->moved += length;
+      if (op->moved == op->length) {
+        recvs_.erase(op->seq);
+        wake = CompleteLocked(op);
+      }
     }
+    if (wake) Signal();
   }
 }
 
-void LaneSet::CompleteLocked(Op* op) {
+bool LaneSet::CompleteLocked(Op* op) {
   done_.push_back(op->id);
-  SignalLocked();
+  return ClaimSignalLocked();
 }
 
 void LaneSet::FailLocked(Failure failure) {
@@ -321,12 +337,17 @@ void LaneSet::FailLocked(Failure failure) {
   posted_.notify_all();
   // Wakes the other lanes' threads from their blocking calls.
   for (auto& lane : lanes_) shutdown(lane->fd, SHUT_RDWR);
-  SignalLocked();
+  // A failure is rare: it may wake the JS thread under the lock.
+  if (ClaimSignalLocked()) Signal();
 }
 
-void LaneSet::SignalLocked() {
-  if (signalled_ || stopping_) return;
+bool LaneSet::ClaimSignalLocked() {
+  if (signalled_ || stopping_) return false;
   signalled_ = true;
+  return true;
+}
+
+void LaneSet::Signal() {
   tsfn_.NonBlockingCall([this](Napi::Env env, Napi::Function callback) { Deliver(env, callback); });
 }
 

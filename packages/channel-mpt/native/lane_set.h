@@ -70,10 +70,15 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
   // Reads `length` bytes (read-ahead first) and returns how many it read:
   // fewer on EOF or error, with *status set (UV_EOF for EOF).
   uint64_t ReadFull(Lane* lane, char* to, uint64_t length, int* status);
-  // Under mu_.
-  void CompleteLocked(Op* op);
+  // Under mu_. CompleteLocked returns whether the JS thread is to be
+  // woken (by Signal(), once mu_ is let go: the woken thread takes it at
+  // once, and one woken on this core would run first and wait for this
+  // thread to run again to let go of it).
+  [[nodiscard]] bool CompleteLocked(Op* op);
   void FailLocked(Failure failure);
-  void SignalLocked();
+  [[nodiscard]] bool ClaimSignalLocked();
+  // Not under mu_, before Stop() has joined the lanes' threads.
+  void Signal();
   // On the JS thread, from the thread-safe function.
   void Deliver(Napi::Env env, Napi::Function callback);
   void Stop();
