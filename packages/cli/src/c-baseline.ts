@@ -36,17 +36,27 @@ export const C_BASELINES: readonly CBaselineSpec[] = [
   { name: "cma (C)", backend: "cma", packageName: "@tensorpipe/channel-cma", program: "cma_baseline", roundTrips: false },
 ];
 
+/** What findCBaselines found. */
+export interface CBaselinesHere {
+  /** The programs that can run here. */
+  found: CBaseline[];
+  /** The others. */
+  skipped: {
+    /** The series it stands for. */
+    name: string;
+    /** Why it cannot run here. */
+    reason: string;
+  }[];
+}
+
 /**
  * The programs that can run here, each found where its package built it;
  * the others with why not (among them those whose backend, as `backends`
  * found it, is not viable here: the C program would fail the same way).
  */
-export function findCBaselines(
-  backends: readonly FoundBackend[],
-  specs: readonly CBaselineSpec[] = C_BASELINES,
-): { found: CBaseline[]; skipped: { name: string; reason: string }[] } {
+export function findCBaselines(backends: readonly FoundBackend[], specs: readonly CBaselineSpec[] = C_BASELINES): CBaselinesHere {
   const found: CBaseline[] = [];
-  const skipped: { name: string; reason: string }[] = [];
+  const skipped: CBaselinesHere["skipped"] = [];
   for (const spec of specs) {
     const backend = backends.find((b) => b.spec.name === spec.backend);
     const baseline = CBaseline.find(spec);
