@@ -68,6 +68,8 @@ describe("tensorpipe bench", () => {
     }
     expect(result.ratios["uv+basic 64 KiB GB/s / zeromq"]).toBeGreaterThan(0);
     expect(result.ratios["shm+cma 64 KiB GB/s / cma (C)"]).toBeGreaterThan(0);
+    expect(result.ratios["cma (C) 64 KiB GB/s / memcpy"]).toBeGreaterThan(0);
+    expect(lines.join("\n")).toMatch(/^  cma \(C\) +GB\/s \d+\.\d\dx memcpy \(cma's copy without Node/m);
     expect(result.ratios["uv+basic 8 B RTT p50 / node:net"]).toBeGreaterThan(0);
     expect(lines.join("\n")).toMatch(/^64 KiB +shm\+cma +\d+\.\d +\d+\.\d +\d+\.\d{3} +\d+\.\d{3}$/m);
     const svg = readFileSync(svgPath, "utf8");
