@@ -76,6 +76,7 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   void StartSpinning();
   void StopSpinning();
   void EndWait(bool bytesCame);
+  void StopSleeping();
   static void OnHandleClosed(uv_handle_t* handle);
   void FreeDescriptorsAndMappings();
 

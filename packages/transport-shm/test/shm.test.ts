@@ -386,4 +386,37 @@ describe("shm wake-ups", () => {
     expect(out.code, out.stderr).toBe(0);
     expect(Number(out.stdout)).toBeLessThan(30);
   }, 30_000);
+
+  // The peer signals a read's eventfd only while the read says it sleeps:
+  // the eventfd stays in the loop's epoll set between waits, where taking
+  // it out and putting it back cost a pair of epoll_ctl calls a wake-up.
+  it("a read that sleeps at every wait leaves its eventfd in the loop's epoll set between waits", async () => {
+    const script = `
+      import { setTimeout as sleep } from "node:timers/promises";
+      import { ShmTransport } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+      const t = new ShmTransport({ spinMicros: 0 });
+      let got = 0;
+      const l = await t.listen("*", (c) => {
+        const next = () => c.readFrame(64, (err) => { if (!err) { got++; next(); } });
+        next();
+      });
+      const c = await t.connect(l.address());
+      for (let i = 0; i < 100; i++) { await c.write([new Uint8Array(8)]); await sleep(2); }
+      while (got < 100) await sleep(1);
+      c.close();
+      l.close();`;
+    const out = await new Promise<{ error?: NodeJS.ErrnoException; stderr: string }>((resolve) =>
+      execFile("strace", ["-f", "-c", "-e", "trace=epoll_ctl", process.execPath, "--input-type=module", "-e", script], (err, _stdout, stderr) =>
+        resolve({ ...(err ? { error: err } : {}), stderr }),
+      ),
+    );
+    if (out.error?.code === "ENOENT" || /ptrace|PTRACE/.test(out.stderr)) return; // no strace, or no ptrace, here
+    expect(out.error, out.stderr).toBeUndefined();
+    // strace -c: % time, seconds, usecs/call, calls, [errors,] syscall
+    const row = out.stderr.split("\n").find((line) => / epoll_ctl$/.test(line));
+    const calls = Number(row?.trim().split(/\s+/)[3]);
+    // 100 sleeps and wake-ups: 200 and more when each one put the eventfd back.
+    expect(calls).toBeGreaterThan(0);
+    expect(calls).toBeLessThan(60);
+  }, 30_000);
 });
