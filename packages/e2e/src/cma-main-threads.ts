@@ -9,9 +9,9 @@
  *   node packages/e2e/dist/cma-main-threads.js [--sizes 16MiB,64MiB] [--seconds 3] [--json]
  */
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { CPU_DEVICE } from "@tensorpipe/core";
-import { CBaseline, C_BASELINES, createContext, fmt, median, parseSize, sinkThroughput, sizeLabel, spawnPeer } from "@tensorpipe/cli";
+import { CBaseline, C_BASELINES, fmt, median, parseSize, sinkThroughput, sizeLabel } from "@tensorpipe/cli";
+import { printResults, scriptArgs, withShmPeer } from "./script.js";
 
 /** One size's figures, medians over the turns. */
 export interface MainThreadsResult {
@@ -41,11 +41,8 @@ export async function cmaMainThreads(sizes: readonly number[], seconds: number):
   const spec = C_BASELINES.find((s) => s.name === "cma (C)")!;
   const c = CBaseline.find(spec);
   if ("missing" in c) throw new Error(c.missing);
-  const peer = await spawnPeer("127.0.0.1", ["--transports", "shm"]);
-  const context = await createContext({ transports: ["shm"], channels: ["cma"] });
-  const results: MainThreadsResult[] = [];
-  try {
-    const pipe = await context.connect(peer.urls.find((u) => u.startsWith("shm://"))!);
+  return withShmPeer({ channels: ["cma"] }, async (pipe, peer) => {
+    const results: MainThreadsResult[] = [];
     if (pipe.channelFor(CPU_DEVICE, CPU_DEVICE) !== "cma") throw new Error("the pipe did not negotiate cma");
     for (const size of sizes) {
       const data = new Uint8Array(size).fill(1);
@@ -81,28 +78,22 @@ export async function cmaMainThreads(sizes: readonly number[], seconds: number):
         readerSwitches: switches.reader / messages,
       });
     }
-  } finally {
-    await context.close();
-    await peer.stop();
-  }
-  return results;
+    return results;
+  });
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const args = process.argv.slice(2);
-  const arg = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
-  const sizes = (arg("--sizes") ?? "16MiB,64MiB").split(",").map(parseSize);
-  const results = await cmaMainThreads(sizes, Number(arg("--seconds") ?? 3));
-  if (args.includes("--json")) console.log(JSON.stringify(results));
-  else {
-    console.log("shm+cma against cma (C), turn by turn; main threads per message (CPU in microseconds)");
-    console.log(
-      `${"size".padEnd(8)}${"messages".padStart(9)}${"GB/s".padStart(8)}${"C GB/s".padStart(8)}${"sender CPU".padStart(12)}${"reader CPU".padStart(12)}${"sender sw".padStart(11)}${"reader sw".padStart(11)}`,
-    );
-    for (const r of results) {
-      console.log(
-        `${sizeLabel(r.size).padEnd(8)}${String(r.messages).padStart(9)}${fmt(r.gbps, 2).padStart(8)}${fmt(r.cGbps, 2).padStart(8)}${fmt(r.senderCpu, 0).padStart(12)}${fmt(r.readerCpu, 0).padStart(12)}${fmt(r.senderSwitches, 2).padStart(11)}${fmt(r.readerSwitches, 2).padStart(11)}`,
-      );
-    }
-  }
+const args = scriptArgs(import.meta.url);
+if (args) {
+  const sizes = args.value("--sizes", "16MiB,64MiB").split(",").map(parseSize);
+  const results = await cmaMainThreads(sizes, Number(args.value("--seconds", "3")));
+  printResults(args, "shm+cma against cma (C), turn by turn; main threads per message (CPU in microseconds)", results, [
+    { header: "size", width: 8, left: true, cell: (r) => sizeLabel(r.size) },
+    { header: "messages", width: 9, cell: (r) => String(r.messages) },
+    { header: "GB/s", width: 8, cell: (r) => fmt(r.gbps, 2) },
+    { header: "C GB/s", width: 8, cell: (r) => fmt(r.cGbps, 2) },
+    { header: "sender CPU", width: 12, cell: (r) => fmt(r.senderCpu, 0) },
+    { header: "reader CPU", width: 12, cell: (r) => fmt(r.readerCpu, 0) },
+    { header: "sender sw", width: 11, cell: (r) => fmt(r.senderSwitches, 2) },
+    { header: "reader sw", width: 11, cell: (r) => fmt(r.readerSwitches, 2) },
+  ]);
 }

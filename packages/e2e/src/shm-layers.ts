@@ -19,6 +19,7 @@ import { fileURLToPath } from "node:url";
 import { CBaseline, C_BASELINES, createContext, fmt, readmeRoundTrip, spawnPeer, summarize } from "@tensorpipe/cli";
 import { CPU_DEVICE, type Connection, type Pipe } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
+import { printResults, scriptArgs } from "./script.js";
 
 /** One layer's round trips. */
 export interface Layer {
@@ -142,17 +143,15 @@ export async function measureShmLayers(seconds = 3): Promise<Layer[]> {
   return layers;
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const args = process.argv.slice(2);
-  const seconds = args.includes("--seconds") ? Number(args[args.indexOf("--seconds") + 1]) : 3;
+const args = scriptArgs(import.meta.url);
+if (args) {
+  const seconds = Number(args.value("--seconds", "3"));
   const layers = await measureShmLayers(seconds);
-  if (args.includes("--json")) console.log(JSON.stringify(layers));
-  else {
-    console.log(`8 B round trips over shm, layer by layer, ${seconds} s each without a break (microseconds)`);
-    console.log(`${"layer".padEnd(44)}${"count".padStart(10)}${"p50".padStart(9)}${"p99".padStart(9)}  p50 / layer above`);
-    layers.forEach((l, i) => {
-      const above = i > 0 ? `${fmt(l.p50 / layers[i - 1]!.p50, 2)}x` : "";
-      console.log(`${l.name.padEnd(44)}${String(l.count).padStart(10)}${fmt(l.p50, 2).padStart(9)}${fmt(l.p99, 2).padStart(9)}  ${above}`);
-    });
-  }
+  printResults(args, `8 B round trips over shm, layer by layer, ${seconds} s each without a break (microseconds)`, layers, [
+    { header: "layer", width: 44, left: true, cell: (l) => l.name },
+    { header: "count", width: 10, cell: (l) => String(l.count) },
+    { header: "p50", width: 9, cell: (l) => fmt(l.p50, 2) },
+    { header: "p99", width: 9, cell: (l) => fmt(l.p99, 2) },
+    { header: "  p50 / layer above", width: 0, left: true, cell: (l, i) => (i > 0 ? `  ${fmt(l.p50 / layers[i - 1]!.p50, 2)}x` : "") },
+  ]);
 }

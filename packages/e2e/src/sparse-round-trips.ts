@@ -10,8 +10,8 @@
  */
 import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
-import { createContext, fmt, percentile, readmeRoundTrip, spawnPeer } from "@tensorpipe/cli";
+import { fmt, percentile, readmeRoundTrip } from "@tensorpipe/cli";
+import { printResults, scriptArgs, withShmPeer } from "./script.js";
 
 /** Round trips with one pause between them. */
 export interface SparseResult {
@@ -33,11 +33,8 @@ function cpuOf(pid: number): number {
 }
 
 export async function sparseRoundTrips(gapsMs: readonly number[], count: number): Promise<SparseResult[]> {
-  const peer = await spawnPeer("127.0.0.1", ["--transports", "shm"]);
-  const context = await createContext({ transports: ["shm"] });
-  const results: SparseResult[] = [];
-  try {
-    const pipe = await context.connect(peer.urls.find((u) => u.startsWith("shm://"))!);
+  return withShmPeer({}, async (pipe, peer) => {
+    const results: SparseResult[] = [];
     const data = new Uint8Array(8).fill(1);
     const back = new Uint8Array(8);
     for (const gapMs of gapsMs) {
@@ -66,26 +63,19 @@ export async function sparseRoundTrips(gapsMs: readonly number[], count: number)
         peerCpu: (cpuOf(peer.pid) - peerBefore) / count,
       });
     }
-  } finally {
-    await context.close();
-    await peer.stop();
-  }
-  return results;
+    return results;
+  });
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const args = process.argv.slice(2);
-  const arg = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
-  const gaps = (arg("--gaps") ?? "1,5").split(",").map(Number);
-  const results = await sparseRoundTrips(gaps, Number(arg("--count") ?? 1000));
-  if (args.includes("--json")) console.log(JSON.stringify(results));
-  else {
-    console.log("README round trips over shm with a pause between them (microseconds)");
-    console.log(`${"pause ms".padEnd(10)}${"count".padStart(7)}${"p50".padStart(9)}${"p90".padStart(9)}${"client CPU/msg".padStart(16)}${"peer CPU/msg".padStart(14)}`);
-    for (const r of results) {
-      console.log(
-        `${String(r.gapMs).padEnd(10)}${String(r.count).padStart(7)}${fmt(r.p50).padStart(9)}${fmt(r.p90).padStart(9)}${fmt(r.clientCpu, 0).padStart(16)}${fmt(r.peerCpu, 0).padStart(14)}`,
-      );
-    }
-  }
+const args = scriptArgs(import.meta.url);
+if (args) {
+  const gaps = args.value("--gaps", "1,5").split(",").map(Number);
+  printResults(args, "README round trips over shm with a pause between them (microseconds)", await sparseRoundTrips(gaps, Number(args.value("--count", "1000"))), [
+    { header: "pause ms", width: 10, left: true, cell: (r) => String(r.gapMs) },
+    { header: "count", width: 7, cell: (r) => String(r.count) },
+    { header: "p50", width: 9, cell: (r) => fmt(r.p50) },
+    { header: "p90", width: 9, cell: (r) => fmt(r.p90) },
+    { header: "client CPU/msg", width: 16, cell: (r) => fmt(r.clientCpu, 0) },
+    { header: "peer CPU/msg", width: 14, cell: (r) => fmt(r.peerCpu, 0) },
+  ]);
 }
