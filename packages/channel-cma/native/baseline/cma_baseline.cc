@@ -222,7 +222,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: stream only (cma sends small tensors inline, through the transport)\n", argv[0]);
     return 2;
   }
-  unsigned threads = std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  // As cma counts cores: those this process may run on (availableParallelism()).
+  cpu_set_t allowed;
+  unsigned cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+  unsigned threads = std::min(4u, std::max(1u, cores));
   if (!a.rest.empty()) threads = static_cast<unsigned>(std::strtoul(a.rest[0].c_str(), nullptr, 10));
   if (threads < 1 || threads > 64) {
     std::fprintf(stderr, "%s: THREADS must be from 1 to 64\n", argv[0]);
