@@ -1,5 +1,5 @@
 // One end of a pipe in a worker that the test terminates at a random point
-// (or that calls process.exit() itself after `exitAfterMs`): it listens or
+// (or that calls process.exit() itself `exitAfterMs` after it starts to connect): it listens or
 // connects, then streams both ways until the pipe fails, and reports each
 // step to its parent.
 import { parentPort, workerData } from "node:worker_threads";
@@ -7,7 +7,6 @@ import { createContext } from "@tensorpipe/cli";
 import { streamUntilFailure } from "./stream.mjs";
 
 const { role, url, transport, channel, bytes, exitAfterMs } = workerData;
-if (exitAfterMs !== undefined) setTimeout(() => process.exit(0), exitAfterMs);
 const context = await createContext({ transports: [transport], channels: [channel] });
 let pipe;
 if (role === "listen") {
@@ -16,6 +15,10 @@ if (role === "listen") {
   pipe = await listener.accept();
 } else {
   parentPort.postMessage({ step: "connecting" });
+  // Timed from here, as the test times a termination: started with the
+  // worker, a short one ended it while it still loaded the addons, before it
+  // said "connecting", and the test waited for that in vain.
+  if (exitAfterMs !== undefined) setTimeout(() => process.exit(0), exitAfterMs);
   pipe = await context.connect(url);
 }
 parentPort.postMessage({ step: "streaming" });
