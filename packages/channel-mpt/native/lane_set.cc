@@ -133,35 +133,27 @@ LaneSet::Op* LaneSet::Submit(const Napi::CallbackInfo& info, uint64_t seq) {
 // send(view, length, id)
 Napi::Value LaneSet::Send(const Napi::CallbackInfo& info) {
   Op* op = Submit(info, nextSendSeq_++);
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (op->length == 0) {
-      wake = CompleteLocked(op);
-    } else {
-      sends_.push_back(op);
-      sendable_.notify_all();
-    }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (op->length == 0) {
+    Complete(op, lock);
+  } else {
+    sends_.push_back(op);
+    sendable_.notify_all();
   }
-  if (wake) Signal();
   return info.Env().Undefined();
 }
 
 // recv(view, length, id)
 Napi::Value LaneSet::Recv(const Napi::CallbackInfo& info) {
   Op* op = Submit(info, nextRecvSeq_++);
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    recvsPosted_ = op->seq + 1;
-    if (op->length == 0) {
-      wake = CompleteLocked(op);
-    } else {
-      recvs_[op->seq] = op;
-      posted_.notify_all();
-    }
+  std::unique_lock<std::mutex> lock(mu_);
+  recvsPosted_ = op->seq + 1;
+  if (op->length == 0) {
+    Complete(op, lock);
+  } else {
+    recvs_[op->seq] = op;
+    posted_.notify_all();
   }
-  if (wake) Signal();
   return info.Env().Undefined();
 }
 
@@ -222,13 +214,9 @@ void LaneSet::SendLoop(Lane* lane) {
         iov[first].iov_len -= left;
       }
     }
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      op->moved += length;
-      if (op->moved == op->length) wake = CompleteLocked(op);
-    }
-    if (wake) Signal();
+    std::unique_lock<std::mutex> lock(mu_);
+    op->moved += length;
+    if (op->moved == op->length) Complete(op, lock);
   }
 }
 
@@ -310,22 +298,20 @@ void LaneSet::RecvLoop(Lane* lane) {
       FailLocked({status, "recv", ""});
       return;
     }
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      op->moved += length;
-      if (op->moved == op->length) {
-        recvs_.erase(op->seq);
-        wake = CompleteLocked(op);
-      }
+    std::unique_lock<std::mutex> lock(mu_);
+    op->moved += length;
+    if (op->moved == op->length) {
+      recvs_.erase(op->seq);
+      Complete(op, lock);
     }
-    if (wake) Signal();
   }
 }
 
-bool LaneSet::CompleteLocked(Op* op) {
+void LaneSet::Complete(Op* op, std::unique_lock<std::mutex>& lock) {
   done_.push_back(op->id);
-  return ClaimSignalLocked();
+  bool wake = ClaimSignalLocked();
+  lock.unlock();
+  if (wake) Signal();
 }
 
 void LaneSet::FailLocked(Failure failure) {

@@ -70,11 +70,11 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
   // Reads `length` bytes (read-ahead first) and returns how many it read:
   // fewer on EOF or error, with *status set (UV_EOF for EOF).
   uint64_t ReadFull(Lane* lane, char* to, uint64_t length, int* status);
-  // Under mu_. CompleteLocked returns whether the JS thread is to be
-  // woken (by Signal(), once mu_ is let go: the woken thread takes it at
-  // once, and one woken on this core would run first and wait for this
-  // thread to run again to let go of it).
-  [[nodiscard]] bool CompleteLocked(Op* op);
+  // With mu_ held by `lock`, which it lets go of before it wakes the JS
+  // thread: that thread takes mu_ at once, and one woken on this core would
+  // run first and wait for this thread to run again to let go of it.
+  void Complete(Op* op, std::unique_lock<std::mutex>& lock);
+  // Under mu_.
   void FailLocked(Failure failure);
   [[nodiscard]] bool ClaimSignalLocked();
   // Not under mu_, before Stop() has joined the lanes' threads.
