@@ -149,48 +149,23 @@ struct Announce {
   uint64_t address;
 };
 
-class CmaEnd : public baseline::End {
+class CmaEnd : public baseline::FdEnd {
  public:
-  CmaEnd(int fd, pid_t peer, unsigned threads) : fd_(fd), copiers_(peer, threads) {}
-  ~CmaEnd() override { close(fd_); }
-
-  void Write(const char* p, uint64_t n) override {
-    while (n > 0) {
-      ssize_t w = write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) Die("write");
-      p += w;
-      n -= static_cast<uint64_t>(w);
-    }
-  }
-
-  void Read(char* p, uint64_t n) override {
-    while (n > 0) {
-      ssize_t r = read(fd_, p, n);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) Die("read");
-      p += r;
-      n -= static_cast<uint64_t>(r);
-    }
-  }
+  CmaEnd(int fd, pid_t peer, unsigned threads) : FdEnd(fd), copiers_(peer, threads) {}
 
   void WriteFrame(const char* p, uint64_t n) override {
     bool inline_ = n <= kInlineMax;
     if (!inline_) Once(p, n);
     Announce a = {n, inline_ ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))};
-    Write(reinterpret_cast<const char*>(&a), sizeof a);
-    if (inline_) Write(p, n);
+    struct iovec iov[2] = {{&a, sizeof a}, {const_cast<char*>(p), inline_ ? n : 0}};
+    Gather(iov, 2);
   }
 
   // Returns with the frame queued and at most one older frame still landing.
   void ReadFrame(char* p, uint64_t n) override {
     Announce a;
     Read(reinterpret_cast<char*>(&a), sizeof a);
-    if (a.length != n) {
-      std::fprintf(stderr, "frame of %llu bytes where %llu were expected\n", static_cast<unsigned long long>(a.length),
-                   static_cast<unsigned long long>(n));
-      std::exit(1);
-    }
+    ExpectLength(a.length, n);
     if (a.address == 0) return Read(p, n);
     Once(p, n);
     copiers_.Add(p, a.address, n);
@@ -207,7 +182,6 @@ class CmaEnd : public baseline::End {
     MakeHuge(p, n);
   }
 
-  int fd_;
   Copiers copiers_;
   std::vector<const char*> seen_;
 };

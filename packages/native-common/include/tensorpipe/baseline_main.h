@@ -9,6 +9,7 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,17 +52,65 @@ class End {
   virtual void ReadFrame(char* p, uint64_t n) {
     uint64_t length;
     Read(reinterpret_cast<char*>(&length), 8);
-    if (length != n) {
-      std::fprintf(stderr, "frame of %llu bytes where %llu were expected\n", static_cast<unsigned long long>(length),
-                   static_cast<unsigned long long>(n));
-      std::exit(1);
-    }
+    ExpectLength(length, n);
     Read(p, n);
   }
 
   // For an end whose ReadFrame returns while the bytes still land: until
   // they have.
   virtual void Drain() {}
+
+ protected:
+  static void ExpectLength(uint64_t length, uint64_t expected) {
+    if (length == expected) return;
+    std::fprintf(stderr, "frame of %llu bytes where %llu were expected\n", static_cast<unsigned long long>(length),
+                 static_cast<unsigned long long>(expected));
+    std::exit(1);
+  }
+};
+
+// An end over a file descriptor it owns (a socket), with blocking calls.
+class FdEnd : public End {
+ public:
+  explicit FdEnd(int fd) : fd_(fd) {}
+  ~FdEnd() override { close(fd_); }
+
+  void Write(const char* p, uint64_t n) override {
+    struct iovec iov = {const_cast<char*>(p), n};
+    Gather(&iov, 1);
+  }
+
+  void Read(char* p, uint64_t n) override {
+    while (n > 0) {
+      ssize_t r = read(fd_, p, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) Die("read");
+      p += r;
+      n -= static_cast<uint64_t>(r);
+    }
+  }
+
+ protected:
+  // Writes all of iov[0, count) (advanced in place), in as few calls as the
+  // kernel takes.
+  void Gather(struct iovec* iov, int count) {
+    int at = 0;
+    while (at < count) {
+      ssize_t w = writev(fd_, iov + at, count - at);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        Die("writev");
+      }
+      while (at < count && static_cast<size_t>(w) >= iov[at].iov_len) w -= iov[at++].iov_len;
+      if (at < count) {
+        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + w;
+        iov[at].iov_len -= w;
+      }
+    }
+  }
+
+ private:
+  int fd_;
 };
 
 struct Args {

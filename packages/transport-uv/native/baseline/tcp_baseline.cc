@@ -7,9 +7,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <cerrno>
 
 #include "tensorpipe/baseline_main.h"
 
@@ -18,17 +15,11 @@ namespace {
 
 using baseline::Die;
 
-class SocketEnd : public baseline::End {
+class SocketEnd : public baseline::FdEnd {
  public:
-  explicit SocketEnd(int fd) : fd_(fd) {
+  explicit SocketEnd(int fd) : FdEnd(fd) {
     int on = 1;
-    if (setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) != 0) Die("setsockopt");
-  }
-  ~SocketEnd() override { close(fd_); }
-
-  void Write(const char* p, uint64_t n) override {
-    struct iovec iov = {const_cast<char*>(p), n};
-    Gather(&iov, 1);
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) != 0) Die("setsockopt");
   }
 
   // Header and body in one gather write, as the transport writes a frame.
@@ -37,35 +28,6 @@ class SocketEnd : public baseline::End {
     struct iovec iov[2] = {{&header, 8}, {const_cast<char*>(p), n}};
     Gather(iov, 2);
   }
-
-  void Read(char* p, uint64_t n) override {
-    while (n > 0) {
-      ssize_t r = recv(fd_, p, n, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) Die("recv");
-      p += r;
-      n -= r;
-    }
-  }
-
- private:
-  void Gather(struct iovec* iov, int count) {
-    int at = 0;
-    while (at < count) {
-      ssize_t w = writev(fd_, iov + at, count - at);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        Die("writev");
-      }
-      while (at < count && static_cast<size_t>(w) >= iov[at].iov_len) w -= iov[at++].iov_len;
-      if (at < count) {
-        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + w;
-        iov[at].iov_len -= w;
-      }
-    }
-  }
-
-  int fd_;
 };
 
 }  // namespace
