@@ -2,8 +2,6 @@
 // sender's memory into the receiver's allocation, in chunks that a few
 // copier threads take in turn.
 #include <napi.h>
-#include <sys/mman.h>
-#include <sys/uio.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -20,35 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "remote_copy.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {
 namespace {
-
-// One process_vm_readv moves at most this much; larger chunks loop.
-constexpr uint64_t kMaxCall = 1ull << 30;
-
-// Reads [remote, remote + length) of `pid` into `local`, however many
-// calls that takes. Returns 0 or an errno.
-int ReadRemote(pid_t pid, char* local, uint64_t remote, uint64_t length) {
-  while (length > 0) {
-    uint64_t n = std::min(length, kMaxCall);
-    struct iovec l = {local, n};
-    struct iovec r = {reinterpret_cast<void*>(remote), n};
-    ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    // A short read means the next byte is not readable: let the next
-    // call say why (EFAULT) rather than spin.
-    if (got == 0) return EFAULT;
-    local += got;
-    remote += static_cast<uint64_t>(got);
-    length -= static_cast<uint64_t>(got);
-  }
-  return 0;
-}
 
 // One tensor read from a peer: its chunks are copied by the copiers of
 // its environment's queue, and its callback follows the last.
@@ -79,11 +53,6 @@ struct Chunk {
   uint64_t length;
 };
 
-// Chunks small enough that the copiers finish the last read of a burst
-// within a fraction of a millisecond of each other (2 MiB takes about
-// 0.25 ms on a core), large enough that taking one costs nothing beside
-// its copy.
-constexpr uint64_t kChunk = 2 << 20;
 
 // The reads of one environment, cut into chunks that copier threads of
 // its own take in the order the reads were asked for: the oldest read ends
@@ -218,16 +187,9 @@ struct CmaEnv : AddonEnv {
   CopyQueue queue;
 };
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-
-// process_vm_readv pins every page it copies: with 4 KiB pages that costs
-// more than the copy (about 10 GB/s here against 16 with 2 MiB pages on two
-// threads). So large buffers get the whole 2 MiB pages inside them turned
-// into huge pages, once, on the thread pool: the bytes and the buffer stay
-// as they are, later transfers of it run faster.
-constexpr uint64_t kHugePage = 2 << 20;
+// Large buffers get the whole 2 MiB pages inside them turned into huge
+// pages (WholeHugePages), once, on the thread pool: the bytes and the
+// buffer stay as they are, later transfers of it run faster.
 
 // The ranges handed to the kernel, so that a buffer sent or read again is
 // not collapsed again. MADV_COLLAPSE gives up (EAGAIN) on pages pinned
@@ -284,8 +246,7 @@ class Collapse : public PoolJob {
  private:
   // Advice only: a kernel without it, or pages it cannot move, just stay.
   void Run() override {
-    void* start = reinterpret_cast<void*>(begin_);
-    ok_ = madvise(start, length_, MADV_HUGEPAGE) == 0 && madvise(start, length_, MADV_COLLAPSE) == 0;
+    ok_ = CollapseToHugePages(begin_, length_);
     // Without MADV_COLLAPSE (before Linux 6.1) it can never succeed: new
     // faults in the range still get huge pages from MADV_HUGEPAGE.
     if (!ok_ && errno == EINVAL) ok_ = true;
@@ -297,14 +258,11 @@ class Collapse : public PoolJob {
   bool ok_ = false;
 };
 
-// Buffers under 8 MiB hold at most three whole huge pages: not worth a job.
 void CollapseLater(Napi::Env env, char* data, uint64_t length) {
-  if (length < 4 * kHugePage) return;
-  uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  uintptr_t end = (reinterpret_cast<uintptr_t>(data) + length) & ~(kHugePage - 1);
-  if (end <= begin || !collapsed.Claim(begin, end - begin)) return;
-  auto* job = new Collapse(begin, end - begin);
-  if (job->Queue(LifecycleOf(env)) < 0) collapsed.Finish(begin, end - begin, false, false);
+  HugePageRange r = WholeHugePages(data, length);
+  if (r.length == 0 || !collapsed.Claim(r.begin, r.length)) return;
+  auto* job = new Collapse(r.begin, r.length);
+  if (job->Queue(LifecycleOf(env)) < 0) collapsed.Finish(r.begin, r.length, false, false);
 }
 
 // readv(pid, remoteAddress: bigint, length, target: ArrayBufferView,

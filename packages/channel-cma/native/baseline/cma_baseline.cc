@@ -8,7 +8,6 @@
 // small ones inline); only the acknowledgement travels on the socket.
 //
 //   cma_baseline stream SIZE COUNT [THREADS]   (THREADS: cma's default, min(4, cores))
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -18,32 +17,16 @@
 #include <mutex>
 #include <thread>
 
+#include "../remote_copy.h"
 #include "tensorpipe/baseline_main.h"
-
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
 
 namespace tensorpipe_js {
 namespace {
 
 using baseline::Die;
 
-constexpr uint64_t kChunk = 2 << 20;
-constexpr uint64_t kHugePage = 2 << 20;
 // Frames up to this size travel on the socket: the acknowledgement.
 constexpr uint64_t kInlineMax = 64;
-
-// The whole 2 MiB pages inside a large buffer made huge, once, as cma's
-// CollapseLater does; advice only, like cma's.
-void MakeHuge(const char* p, uint64_t n) {
-  if (n < 4 * kHugePage) return;
-  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
-  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(kHugePage - 1);
-  if (end <= begin) return;
-  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLLAPSE);
-}
 
 // Copier threads taking chunks of the frames in the order they were added.
 class Copiers {
@@ -118,15 +101,10 @@ class Copiers {
   }
 
   void Copy(const Chunk& c) {
-    uint64_t done = 0;
-    while (done < c.n) {
-      struct iovec l = {c.local + done, c.n - done};
-      struct iovec r = {reinterpret_cast<void*>(c.remote + done), c.n - done};
-      ssize_t got = process_vm_readv(peer_, &l, 1, &r, 1, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) Die("process_vm_readv");
-      done += static_cast<uint64_t>(got);
-    }
+    int err = ReadRemote(peer_, c.local, c.remote, c.n);
+    if (err == 0) return;
+    errno = err;
+    Die("process_vm_readv");
   }
 
   const pid_t peer_;
@@ -179,7 +157,9 @@ class CmaEnd : public baseline::FdEnd {
   void Once(const char* p, uint64_t n) {
     if (std::find(seen_.begin(), seen_.end(), p) != seen_.end()) return;
     seen_.push_back(p);
-    MakeHuge(p, n);
+    // Made huge as cma's CollapseLater makes them; advice only.
+    HugePageRange r = WholeHugePages(p, n);
+    if (r.length > 0) CollapseToHugePages(r.begin, r.length);
   }
 
   Copiers copiers_;
