@@ -29,12 +29,24 @@ export interface MainThreadsResult {
   readerSwitches: number;
 }
 
-/** A main thread's CPU time (nanoseconds, schedstat) and context switches so far. */
-function mainThread(pid: number): { ns: number; switches: number } {
+/** A main thread's CPU time (nanoseconds, schedstat) and context switches. */
+interface MainThread {
+  ns: number;
+  switches: number;
+}
+
+/** What the main thread of `pid` has spent so far. */
+function mainThread(pid: number): MainThread {
   const ns = Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ")[0]);
   const status = readFileSync(`/proc/${pid}/task/${pid}/status`, "utf8");
   const count = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(status)![1]);
   return { ns, switches: count("voluntary_ctxt_switches") + count("nonvoluntary_ctxt_switches") };
+}
+
+/** Adds to `total` what a main thread spent from `before` to `after`. */
+function addSince(total: MainThread, before: MainThread, after: MainThread): void {
+  total.ns += after.ns - before.ns;
+  total.switches += after.switches - before.switches;
 }
 
 export async function cmaMainThreads(sizes: readonly number[], seconds: number): Promise<MainThreadsResult[]> {
@@ -53,17 +65,15 @@ export async function cmaMainThreads(sizes: readonly number[], seconds: number):
       const gbps: number[] = [];
       const cGbps: number[] = [];
       let messages = 0;
-      let cpuNs = { sender: 0, reader: 0 };
-      let switches = { sender: 0, reader: 0 };
+      // Counted over the shm+cma turns only: cma (C) runs in between.
+      const sender = { ns: 0, switches: 0 };
+      const reader = { ns: 0, switches: 0 };
       const t0 = performance.now();
       while (gbps.length < 2 || performance.now() - t0 < seconds * 1000) {
-        const s = mainThread(process.pid);
-        const r = mainThread(peer.pid);
+        const before = [mainThread(process.pid), mainThread(peer.pid)] as const;
         gbps.push(await sinkThroughput(pipe, data, batch));
-        const s1 = mainThread(process.pid);
-        const r1 = mainThread(peer.pid);
-        cpuNs = { sender: cpuNs.sender + s1.ns - s.ns, reader: cpuNs.reader + r1.ns - r.ns };
-        switches = { sender: switches.sender + s1.switches - s.switches, reader: switches.reader + r1.switches - r.switches };
+        addSince(sender, before[0], mainThread(process.pid));
+        addSince(reader, before[1], mainThread(peer.pid));
         messages += batch;
         cGbps.push(await c.throughput(size, batch));
       }
@@ -72,10 +82,10 @@ export async function cmaMainThreads(sizes: readonly number[], seconds: number):
         messages,
         gbps: median(gbps),
         cGbps: median(cGbps),
-        senderCpu: cpuNs.sender / messages / 1000,
-        readerCpu: cpuNs.reader / messages / 1000,
-        senderSwitches: switches.sender / messages,
-        readerSwitches: switches.reader / messages,
+        senderCpu: sender.ns / messages / 1000,
+        readerCpu: reader.ns / messages / 1000,
+        senderSwitches: sender.switches / messages,
+        readerSwitches: reader.switches / messages,
       });
     }
     return results;
