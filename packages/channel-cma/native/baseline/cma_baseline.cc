@@ -1,9 +1,9 @@
 // The exchange the cma channel is held against in `tensorpipe bench`, with
 // no Node, event loop or JS between: the sender announces each frame's
 // address on a socket, the reader's copier threads pull it in 2 MiB chunks
-// with process_vm_readv straight into a reused buffer, in the order the
-// frames came and two frames in flight, as cma's copiers and the bench's
-// peer do; buffers of 8 MiB and more are turned into huge pages first, as
+// with process_vm_readv straight into two reused buffers in turn, in the
+// order the frames came and two frames in flight, as cma's copiers and the
+// bench's peer do; buffers of 8 MiB and more are turned into huge pages first, as
 // cma turns them. Every size goes through process_vm_readv (cma sends the
 // small ones inline); only the acknowledgement travels on the socket.
 //
