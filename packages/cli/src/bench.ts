@@ -15,7 +15,7 @@ import { sinkThroughput } from "./sink-throughput.js";
 import { type PeerProcess, spawnPeer } from "./spawn-peer.js";
 import { fmt, median, pairedRatio, summarize } from "./stats.js";
 import { svgLinePlot } from "./svg-plot.js";
-import { type CBaseline, findCBaselines } from "./c-baseline.js";
+import { type CBaseline, C_SERIES, findCBaselines } from "./c-baseline.js";
 import { ParallelMemcpy } from "./memcpy-baseline.js";
 import { ZmqClient, loadZmq } from "./zmq-baseline.js";
 
@@ -482,9 +482,9 @@ function ratiosOf(series: readonly SeriesResult[], sizes: readonly number[]): Re
     }
   }
   // The kernel's part of cma's gap to memcpy; shm+cma / cma (C) above is the library's.
-  const cmaC = series.find((s) => s.name === CMA_C);
+  const cmaC = series.find((s) => s.name === C_SERIES.cma);
   const memcpy = series.find((s) => s.name === "memcpy");
-  if (cmaC && memcpy) ratios[`${CMA_C} ${sizeLabel(big)} GB/s / memcpy`] = pairedRatio(cmaC.cells[big]!.turnsGbps, memcpy.cells[big]!.turnsGbps);
+  if (cmaC && memcpy) ratios[`${C_SERIES.cma} ${sizeLabel(big)} GB/s / memcpy`] = pairedRatio(cmaC.cells[big]!.turnsGbps, memcpy.cells[big]!.turnsGbps);
   // The README's loop against the tuned loop over the same pair, the
   // baselines, and its own tail; and the pair it runs over (the one
   // negotiation picks) against the best pair at every size.
@@ -508,22 +508,19 @@ function ratiosOf(series: readonly SeriesResult[], sizes: readonly number[]): Re
   return ratios;
 }
 
-/** The C program doing cma's copy, in the ratios. */
-const CMA_C = "cma (C)";
-
 /** Names the pair negotiation picks by default in the ratios. */
 export const DEFAULT_PAIR = "default pair";
 
 // The project's stated goals, shown beside the ratios they judge.
 function targets(sizes: readonly number[]): Record<string, string> {
   const t: Record<string, string> = {
-    "uv+basic 64 MiB GB/s / TCP (C)": ">= 0.95",
+    [`uv+basic 64 MiB GB/s / ${C_SERIES.tcp}`]: ">= 0.95",
     "uv+basic 64 MiB GB/s / node:net": ">= 1.3",
     "uv+basic 8 B RTT p50 / node:net": "<= 1.0",
     "shm+cma 64 MiB GB/s / memcpy": ">= 0.9",
-    [`shm+cma 64 MiB GB/s / ${CMA_C}`]: ">= 0.95",
+    [`shm+cma 64 MiB GB/s / ${C_SERIES.cma}`]: ">= 0.95",
     [`${README_LOOP} 8 B RTT p50 / tuned loop`]: "<= 1.2",
-    [`${README_LOOP} 8 B RTT p50 / shm ring (C)`]: "<= 4",
+    [`${README_LOOP} 8 B RTT p50 / ${C_SERIES.shmRing}`]: "<= 4",
     [`${README_LOOP} 8 B RTT p99 / its p50`]: "<= 4",
   };
   for (const size of sizes) t[`${DEFAULT_PAIR} ${sizeLabel(size)} GB/s / best pair`] = ">= 0.9";
@@ -551,8 +548,8 @@ function report(result: BenchResult, print: (line: string) => void): void {
         .join(", ");
     print(`  ${p.name.padEnd(12)} GB/s ${against(`${sizeLabel(result.sizes.at(-1)!)} GB/s`)}; RTT ${against(`${sizeLabel(result.sizes[0]!)} RTT p50`)}`);
   }
-  const kernel = result.ratios[`${CMA_C} ${sizeLabel(result.sizes.at(-1)!)} GB/s / memcpy`];
-  if (kernel !== undefined) print(`  ${CMA_C.padEnd(12)} GB/s ${fmt(kernel, 2)}x memcpy (cma's copy without Node: the kernel's part of cma's gap to memcpy)`);
+  const kernel = result.ratios[`${C_SERIES.cma} ${sizeLabel(result.sizes.at(-1)!)} GB/s / memcpy`];
+  if (kernel !== undefined) print(`  ${C_SERIES.cma.padEnd(12)} GB/s ${fmt(kernel, 2)}x memcpy (cma's copy without Node: the kernel's part of cma's gap to memcpy)`);
   const judged = Object.entries(targets(result.sizes)).filter(([k]) => result.ratios[k] !== undefined);
   if (judged.length) print(`project targets (${DEFAULT_PAIR}: ${result.series.find((s) => s.kind === "user-code")?.over ?? "none"})`);
   for (const [k, target] of judged) print(`  ${k.padEnd(40)} ${fmt(result.ratios[k]!, 2).padStart(6)}x (target ${target})`);

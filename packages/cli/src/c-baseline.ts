@@ -28,12 +28,15 @@ export interface CBaselineSpec {
   roundTrips: boolean;
 }
 
+/** The series names of those programs in `tensorpipe bench`, for the ratios and scripts that pick one out. */
+export const C_SERIES = { shmRing: "shm ring (C)", tcp: "TCP (C)", cma: "cma (C)" } as const;
+
 /** The programs `tensorpipe bench` holds the backends against. */
 export const C_BASELINES: readonly CBaselineSpec[] = [
-  { name: "shm ring (C)", backend: "shm", packageName: "@tensorpipe/transport-shm", program: "shm_ring_baseline", roundTrips: true },
-  { name: "TCP (C)", backend: "uv", packageName: "@tensorpipe/transport-uv", program: "tcp_baseline", roundTrips: true },
+  { name: C_SERIES.shmRing, backend: "shm", packageName: "@tensorpipe/transport-shm", program: "shm_ring_baseline", roundTrips: true },
+  { name: C_SERIES.tcp, backend: "uv", packageName: "@tensorpipe/transport-uv", program: "tcp_baseline", roundTrips: true },
   // Streams only: cma sends small tensors inline, through the transport.
-  { name: "cma (C)", backend: "cma", packageName: "@tensorpipe/channel-cma", program: "cma_baseline", roundTrips: false },
+  { name: C_SERIES.cma, backend: "cma", packageName: "@tensorpipe/channel-cma", program: "cma_baseline", roundTrips: false },
 ];
 
 /** What findCBaselines found. */
@@ -99,6 +102,15 @@ export class CBaseline {
     const path = join(root, "build", "Release", spec.program);
     if (!existsSync(path)) return { missing: `${spec.program} is built only from source (${path} is missing)` };
     return new CBaseline(spec, path);
+  }
+
+  /** The program of the series `name` (one of C_SERIES), or why there is none. */
+  static named(name: string): CBaseline | {
+    /** Why there is none. */
+    missing: string;
+  } {
+    const spec = C_BASELINES.find((s) => s.name === name);
+    return spec ? CBaseline.find(spec) : { missing: `no C program stands for "${name}"` };
   }
 
   /**

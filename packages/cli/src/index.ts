@@ -17,5 +17,5 @@ export { type PlotSeries, type PlotOptions, svgLinePlot } from "./svg-plot.js";
 export { ProgressBar, type ProgressStream } from "./progress-bar.js";
 export { type PeerProcess, type PeerEvent, type SpawnOptions, spawnPeer } from "./spawn-peer.js";
 export { sinkThroughput } from "./sink-throughput.js";
-export { CBaseline, type CBaselineSpec, type CBaselinesHere, type CRoundTrips, C_BASELINES, findCBaselines } from "./c-baseline.js";
+export { CBaseline, type CBaselineSpec, type CBaselinesHere, type CRoundTrips, C_BASELINES, C_SERIES, findCBaselines } from "./c-baseline.js";
 export { type LatencySummary, percentile, median, pairedRatio, summarize, fmt } from "./stats.js";

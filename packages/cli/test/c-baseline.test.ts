@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { VIABLE, notViable } from "@tensorpipe/core";
 import type { FoundBackend } from "../src/backends.js";
-import { CBaseline, C_BASELINES, type CRoundTrips, findCBaselines } from "../src/c-baseline.js";
+import { CBaseline, C_BASELINES, C_SERIES, type CRoundTrips, findCBaselines } from "../src/c-baseline.js";
 
 // The C programs the bench holds the backends against, built with the addons.
 describe.each(C_BASELINES)("$name", (spec) => {
@@ -85,6 +85,13 @@ describe("the C programs that can run here", () => {
     const { found, skipped } = findCBaselines([backend("cma", true)]);
     expect(found.map((b) => b.name)).toEqual(C_BASELINES.map((s) => s.name));
     expect(skipped).toEqual([]);
+  });
+
+  it("finds a program by the series it stands for, or says there is none", () => {
+    const cma = CBaseline.named(C_SERIES.cma);
+    expect(cma).toBeInstanceOf(CBaseline);
+    expect((cma as CBaseline).spec.program).toBe("cma_baseline");
+    expect(CBaseline.named("memcpy")).toEqual({ missing: 'no C program stands for "memcpy"' });
   });
 });
 

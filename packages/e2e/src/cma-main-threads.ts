@@ -10,7 +10,7 @@
  */
 import { readFileSync } from "node:fs";
 import { CPU_DEVICE } from "@tensorpipe/core";
-import { CBaseline, C_BASELINES, fmt, median, parseSize, sinkThroughput, sizeLabel } from "@tensorpipe/cli";
+import { CBaseline, C_SERIES, fmt, median, parseSize, sinkThroughput, sizeLabel } from "@tensorpipe/cli";
 import { printResults, scriptArgs, withShmPeer } from "./script.js";
 
 /** One size's figures, medians over the turns. */
@@ -50,8 +50,7 @@ function addSince(total: MainThread, before: MainThread, after: MainThread): voi
 }
 
 export async function cmaMainThreads(sizes: readonly number[], seconds: number): Promise<MainThreadsResult[]> {
-  const spec = C_BASELINES.find((s) => s.name === "cma (C)")!;
-  const c = CBaseline.find(spec);
+  const c = CBaseline.named(C_SERIES.cma);
   if ("missing" in c) throw new Error(c.missing);
   return withShmPeer({ channels: ["cma"] }, async (pipe, peer) => {
     const results: MainThreadsResult[] = [];

@@ -16,7 +16,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { CBaseline, C_BASELINES, createContext, fmt, readmeRoundTrip, spawnPeer, summarize } from "@tensorpipe/cli";
+import { CBaseline, C_SERIES, createContext, fmt, readmeRoundTrip, spawnPeer, summarize } from "@tensorpipe/cli";
 import { CPU_DEVICE, type Connection, type Pipe } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { printResults, scriptArgs } from "./script.js";
@@ -113,10 +113,10 @@ async function pipeLoop(pipe: Pipe, seconds: number, readme: boolean): Promise<n
 /** Every layer, `seconds` each (the C ring takes a fixed count instead: it is fast). */
 export async function measureShmLayers(seconds = 3): Promise<Layer[]> {
   const layers: Layer[] = [];
-  const ring = CBaseline.find(C_BASELINES.find((b) => b.name === "shm ring (C)")!);
+  const ring = CBaseline.named(C_SERIES.shmRing);
   if (ring instanceof CBaseline) {
     const { us } = await ring.roundTrips(8, Math.max(1000, Math.round(100_000 * seconds)));
-    layers.push(layer("shm ring (C)", us));
+    layers.push(layer(C_SERIES.shmRing, us));
   }
   layers.push(layer("shm connection, callbacks", await bareConnection("callback", seconds)));
   layers.push(layer("shm connection, awaits", await bareConnection("await", seconds)));
