@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
+import { warmRoundTrips } from "../src/bench.js";
 import { type BenchResult, README_LOOP, findBackends, median, runBench } from "../src/index.js";
 
 const run = promisify(execFile);
@@ -90,5 +91,29 @@ describe("tensorpipe bench", () => {
     expect(stats).toMatchObject({ pipesOpened: 1, errors: {}, connectionErrors: {} });
     expect(stats.messagesSent).toBeGreaterThan(100);
     expect(stats.channels.basic!.bytesSent).toBe(stats.channels.basic!.tensorsSent * 4096);
+  });
+});
+
+describe("warmRoundTrips", () => {
+  const none = new Uint8Array(0);
+
+  it("runs round trips in chunks up to the number asked for", async () => {
+    const asked: number[] = [];
+    await warmRoundTrips(async (_d, _b, n) => (asked.push(n), []), none, none, 450);
+    expect(asked).toEqual([200, 200, 50]);
+  });
+
+  // Round trips of 64 MiB take tens of milliseconds: a cap in numbers would take minutes.
+  it("stops asking once the time it may take has passed", async () => {
+    let calls = 0;
+    const slow = async () => {
+      calls++;
+      await new Promise((r) => setTimeout(r, 40));
+      return [];
+    };
+    await warmRoundTrips(slow, none, none, 20_000, 100);
+    // Each takes 40 ms at least: a third call ends past the 100 ms.
+    expect(calls).toBeGreaterThanOrEqual(1);
+    expect(calls).toBeLessThanOrEqual(3);
   });
 });
