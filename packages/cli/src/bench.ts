@@ -399,8 +399,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
             bar.show(`${m.name} ${sizeLabel(size)} round trips (round ${r + 1}/${rounds})`);
             if (!m.roundTrips) continue;
             // The first round trips of a turn wake a pipe that sat idle
-            // through the other series' turns: not what a loop sees.
-            if (turns > 1) await m.roundTrips(data, back, 3);
+            // through the other series' turns, on cores that may have slept:
+            // not what a loop sees. After a pause of 5 ms the README loop's
+            // 8 B round trips ran slower for over a millisecond (p50 8.6-8.7
+            // us over a turn's 100 after 3 untimed, 6.7-7.2 after 300).
+            if (turns > 1) await warmRoundTrips(m.roundTrips.bind(m), data, back, TURN_WARM_CAP, TURN_WARM_MS, 3);
             acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
           }
         }
@@ -464,17 +467,21 @@ export async function warmRoundTrips(
   back: Uint8Array,
   cap: number,
   ms = WARM_MS,
+  chunk = WARM_CHUNK,
 ): Promise<void> {
   if (!roundTrips) return;
   const t0 = performance.now();
-  for (let done = 0; done < cap && performance.now() - t0 < ms; done += WARM_CHUNK) {
-    await roundTrips(data, back, Math.min(WARM_CHUNK, cap - done));
+  for (let done = 0; done < cap && performance.now() - t0 < ms; done += chunk) {
+    await roundTrips(data, back, Math.min(chunk, cap - done));
   }
 }
 
 /** The longest a series warms up at one size, and the round trips it asks for at a time. */
 const WARM_MS = 300;
 const WARM_CHUNK = 200;
+/** Untimed round trips before each turn: a few at least, for 2 ms (three at a time: 64 MiB ones take tens of ms). */
+const TURN_WARM_MS = 2;
+const TURN_WARM_CAP = 1000;
 
 /** `items` in an order drawn from `seed`: the same for the same seed. */
 function shuffled<T>(items: readonly T[], seed: number): T[] {
