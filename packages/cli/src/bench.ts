@@ -403,7 +403,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
             // not what a loop sees. After a pause of 5 ms the README loop's
             // 8 B round trips ran slower for over a millisecond (p50 8.6-8.7
             // us over a turn's 100 after 3 untimed, 6.7-7.2 after 300).
-            if (turns > 1) await warmRoundTrips(m.roundTrips.bind(m), data, back, TURN_WARM_CAP, TURN_WARM_MS, 3);
+            if (turns > 1) await warmRoundTrips(m.roundTrips.bind(m), data, back, TURN_WARM_CAP, TURN_WARM_MS);
             acc(m).rtt.push(...(await m.roundTrips(data, back, Math.ceil(rttCount(size) / turns))));
           }
         }
@@ -467,19 +467,23 @@ export async function warmRoundTrips(
   back: Uint8Array,
   cap: number,
   ms = WARM_MS,
-  chunk = WARM_CHUNK,
 ): Promise<void> {
   if (!roundTrips) return;
   const t0 = performance.now();
-  for (let done = 0; done < cap && performance.now() - t0 < ms; done += chunk) {
-    await roundTrips(data, back, Math.min(chunk, cap - done));
+  // One round trip first, then twice as many each time: a 64 MiB round
+  // trip over node:net takes 55 ms, and the time is looked at only
+  // between calls (each call of a C program is a process of its own).
+  let n = 1;
+  for (let done = 0; done < cap && performance.now() - t0 < ms; done += n, n = Math.min(2 * n, WARM_CHUNK)) {
+    n = Math.min(n, cap - done);
+    await roundTrips(data, back, n);
   }
 }
 
-/** The longest a series warms up at one size, and the round trips it asks for at a time. */
+/** The longest a series warms up at one size, and the most round trips it asks for at a time. */
 const WARM_MS = 300;
 const WARM_CHUNK = 200;
-/** Untimed round trips before each turn: a few at least, for 2 ms (three at a time: 64 MiB ones take tens of ms). */
+/** Untimed round trips before each turn. */
 const TURN_WARM_MS = 2;
 const TURN_WARM_CAP = 1000;
 
