@@ -52,7 +52,14 @@ describe("tensorpipe bench", () => {
       expect(ratio, size).toBeGreaterThan(0);
       expect(ratio, size).toBeLessThanOrEqual(1);
     }
-    expect(lines.join("\n")).toMatch(/default pair 64 KiB GB\/s \/ best pair +\d+\.\d+x \(target >= 0\.9\)/);
+    // At each size, the pair negotiation picks streamed again head to head with the pair furthest ahead of it, if one was.
+    for (const size of result.sizes) {
+      const h = result.headToHead[size]!;
+      expect(h.own, `${size}`).toHaveLength(h.other.length);
+      if (h.own.length === 0) expect(h.against).toBe(readme.over);
+      else expect(pairs.filter((p) => p !== readme.over)).toContain(h.against);
+    }
+    expect(lines.join("\n")).toMatch(/default pair 64 KiB GB\/s \/ best pair +\d+\.\d+x \(target >= 0\.9\), (head to head with \S+|no pair ahead of it)$/m);
     expect(lines.join("\n")).toMatch(/README loop 8 B RTT p50 \/ tuned loop +\d+\.\d+x \(target <= 1\.2\)/);
     for (const s of result.series) {
       for (const size of result.sizes) {
