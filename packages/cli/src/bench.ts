@@ -115,8 +115,9 @@ export interface BenchResult {
 export interface HeadToHead {
   /** The pair held against; the default pair's own name where no pair came out ahead of it. */
   against: string;
-  /** GB/s of each block of the default pair and of the other, paired by index (empty where none was ahead). */
+  /** GB/s of each block of the default pair (empty where no pair was ahead). */
   own: number[];
+  /** GB/s of each block of the pair held against, paired with `own` by index. */
   other: number[];
 }
 

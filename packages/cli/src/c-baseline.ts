@@ -29,7 +29,14 @@ export interface CBaselineSpec {
 }
 
 /** The series names of those programs in `tensorpipe bench`, for the ratios and scripts that pick one out. */
-export const C_SERIES = { shmRing: "shm ring (C)", tcp: "TCP (C)", cma: "cma (C)" } as const;
+export const C_SERIES = {
+  /** Frames over the shm transport's rings and wake-ups. */
+  shmRing: "shm ring (C)",
+  /** Frames over one loopback TCP connection. */
+  tcp: "TCP (C)",
+  /** cma's copy: process_vm_readv on copier threads. */
+  cma: "cma (C)",
+} as const;
 
 /** The programs `tensorpipe bench` holds the backends against. */
 export const C_BASELINES: readonly CBaselineSpec[] = [
