@@ -109,8 +109,9 @@ export interface BenchResult {
  * series lie up to 100 ms apart. Pairs that take the same path (shm+cma and
  * shm+basic below cma's inline size) came out of the turns at 0.82-0.89x
  * each other in some runs, the lowest of several noisy ratios; head to head
- * they came out at 0.95-1.03x. Picking the pair in one measurement and
- * timing it in another keeps the noise that picked it out of the ratio.
+ * at 64 KiB, 0.92-1.10x over 40 blocks of 250 messages and 0.95-1.03x over
+ * 320 of 60. Picking the pair in one measurement and timing it in another
+ * keeps the noise that picked it out of the ratio.
  */
 export interface HeadToHead {
   /** The pair held against; the default pair's own name where no pair came out ahead of it. */
@@ -646,12 +647,12 @@ function report(result: BenchResult, print: (line: string) => void): void {
   const judged = Object.entries(targets(result.sizes)).filter(([k]) => result.ratios[k] !== undefined);
   if (judged.length) print(`project targets (${DEFAULT_PAIR}: ${result.series.find((s) => s.kind === "user-code")?.over ?? "none"})`);
   // Which pair the default was held against at each size.
-  const against: Record<string, string> = {};
+  const heldAgainst: Record<string, string> = {};
   for (const size of result.sizes) {
     const h = result.headToHead[size];
-    if (h) against[`${DEFAULT_PAIR} ${sizeLabel(size)} GB/s / best pair`] = h.own.length ? `, head to head with ${h.against}` : ", no pair ahead of it";
+    if (h) heldAgainst[`${DEFAULT_PAIR} ${sizeLabel(size)} GB/s / best pair`] = h.own.length ? `, head to head with ${h.against}` : ", no pair ahead of it";
   }
-  for (const [k, target] of judged) print(`  ${k.padEnd(40)} ${fmt(result.ratios[k]!, 2).padStart(6)}x (target ${target})${against[k] ?? ""}`);
+  for (const [k, target] of judged) print(`  ${k.padEnd(40)} ${fmt(result.ratios[k]!, 2).padStart(6)}x (target ${target})${heldAgainst[k] ?? ""}`);
 }
 
 function plot(result: BenchResult): string {
