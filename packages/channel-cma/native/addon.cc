@@ -53,7 +53,6 @@ struct Chunk {
   uint64_t length;
 };
 
-
 // The reads of one environment, cut into chunks that copier threads of
 // its own take in the order the reads were asked for: the oldest read ends
 // first, and the cores go on with the next while the loop answers it. A

@@ -3,9 +3,10 @@
 // address on a socket, the reader's copier threads pull it in 2 MiB chunks
 // with process_vm_readv straight into two reused buffers in turn, in the
 // order the frames came and two frames in flight, as cma's copiers and the
-// bench's peer do; buffers of 8 MiB and more are turned into huge pages first, as
-// cma turns them. Every size goes through process_vm_readv (cma sends the
-// small ones inline); only the acknowledgement travels on the socket.
+// bench's peer do; buffers of 8 MiB and more are turned into huge pages
+// first, as cma turns them. Every size goes through process_vm_readv (cma
+// sends the small ones inline); only the acknowledgement travels on the
+// socket.
 //
 //   cma_baseline stream SIZE COUNT [THREADS]   (THREADS: cma's default, min(4, cores))
 #include <sys/socket.h>

@@ -187,8 +187,8 @@ inline int Run(const Args& a, const std::function<std::unique_ptr<End>()>& peerE
   for (uint64_t i = 0; i < a.size; i++) out[i] = static_cast<char>((i * 0x9E3779B97F4A7C15ull) >> 56);
   // A stream's frames land in two buffers in turn, as the bench's peer
   // double-buffers them (at 16 MiB one buffer stays in a 32 MiB L3 where
-  // two do not: cma (C) ran 1.2-1.3x faster into one); a round trip's echo is
-  // read into one.
+  // two do not: cma (C) ran 1.2-1.3x faster into one); a round trip's echo
+  // is read into one.
   std::vector<char> landing[2] = {std::vector<char>(a.size), std::vector<char>(a.mode == "stream" ? a.size : 0)};
   std::vector<char>& in = landing[0];
   auto check = [&](const char* where, const std::vector<char>& got) {

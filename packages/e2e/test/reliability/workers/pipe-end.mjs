@@ -1,7 +1,7 @@
 // One end of a pipe in a worker that the test terminates at a random point
-// (or that calls process.exit() itself `exitAfterMs` after it starts to connect): it listens or
-// connects, then streams both ways until the pipe fails, and reports each
-// step to its parent.
+// (or that calls process.exit() itself `exitAfterMs` after it starts to
+// connect): it listens or connects, then streams both ways until the pipe
+// fails, and reports each step to its parent.
 import { parentPort, workerData } from "node:worker_threads";
 import { createContext } from "@tensorpipe/cli";
 import { streamUntilFailure } from "./stream.mjs";
