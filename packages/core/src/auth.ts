@@ -3,32 +3,49 @@
  * handshake that upstream TensorPipe does not have, off by default. With it
  * off, not one byte on the wire changes.
  *
- * The connecting side adds one entry to its Brochure's transport map (a
- * name no transport has, so a peer without the extension ignores it):
- *   "tensorpipe-js.auth.hmac-sha256" -> "<nonce>:<time ms>:<HMAC(secret, 'client|nonce|time')>"
- * The listener drops the connection unless the MAC checks out, the time is
- * within `maxSkewMs` and the nonce is new. It proves itself in its
- * BrochureAnswer under the same name in the channel descriptor map:
- *   { cpu:0 -> HMAC(secret, 'server|nonce') }
- * and the connecting side refuses the pipe without it. With authentication
- * on, registration ids are random, so a third party cannot slip into a
- * pipe by guessing them.
+ * Challenge and response, so that nothing captured can be replayed: every
+ * proof covers a nonce the other side made fresh for this connection.
+ *
+ *   connect -> listen: Packet, Brochure with the entry  "hello:<c>"
+ *   listen -> connect: BrochureAnswer for transport AUTH_ENTRY (the challenge),
+ *                      whose channel descriptors hold { cpu:0 -> "<l>:<HMAC(server|c|l)>" }
+ *   connect -> listen: Brochure with the entry  "proof:<HMAC(client|c|l)>"
+ *   listen -> connect: the BrochureAnswer of the pipe
+ *
+ * where c and l are 16 random bytes (hex) drawn by each side, and the
+ * entries sit in the Brochure's transport map under AUTH_ENTRY (a name no
+ * transport has). The connecting side checks the listener's proof before
+ * it gives its own. Each connection the answer registers then opens with
+ * its RequestedConnection packet followed by one frame,
+ * HMAC(connection|c|l|id), so that an id seen on the wire is no way in.
+ *
+ * It authenticates the handshake, not the bytes that follow: the stream is
+ * neither encrypted nor integrity-protected (see docs/security.md).
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import type { DeviceDescriptors } from "./protocol.js";
+import type { BrochureAnswer, DeviceDescriptors } from "./protocol.js";
 
 /** The brochure entry (a transport name no transport has) that carries the handshake's proofs. */
 export const AUTH_ENTRY = "tensorpipe-js.auth.hmac-sha256";
 
 /** Mutual authentication with a shared secret (ContextOptions.auth). */
 export interface AuthOptions {
-  /** Both ends must have the same secret. */
+  /** Both ends must have the same secret, at least 16 bytes. */
   secret: string | Uint8Array;
-  /** How far apart the two clocks may be (ms, default 60 s). */
-  maxSkewMs?: number;
 }
+
+/** The nonces of one authenticated handshake: the connecting side's and the listener's. */
+export interface AuthSession {
+  /** The connecting side's nonce. */
+  readonly client: string;
+  /** The listener's nonce. */
+  readonly listener: string;
+}
+
+const NONCE = /^[0-9a-f]{32}$/;
+const MAC = /^[0-9a-f]{64}$/;
 
 function denied(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.PERMISSION_DENIED, message);
@@ -40,62 +57,85 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-/** The two ends of the shared-secret handshake: HMAC-SHA256 proofs over fresh nonces and the time. */
+function nonce(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** The two ends of the shared-secret handshake: HMAC-SHA256 proofs over both sides' fresh nonces. */
 export class SharedSecretAuth {
   private readonly secret: Buffer;
-  private readonly maxSkewMs: number;
-  /** Nonces seen within the time window, to refuse replays. */
-  private readonly seen = new Map<string, number>();
 
   constructor(options: AuthOptions) {
-    this.secret = Buffer.from(options.secret);
+    const secret = options?.secret;
+    if (typeof secret !== "string" && !(secret instanceof Uint8Array)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, "auth.secret must be a string or a Uint8Array of at least 16 bytes");
+    }
+    this.secret = Buffer.from(secret);
     if (this.secret.length < 16) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, "an authentication secret needs at least 16 bytes");
     }
-    this.maxSkewMs = options.maxSkewMs ?? 60_000;
   }
 
-  private mac(text: string): string {
-    return createHmac("sha256", this.secret).update(text).digest("hex");
+  private mac(...parts: string[]): string {
+    return createHmac("sha256", this.secret).update(parts.join("|")).digest("hex");
   }
 
-  /** The connecting side's Brochure entry, and the nonce to check the answer against. */
-  clientHello(): {
-    /** Goes in the brochure under AUTH_ENTRY. */
-    entry: string;
-    /** Kept to check the listener's proof with. */
-    nonce: string;
-  } {
-    const nonce = randomBytes(16).toString("hex");
-    const time = Date.now();
-    return { entry: `${nonce}:${time}:${this.mac(`client|${nonce}|${time}`)}`, nonce };
+  /** Connecting side, first: the Brochure entry, and the nonce it carries. */
+  hello(): { entry: string; client: string } {
+    const client = nonce();
+    return { entry: `hello:${client}`, client };
   }
 
-  /** The listening side checks the entry and returns the nonce. */
-  verifyClient(entry: string | undefined): string {
+  /** Listening side: checks the hello and makes the challenge answer, with this side's proof. */
+  challenge(entry: string | undefined): { answer: BrochureAnswer; session: AuthSession } {
     if (entry === undefined) throw denied("peer did not authenticate (this listener requires a shared secret)");
-    const [nonce, time, mac, extra] = entry.split(":");
-    if (!nonce || !time || !mac || extra !== undefined || !/^[0-9a-f]{32}$/.test(nonce)) {
-      throw denied("malformed authentication entry");
-    }
-    if (!sameText(mac, this.mac(`client|${nonce}|${time}`))) throw denied("peer's shared secret does not match");
-    const now = Date.now();
-    if (!(Math.abs(now - Number(time)) <= this.maxSkewMs)) throw denied("peer's authentication is stale or from the future");
-    for (const [n, t] of this.seen) if (now - t > 2 * this.maxSkewMs) this.seen.delete(n);
-    if (this.seen.has(nonce)) throw denied("peer replayed an authentication");
-    this.seen.set(nonce, now);
-    return nonce;
+    const client = entry.startsWith("hello:") ? entry.slice(6) : "";
+    if (!NONCE.test(client)) throw denied("malformed authentication hello");
+    const listener = nonce();
+    const proof: DeviceDescriptors = new Map([
+      [deviceKey(CPU_DEVICE), { device: CPU_DEVICE, descriptor: `${listener}:${this.mac("server", client, listener)}` }],
+    ]);
+    return {
+      answer: {
+        transport: AUTH_ENTRY,
+        address: "",
+        transportRegistrationIds: new Map(),
+        transportDomainDescriptor: "",
+        channelRegistrationIds: new Map(),
+        channelDeviceDescriptors: new Map([[AUTH_ENTRY, proof]]),
+        channelForDevicePair: [],
+      },
+      session: { client, listener },
+    };
   }
 
-  /** The listening side's proof, for its BrochureAnswer. */
-  serverProof(nonce: string): DeviceDescriptors {
-    return new Map([[deviceKey(CPU_DEVICE), { device: CPU_DEVICE, descriptor: this.mac(`server|${nonce}`) }]]);
-  }
-
-  /** The connecting side checks the listener's proof. */
-  verifyServer(nonce: string, proof: DeviceDescriptors | undefined): void {
-    const got = proof?.get(deviceKey(CPU_DEVICE))?.descriptor;
+  /** Connecting side: checks the listener's challenge and proof; returns the session and this side's proof entry. */
+  answerChallenge(client: string, answer: BrochureAnswer): { session: AuthSession; entry: string } {
+    const got = answer.transport === AUTH_ENTRY ? answer.channelDeviceDescriptors.get(AUTH_ENTRY)?.get(deviceKey(CPU_DEVICE)) : undefined;
     if (got === undefined) throw denied("listener did not authenticate (it has no shared secret, or not this extension)");
-    if (!sameText(got, this.mac(`server|${nonce}`))) throw denied("listener's shared secret does not match");
+    const [listener = "", mac = "", extra] = got.descriptor.split(":");
+    if (!NONCE.test(listener) || !MAC.test(mac) || extra !== undefined) throw denied("malformed authentication challenge");
+    if (!sameText(mac, this.mac("server", client, listener))) throw denied("listener's shared secret does not match");
+    return { session: { client, listener }, entry: `proof:${this.mac("client", client, listener)}` };
+  }
+
+  /** Listening side: checks the connecting side's proof for `session`. */
+  verifyProof(session: AuthSession, entry: string | undefined): void {
+    const mac = entry?.startsWith("proof:") ? entry.slice(6) : undefined;
+    if (mac === undefined || !MAC.test(mac)) throw denied("peer did not answer the authentication challenge");
+    if (!sameText(mac, this.mac("client", session.client, session.listener))) throw denied("peer's shared secret does not match");
+  }
+
+  /** The frame after a RequestedConnection packet that ties it to its pipe's handshake. */
+  connectionProof(session: AuthSession, id: bigint): Uint8Array {
+    return Buffer.from(this.mac("connection", session.client, session.listener, id.toString()), "hex");
+  }
+
+  /** Listening side: checks the frame that followed a RequestedConnection packet. */
+  verifyConnectionProof(session: AuthSession, id: bigint, frame: Uint8Array): void {
+    const want = Buffer.from(this.mac("connection", session.client, session.listener, id.toString()), "hex");
+    if (frame.byteLength !== want.length || !timingSafeEqual(frame, want)) {
+      throw denied(`connection for registration ${id} did not prove it belongs to its pipe`);
+    }
   }
 }

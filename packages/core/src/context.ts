@@ -2,9 +2,9 @@ import { setMaxListeners } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl, splitHostPort } from "./address.js";
 import type { Channel, ChannelContext } from "./channel.js";
-import { AUTH_ENTRY, type AuthOptions, SharedSecretAuth } from "./auth.js";
+import { AUTH_ENTRY, type AuthOptions, type AuthSession, SharedSecretAuth } from "./auth.js";
 import { debugLog, describeError } from "./debug.js";
-import { deviceKey } from "./device.js";
+import { CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import { Listener, type PipeAcceptor } from "./listener.js";
 import {
@@ -21,6 +21,8 @@ import {
   type Brochure,
   type BrochureAnswer,
   ConnectionKind,
+  DEFAULT_DESCRIPTOR_LIMITS,
+  type DescriptorLimits,
   decodeBrochure,
   decodeBrochureAnswer,
   encodeBrochure,
@@ -50,6 +52,22 @@ export interface ContextOptions {
   handshakeTimeout?: number;
   /** Largest control frame (packet, brochure, descriptor) accepted from a peer. */
   maxControlFrameLength?: number;
+  /** Payloads a peer's message may have (default 16,384); more fails the pipe with ERR_TP_PROTOCOL. */
+  maxPayloads?: number;
+  /** Tensors a peer's message may have (default 16,384); more fails the pipe with ERR_TP_PROTOCOL. */
+  maxTensors?: number;
+  /**
+   * Payload and tensor bytes a peer's message may announce in all (default
+   * 4 GiB); more fails the pipe with ERR_TP_PROTOCOL before anything is
+   * allocated for it.
+   */
+  maxMessageBytes?: number;
+  /**
+   * Connections a listener lets sit in their handshake at once (default
+   * 128): one more drops the oldest, so that peers that connect and say
+   * nothing cannot keep real ones out.
+   */
+  maxPendingHandshakes?: number;
   /**
    * Opt-in mutual authentication with a shared secret, an extension of the
    * handshake (see auth.ts); off by default, and then the bytes on the wire
@@ -75,6 +93,16 @@ export interface BackendInfo {
 
 const DEFAULT_HANDSHAKE_TIMEOUT = 10_000;
 const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
+const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
+
+/** `value`, or `fallback` when undefined; else ERR_TP_INVALID_ARG naming the option. */
+function positiveInteger(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${String(value)}`);
+  }
+  return value;
+}
 /** Before a peer has shown it speaks the protocol, its frames stay small. */
 export const MAX_HANDSHAKE_FRAME = 1024 * 1024;
 
@@ -89,6 +117,10 @@ export class Context implements PipeAcceptor {
   readonly handshakeTimeout: number;
   /** Largest control frame accepted from a peer. */
   readonly maxControlFrameLength: number;
+  /** What a peer's message may announce (ContextOptions.maxPayloads, maxTensors, maxMessageBytes). */
+  readonly descriptorLimits: Readonly<DescriptorLimits>;
+  /** Connections a listener lets sit in their handshake at once. */
+  readonly maxPendingHandshakes: number;
   /** The shared-secret handshake, when ContextOptions.auth is set. */
   readonly auth?: SharedSecretAuth;
   private readonly transports = new Map<string, Registered<TransportContext>>();
@@ -103,14 +135,15 @@ export class Context implements PipeAcceptor {
 
   constructor(options: ContextOptions = {}) {
     this.name = options.name ?? "";
-    this.handshakeTimeout = options.handshakeTimeout ?? DEFAULT_HANDSHAKE_TIMEOUT;
-    this.maxControlFrameLength = options.maxControlFrameLength ?? DEFAULT_MAX_CONTROL_FRAME;
+    this.handshakeTimeout = positiveInteger("handshakeTimeout", options.handshakeTimeout, DEFAULT_HANDSHAKE_TIMEOUT);
+    this.maxControlFrameLength = positiveInteger("maxControlFrameLength", options.maxControlFrameLength, DEFAULT_MAX_CONTROL_FRAME);
+    this.descriptorLimits = {
+      maxPayloads: positiveInteger("maxPayloads", options.maxPayloads, DEFAULT_DESCRIPTOR_LIMITS.maxPayloads),
+      maxTensors: positiveInteger("maxTensors", options.maxTensors, DEFAULT_DESCRIPTOR_LIMITS.maxTensors),
+      maxMessageBytes: positiveInteger("maxMessageBytes", options.maxMessageBytes, DEFAULT_DESCRIPTOR_LIMITS.maxMessageBytes),
+    };
+    this.maxPendingHandshakes = positiveInteger("maxPendingHandshakes", options.maxPendingHandshakes, DEFAULT_MAX_PENDING_HANDSHAKES);
     if (options.auth) this.auth = new SharedSecretAuth(options.auth);
-  }
-
-  /** Registration ids a third party cannot guess, when authentication is on. */
-  get unguessableIds(): boolean {
-    return this.auth !== undefined;
   }
 
   /** Higher priority wins when both ends have several transports in common. */
@@ -181,6 +214,7 @@ export class Context implements PipeAcceptor {
           address,
           (c) => listener.handleConnection(t.name, c),
           (e) => listener.reportAcceptError(e),
+          { handshakeTimeout: this.handshakeTimeout, maxPendingHandshakes: this.maxPendingHandshakes },
         );
         listener.addTransportListener(t.name, scheme, tl);
       }
@@ -210,45 +244,67 @@ export class Context implements PipeAcceptor {
       opened.push(main);
       if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
       const brochure = buildBrochure(byPriority(this.transports.values()), byPriority(this.channels.values()));
-      const hello = this.auth?.clientHello();
+      const hello = this.auth?.hello();
       if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
       if (log.enabled) {
         log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
         for (const b of this.backends()) if (!b.viability.viable) log("not offering %s %s: %s", b.kind, b.name, b.viability.reason);
       }
-      const sentHello = main.write([encodePacket({ kind: "spontaneous", contextName: this.name }), encodeBrochure(brochure)]);
-      let answer: BrochureAnswer;
-      try {
-        const [, bytes] = await Promise.all([sentHello, main.read(MAX_HANDSHAKE_FRAME)]);
-        answer = decodeBrochureAnswer(bytes);
-      } catch (e) {
-        const err = fromNativeError(e, url);
-        if (err.code === ErrorCode.PEER_CLOSED) {
-          throw new TensorPipeError(
-            ErrorCode.NEGOTIATION,
-            `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
-              this.auth ? ", or the shared secrets differ" : ""
-            }`,
-            { where: url, cause: err },
-          );
+      const exchange = async (frames: Uint8Array[]): Promise<BrochureAnswer> => {
+        const sent = main.write(frames);
+        try {
+          const [, bytes] = await Promise.all([sent, main.read(MAX_HANDSHAKE_FRAME)]);
+          return decodeBrochureAnswer(bytes);
+        } catch (e) {
+          const err = fromNativeError(e, url);
+          if (err.code === ErrorCode.PEER_CLOSED) {
+            throw new TensorPipeError(
+              ErrorCode.NEGOTIATION,
+              `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
+                this.auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
+              }, or it could not take the connection (see its connectionError events)`,
+              { where: url, cause: err },
+            );
+          }
+          throw err;
         }
-        throw err;
+      };
+      let answer = await exchange([encodePacket({ kind: "spontaneous", contextName: this.name }), encodeBrochure(brochure)]);
+      let session: AuthSession | undefined;
+      if (hello) {
+        const reply = this.auth!.answerChallenge(hello.client, answer);
+        session = reply.session;
+        brochure.transportDomainDescriptors.set(AUTH_ENTRY, reply.entry);
+        answer = await exchange([encodeBrochure(brochure)]);
       }
-      if (hello) this.auth!.verifyServer(hello.nonce, answer.channelDeviceDescriptors.get(AUTH_ENTRY));
-      answer.channelDeviceDescriptors.delete(AUTH_ENTRY);
+      if (answer.transport === AUTH_ENTRY) {
+        throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, "listener requires authentication: set ContextOptions.auth with its shared secret", {
+          where: url,
+        });
+      }
       if (log.enabled) {
         log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, describePairs(answer.channelForDevicePair));
       }
-      const pairs = checkAnswer(this.viableContexts(this.transports), this.viableContexts(this.channels), answer);
+      const viableChannels = this.viableContexts(this.channels);
+      const pairs = checkAnswer(this.viableContexts(this.transports), viableChannels, answer);
+      // Every CPU tensor either way would otherwise fail on its first write.
+      if (viableChannels.size > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+        throw new TensorPipeError(
+          ErrorCode.NEGOTIATION,
+          `no channel for CPU tensors in common with the listener: this side offers ${[...viableChannels.keys()].join(", ")}; register one that both ends have (basic works everywhere)`,
+          { where: url },
+        );
+      }
       const chosen = this.transports.get(answer.transport)!.context;
       // The listener names itself as it sees itself; where that is the
       // address dialled already (a link-local one, say, whose scope only
       // means something here), keep dialling it as this side wrote it.
       const followUp = answer.transport === transport.name && sameEndpoint(answer.address, address) ? address : answer.address;
-      const openRequested = async (id: number): Promise<Connection> => {
+      const openRequested = async (id: bigint): Promise<Connection> => {
         const c = await chosen.connect(followUp, { signal });
         opened.push(c);
-        await c.write([encodePacket({ kind: "requested", registrationId: id })]);
+        const packet = encodePacket({ kind: "requested", registrationId: id });
+        await c.write(session ? [packet, this.auth!.connectionProof(session, id)] : [packet]);
         return c;
       };
       const mainId = answer.transportRegistrationIds.get(ConnectionKind.MAIN);
@@ -276,7 +332,7 @@ export class Context implements PipeAcceptor {
           pairs,
           peer: url,
           side: "connect",
-          options: { maxDescriptorLength: this.maxControlFrameLength },
+          options: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits },
         }),
       );
     };
@@ -296,8 +352,16 @@ export class Context implements PipeAcceptor {
 
   /** @internal The listening side of the handshake, after a SpontaneousConnection packet. */
   async acceptPipe(listener: Listener, cameOn: string, main: Connection): Promise<Pipe> {
-    const brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
-    const nonce = this.auth?.verifyClient(brochure.transportDomainDescriptors.get(AUTH_ENTRY));
+    let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
+    let session: AuthSession | undefined;
+    if (this.auth) {
+      const challenge = this.auth.challenge(brochure.transportDomainDescriptors.get(AUTH_ENTRY));
+      session = challenge.session;
+      const [, bytes] = await Promise.all([main.write([encodeBrochureAnswer(challenge.answer)]), main.read(MAX_HANDSHAKE_FRAME)]);
+      brochure = decodeBrochure(bytes);
+      this.auth.verifyProof(session, brochure.transportDomainDescriptors.get(AUTH_ENTRY));
+    }
+    brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
     const from = main.remoteAddress;
     if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
     const note = log.enabled ? (name: string, why: string) => log("%s: %s: %s", from, name, why) : undefined;
@@ -311,9 +375,9 @@ export class Context implements PipeAcceptor {
     }
     const choice = chooseChannels(byPriority(this.channels.values()), brochure, note);
     const registrations: ReturnType<Listener["register"]>[] = [];
-    const transportRegistrationIds = new Map<number, number>();
+    const transportRegistrationIds = new Map<number, bigint>();
     const register = () => {
-      const r = listener.register();
+      const r = listener.register(session);
       registrations.push(r);
       return r;
     };
@@ -333,10 +397,7 @@ export class Context implements PipeAcceptor {
           transportRegistrationIds,
           transportDomainDescriptor: transport.context.domainDescriptor(),
           channelRegistrationIds: new Map([...channelRegs].map(([name, regs]) => [name, regs.map((r) => r.id)])),
-          channelDeviceDescriptors:
-            nonce === undefined
-              ? choice.deviceDescriptors
-              : new Map([...choice.deviceDescriptors, [AUTH_ENTRY, this.auth!.serverProof(nonce)]]),
+          channelDeviceDescriptors: choice.deviceDescriptors,
           channelForDevicePair: choice.pairs,
         }),
       ]);
@@ -376,7 +437,7 @@ export class Context implements PipeAcceptor {
           pairs: choice.pairs,
           peer: pipeMain.remoteAddress,
           side: "listen",
-          options: { maxDescriptorLength: this.maxControlFrameLength },
+          options: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits },
         }),
       );
     } catch (e) {

@@ -1,4 +1,5 @@
-import { randomInt } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import type { AuthSession, SharedSecretAuth } from "./auth.js";
 import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { debugLog, describeError } from "./debug.js";
@@ -14,15 +15,19 @@ const log = debugLog("listener");
 
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;
+/** The frame that ties a requested connection to its pipe, under authentication: one HMAC-SHA256. */
+const CONNECTION_PROOF_FRAME = 32;
 
 /** What the listener needs from its context to turn a connection into a pipe. */
 export interface PipeAcceptor {
   /** Completes the handshake of a new pipe that came on `transport`. */
   acceptPipe(listener: Listener, transport: string, connection: Connection): Promise<Pipe>;
-  /** Random registration ids instead of upstream's counter (with authentication). */
-  readonly unguessableIds: boolean;
+  /** Checks the proofs of connections registered by authenticated handshakes. */
+  readonly auth?: SharedSecretAuth;
   /** How long a connection may take to become a pipe, in ms. */
   readonly handshakeTimeout: number;
+  /** How many connections may be in their handshake at once; one more drops the oldest. */
+  readonly maxPendingHandshakes: number;
 }
 
 /** The events a Listener emits. */
@@ -41,8 +46,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private readonly urls = new Map<string, string>();
   private readonly ready: Pipe[] = [];
   private readonly acceptWaiters: Deferred<Pipe>[] = [];
-  private readonly registrations = new Map<number, Deferred<Connection>>();
-  private nextRegistrationId = 0;
+  private readonly registrations = new Map<bigint, { waiter: Deferred<Connection>; session?: AuthSession }>();
   private closedError?: TensorPipeError;
   private readonly pending = new Set<Connection>();
   /** @internal Connections dropped before they became pipes, by error code. */
@@ -78,6 +82,18 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     if (this.closedError) {
       connection.close(this.closedError);
       return;
+    }
+    // Silent peers must not keep real ones out: past the cap the oldest goes.
+    if (this.pending.size >= this.acceptor.maxPendingHandshakes) {
+      const oldest = this.pending.values().next().value!;
+      this.pending.delete(oldest);
+      oldest.close(
+        new TensorPipeError(
+          ErrorCode.TIMEOUT,
+          `handshake dropped: ${this.acceptor.maxPendingHandshakes} newer connections were in their handshake (ContextOptions.maxPendingHandshakes)`,
+          { where: oldest.remoteAddress },
+        ),
+      );
     }
     this.pending.add(connection);
     const timer = setTimeout(() => {
@@ -122,27 +138,36 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     if (packet.kind === "spontaneous") {
       return this.acceptor.acceptPipe(this, transport, connection);
     }
-    const waiter = this.registrations.get(packet.registrationId);
-    if (!waiter) throw protocolError(`unknown registration id ${packet.registrationId}`, connection.remoteAddress);
-    this.registrations.delete(packet.registrationId);
-    waiter.resolve(connection);
+    const id = packet.registrationId;
+    const registration = this.registrations.get(id);
+    if (!registration) throw protocolError(`unknown registration id ${id}`, connection.remoteAddress);
+    // A connection that fails the proof is dropped and the id stays for the real one.
+    if (registration.session) {
+      this.acceptor.auth!.verifyConnectionProof(registration.session, id, await connection.read(CONNECTION_PROOF_FRAME));
+      if (this.registrations.get(id) !== registration) throw protocolError(`registration id ${id} was already taken`, connection.remoteAddress);
+    }
+    this.registrations.delete(id);
+    registration.waiter.resolve(connection);
     return undefined;
   }
 
-  /** @internal Reserves an id whose connection the peer will open. */
-  register(): { id: number; connection: Promise<Connection>; cancel: () => void } {
-    let id = this.nextRegistrationId++;
-    if (this.acceptor.unguessableIds) {
-      do id = randomInt(2 ** 47) * 64 + randomInt(64);
-      while (this.registrations.has(id));
-    }
+  /**
+   * @internal Reserves an id whose connection the peer will open: 64
+   * random bits, so that no other process can guess one and slip in; with
+   * `session`, the connection must also prove that it belongs to it.
+   */
+  register(session?: AuthSession): { id: bigint; connection: Promise<Connection>; cancel: () => void } {
+    let id: bigint;
+    do id = randomBytes(8).readBigUInt64LE();
+    while (this.registrations.has(id));
     const waiter = new Deferred<Connection>();
-    this.registrations.set(id, waiter);
+    const registration = { waiter, session };
+    this.registrations.set(id, registration);
     return {
       id,
       connection: waiter.promise,
       cancel: () => {
-        if (this.registrations.get(id) === waiter) this.registrations.delete(id);
+        if (this.registrations.get(id) === registration) this.registrations.delete(id);
         waiter.reject(closedError("registration"));
       },
     };
@@ -191,7 +216,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.closedError = err;
     for (const l of this.transportListeners.values()) l.close();
     for (const w of this.acceptWaiters.splice(0)) w.reject(err);
-    for (const r of this.registrations.values()) r.reject(err);
+    for (const r of this.registrations.values()) r.waiter.reject(err);
     this.registrations.clear();
     for (const c of this.pending) c.close(err);
     this.pending.clear();

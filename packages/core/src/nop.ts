@@ -437,15 +437,13 @@ export class NopReader {
   }
 
   /** A std::vector<uint64_t> (see NopWriter.u64Vector). */
-  u64Vector(): number[] {
+  u64Vector(): bigint[] {
     this.expect(Nop.Binary, "vector<uint64>");
     const bytes = this.count(1);
     if (bytes % 8 !== 0) this.fail(`vector<uint64> of ${bytes} bytes`);
-    const out: number[] = [];
+    const out: bigint[] = [];
     for (let i = 0; i < bytes; i += 8) {
-      const v = this.view.getBigUint64(this.pos, true);
-      if (v > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`value ${v} is too large`);
-      out.push(Number(v));
+      out.push(this.view.getBigUint64(this.pos, true));
       this.pos += 8;
     }
     return out;

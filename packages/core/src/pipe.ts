@@ -16,6 +16,7 @@ import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
 import {
+  type DescriptorLimits,
   decodeDescriptor,
   decodeDescriptorReply,
   encodeDescriptorReply,
@@ -33,6 +34,8 @@ const log = debugLog("pipe");
 export interface PipeOptions {
   /** Largest descriptor frame accepted from the peer. */
   maxDescriptorLength: number;
+  /** What one message's descriptor may announce. */
+  limits: Readonly<DescriptorLimits>;
 }
 
 /** What a pipe is made of once the handshake is done (built by Context). */
@@ -127,7 +130,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private readonly readFailed = (e: unknown): never => {
     this.readsInFlight--;
     try {
-      return this.onOperationError(e);
+      const err = this.describe(e);
+      // The peer left with part of the message unsent: not a clean end.
+      if (err.code !== ErrorCode.PEER_CLOSED || this.failure) return this.onOperationError(err);
+      return this.onOperationError(
+        new TensorPipeError(ErrorCode.PEER_CLOSED, "peer closed the pipe in the middle of a message: the rest of it never came", {
+          where: `pipe to ${this.peer}`,
+          cause: err,
+        }),
+      );
     } finally {
       this.maybeFinishEnded();
     }
@@ -143,7 +154,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.failure) return;
     let d: Descriptor;
     try {
-      d = decodeDescriptor(bytes);
+      d = decodeDescriptor(bytes, this.options.limits);
+      this.checkReceivable(d);
     } catch (e) {
       this.fail(e);
       return;
@@ -265,7 +277,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
           `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(t.targetDevice)} at the peer`,
         );
       }
-      if (!t.targetDevice) missingTargets++;
+      if (!t.targetDevice) {
+        if (!this.canSendFrom(sourceDevice)) {
+          throw new TensorPipeError(
+            ErrorCode.NEGOTIATION,
+            `no channel was negotiated for tensors from ${deviceKey(sourceDevice)} here (channels: ${describePairs(this.channelForDevicePair)}): register a channel for it on both ends`,
+          );
+        }
+        missingTargets++;
+      }
       writeTensorDescriptor(w, length, sourceDevice, t.targetDevice, t.metadata ?? "");
       bytes += length;
     }
@@ -326,6 +346,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return pending.length === 1 ? pending[0]! : Promise.all(pending).then(noop);
   }
 
+  /** Whether some channel of this pipe takes tensors from `local` here. */
+  private canSendFrom(local: Device): boolean {
+    if (local === CPU_DEVICE && this.cpuChannel) return true;
+    return this.channelForDevicePair.some((p) => sameDevice(p.local, local));
+  }
+
   private channelBetween(local: Device, remote: Device): Channel | undefined {
     if (local === CPU_DEVICE && remote === CPU_DEVICE) return this.cpuChannel;
     return this.channelByPair.get(pairKey(local, remote));
@@ -382,6 +408,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
   readDescriptor(options?: OperationOptions): Promise<Descriptor> {
     if (this.failure) return Promise.reject(this.failure);
+    if (this.current) {
+      return this.refuse(invalid("readDescriptor() again before read(): read the message whose descriptor you have first"));
+    }
     if (this.ended && !this.prefetched) return Promise.reject(this.ended);
     let got: Promise<Descriptor>;
     let waiter: Deferred<Descriptor> | undefined;
@@ -486,19 +515,58 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return targets;
   }
 
+  /**
+   * A message with a tensor that no channel of this pipe can receive can
+   * never be read, and the stream cannot skip it: the pipe fails at once
+   * rather than hand out a descriptor no read() can take.
+   */
+  private checkReceivable(d: Descriptor): void {
+    const tensors = d.tensors;
+    for (let i = 0; i < tensors.length; i++) {
+      const t = tensors[i]!;
+      if (t.sourceDevice === CPU_DEVICE && this.cpuChannel && (!t.targetDevice || t.targetDevice === CPU_DEVICE)) continue;
+      const ok = t.targetDevice
+        ? this.channelBetween(t.targetDevice, t.sourceDevice) !== undefined
+        : this.channelForDevicePair.some((p) => sameDevice(p.remote, t.sourceDevice));
+      if (!ok) {
+        throw new TensorPipeError(
+          ErrorCode.NEGOTIATION,
+          `peer sent tensor ${i} from ${deviceKey(t.sourceDevice)}${t.targetDevice ? ` to ${deviceKey(t.targetDevice)}` : ""}, which no channel of this pipe can receive (channels: ${describePairs(this.channelForDevicePair)})`,
+          { where: `pipe to ${this.peer}` },
+        );
+      }
+    }
+  }
+
   /** Reads the next message into fresh CPU memory. */
   async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
-    const d = await this.readDescriptor(options);
-    const allocation: Allocation = {
-      payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
-      tensors: d.tensors.map((t, i) => {
+    return this.receive(await this.readDescriptor(options), options);
+  }
+
+  /** Reads the message of descriptor `d` into fresh CPU memory. */
+  private async receive(d: Descriptor, options?: OperationOptions): Promise<ReceivedMessage> {
+    const allocation: Allocation = { payloads: [], tensors: [] };
+    try {
+      for (const p of d.payloads) allocation.payloads.push({ data: new Uint8Array(p.length) });
+      for (let i = 0; i < d.tensors.length; i++) {
+        const t = d.tensors[i]!;
         const target = t.targetDevice ?? CPU_DEVICE;
         if (target.type !== "cpu") {
           throw invalid(`tensor ${i} targets ${deviceKey(target)}: use readDescriptor() and read() with device memory`);
         }
-        return { buffer: new Uint8Array(t.length) };
-      }),
-    };
+        allocation.tensors.push({ buffer: new Uint8Array(t.length) });
+      }
+    } catch (e) {
+      if (e instanceof TensorPipeError) throw e;
+      // Memory for it cannot be had: nor can the stream skip the message.
+      const err = new TensorPipeError(
+        ErrorCode.SYSTEM,
+        `cannot allocate the ${d.payloads.length} payload(s) and ${d.tensors.length} tensor(s) of a message: ${(e as Error).message}; lower ContextOptions.maxMessageBytes to refuse such messages, or read them with readDescriptor() and read()`,
+        { where: `pipe to ${this.peer}`, cause: e },
+      );
+      this.fail(err);
+      throw err;
+    }
     await this.read(allocation, options);
     return {
       metadata: d.metadata,
@@ -512,15 +580,20 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     };
   }
 
-  /** Yields messages until the peer closes the pipe between messages. */
+  /**
+   * Yields messages until the peer closes the pipe between messages; a
+   * close in the middle of one throws ERR_TP_PEER_CLOSED.
+   */
   async *[Symbol.asyncIterator](): AsyncIterator<ReceivedMessage> {
     for (;;) {
+      let d: Descriptor;
       try {
-        yield await this.readMessage();
+        d = await this.readDescriptor();
       } catch (e) {
         if (e === this.ended || (e as TensorPipeError).code === ErrorCode.CLOSED) return;
         throw e;
       }
+      yield await this.receive(d);
     }
   }
 

@@ -18,8 +18,8 @@ export type Packet =
   | {
       /** A connection the listener registered in its answer. */
       kind: "requested";
-      /** The id the answer gave it. */
-      registrationId: number;
+      /** The id the answer gave it (any 64-bit value: random on our side, a counter on upstream's). */
+      registrationId: bigint;
     };
 
 /** Device descriptors of one channel, keyed by deviceKey(). */
@@ -66,11 +66,11 @@ export interface BrochureAnswer {
   /** Where to open the pipe's connections. */
   address: string;
   /** Registration ids of the main and reply connections (ConnectionKind keys). */
-  transportRegistrationIds: Map<number, number>;
+  transportRegistrationIds: Map<number, bigint>;
   /** The chosen transport's domain descriptor, for the other side to check. */
   transportDomainDescriptor: string;
   /** Registration ids of each channel's connections. */
-  channelRegistrationIds: Map<string, number[]>;
+  channelRegistrationIds: Map<string, bigint[]>;
   /** The listening side's descriptors of the channels chosen. */
   channelDeviceDescriptors: Map<string, DeviceDescriptors>;
   /** The channel of each device pair. */
@@ -152,7 +152,7 @@ export function decodePacket(bytes: Uint8Array): Packet {
     p = { kind: "spontaneous", contextName: r.string() };
   } else if (index === 1) {
     r.structure(1, "RequestedConnection");
-    p = { kind: "requested", registrationId: r.uint(64) };
+    p = { kind: "requested", registrationId: r.uintBig() };
   } else {
     return r.fail(`unknown packet variant ${index}`);
   }
@@ -209,13 +209,13 @@ export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
   r.structure(7, "BrochureAnswer");
   const transport = r.string();
   const address = r.string();
-  const transportRegistrationIds = new Map<number, number>();
+  const transportRegistrationIds = new Map<number, bigint>();
   for (let n = r.map(); n > 0; n--) {
     const kind = r.uint(64);
-    transportRegistrationIds.set(kind, r.uint(64));
+    transportRegistrationIds.set(kind, r.uintBig());
   }
   const transportDomainDescriptor = r.string();
-  const channelRegistrationIds = new Map<string, number[]>();
+  const channelRegistrationIds = new Map<string, bigint[]>();
   for (let n = r.map(); n > 0; n--) {
     const name = r.string();
     channelRegistrationIds.set(name, r.u64Vector());
@@ -291,22 +291,56 @@ function sized<T>(n: number): T[] {
   return n === 0 ? [] : new Array<T>(n);
 }
 
-/** Decodes a Descriptor; ERR_TP_PROTOCOL on bad bytes. */
-export function decodeDescriptor(bytes: Uint8Array): Descriptor {
+/**
+ * What a reader accepts in one message's descriptor, checked as it is
+ * decoded and before anything is allocated for the entries: a peer that
+ * announces more fails the pipe, whatever the frame's size allowed.
+ */
+export interface DescriptorLimits {
+  /** Payloads in one message (ContextOptions.maxPayloads). */
+  maxPayloads: number;
+  /** Tensors in one message (ContextOptions.maxTensors). */
+  maxTensors: number;
+  /** Payload and tensor bytes one message may announce in all (ContextOptions.maxMessageBytes). */
+  maxMessageBytes: number;
+}
+
+/** The defaults of ContextOptions' maxPayloads, maxTensors and maxMessageBytes. */
+export const DEFAULT_DESCRIPTOR_LIMITS: Readonly<DescriptorLimits> = {
+  maxPayloads: 16_384,
+  maxTensors: 16_384,
+  maxMessageBytes: 2 ** 32,
+};
+
+function overLimit(r: NopReader, what: string, n: number, limit: number, option: string): never {
+  return r.fail(`announces ${n} ${what}, over the limit of ${limit} (raise ContextOptions.${option} on this side if that is meant)`);
+}
+
+/** Decodes a Descriptor; ERR_TP_PROTOCOL on bad bytes or on a message over `limits`. */
+export function decodeDescriptor(bytes: Uint8Array, limits: DescriptorLimits = DEFAULT_DESCRIPTOR_LIMITS): Descriptor {
   const r = new NopReader(bytes, "Descriptor");
   r.structure(3, "Descriptor");
   const metadata = r.string();
+  let announced = 0;
+  const payloadCount = r.array();
+  if (payloadCount > limits.maxPayloads) overLimit(r, "payloads", payloadCount, limits.maxPayloads, "maxPayloads");
   // Arrays of the exact size: one pushed onto from empty gets room for 17.
-  const payloads: Descriptor["payloads"] = sized(r.array());
+  const payloads: Descriptor["payloads"] = sized(payloadCount);
   for (let i = 0; i < payloads.length; i++) {
     r.structure(2, "Payload");
     const length = r.uint(64);
+    announced += length;
+    if (announced > limits.maxMessageBytes) overLimit(r, "bytes or more", announced, limits.maxMessageBytes, "maxMessageBytes");
     payloads[i] = { length, metadata: r.string() };
   }
-  const tensors: Descriptor["tensors"] = sized(r.array());
+  const tensorCount = r.array();
+  if (tensorCount > limits.maxTensors) overLimit(r, "tensors", tensorCount, limits.maxTensors, "maxTensors");
+  const tensors: Descriptor["tensors"] = sized(tensorCount);
   for (let i = 0; i < tensors.length; i++) {
     r.structure(4, "Tensor");
     const length = r.uint(64);
+    announced += length;
+    if (announced > limits.maxMessageBytes) overLimit(r, "bytes or more", announced, limits.maxMessageBytes, "maxMessageBytes");
     const sourceDevice = readDevice(r);
     const targetDevice = r.empty() ? undefined : readDevice(r);
     const metadata = r.string();

@@ -113,9 +113,9 @@ describe("checking the answer on the connecting side", () => {
   const answer = (over: Partial<BrochureAnswer>): BrochureAnswer => ({
     transport: "uv",
     address: "127.0.0.1:1",
-    transportRegistrationIds: new Map([[1, 0]]),
+    transportRegistrationIds: new Map([[1, 0n]]),
     transportDomainDescriptor: "uv:*",
-    channelRegistrationIds: new Map([["basic", [1]]]),
+    channelRegistrationIds: new Map([["basic", [1n]]]),
     channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: cpu, descriptor: "any" }]])]]),
     channelForDevicePair: [{ local: cpu, remote: cpu, channel: "basic" }],
     ...over,
@@ -130,7 +130,7 @@ describe("checking the answer on the connecting side", () => {
     ["a different domain", { transportDomainDescriptor: "other" }],
     ["an unknown channel", { channelForDevicePair: [{ local: cpu, remote: cpu, channel: "cma" }] }],
     ["mismatched descriptors", { channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: cpu, descriptor: "x" }]])]]) }],
-    ["the wrong number of connections", { channelRegistrationIds: new Map([["basic", [1, 2]]]) }],
+    ["the wrong number of connections", { channelRegistrationIds: new Map([["basic", [1n, 2n]]]) }],
   ])("refuses %s", (_, over) => {
     expect(() => checkAnswer(transports, channels, answer(over as Partial<BrochureAnswer>))).toThrow(
       expect.objectContaining({ code: ErrorCode.NEGOTIATION }),

@@ -84,7 +84,7 @@ describe("bad input on a listener", () => {
   });
 
   it("drops an unknown registration id", async () => {
-    const bytes = onTheWire([protocol.encodePacket({ kind: "requested", registrationId: 99_999 })]);
+    const bytes = onTheWire([protocol.encodePacket({ kind: "requested", registrationId: 99_999n })]);
     await expectDropped(bytes, { code: ErrorCode.PROTOCOL, message: /unknown registration id 99999/ });
   });
 

@@ -85,13 +85,25 @@ async function connectCapturedClient(port: number, session: typeof basic) {
   main.write(onTheWire([session.clientMain[0]!, session.clientMain[1]!]));
   const answer = protocol.decodeBrochureAnswer(await main.readFrame());
   expect(answer.address).toBe(`127.0.0.1:${port}`);
-  // Apart from the address, the very bytes the C++ server sent.
-  const asCaptured = { ...answer, address: `127.0.0.1:${session.serverPort}` };
+  // Apart from the address and the registration ids (random here, a
+  // counter upstream), the very bytes the C++ server sent.
+  const captured = protocol.decodeBrochureAnswer(session.serverMain[0]!);
+  const asCaptured = {
+    ...answer,
+    address: `127.0.0.1:${session.serverPort}`,
+    transportRegistrationIds: captured.transportRegistrationIds,
+    channelRegistrationIds: captured.channelRegistrationIds,
+  };
   expect(hex(protocol.encodeBrochureAnswer(asCaptured))).toBe(hex(session.serverMain[0]!));
+  const replyId = answer.transportRegistrationIds.get(protocol.ConnectionKind.REPLY)!;
+  const channelId = answer.channelRegistrationIds.get("basic")![0]!;
+  expect(replyId).not.toBe(channelId);
+  // The captured client's packets, with the ids this listener gave.
+  expect(protocol.decodePacket(session.clientReply[0]!)).toEqual({ kind: "requested", registrationId: captured.transportRegistrationIds.get(1) });
   const reply = await RawSocket.connect(port);
   const channel = await RawSocket.connect(port);
-  reply.write(onTheWire([session.clientReply[0]!]));
-  channel.write(onTheWire([session.clientChannel[0]!]));
+  reply.write(onTheWire([protocol.encodePacket({ kind: "requested", registrationId: replyId })]));
+  channel.write(onTheWire([protocol.encodePacket({ kind: "requested", registrationId: channelId })]));
   return { main, reply, channel };
 }
 
