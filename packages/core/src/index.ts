@@ -43,6 +43,8 @@ export {
   type Connection,
   type DetachedSocket,
   type FrameCallback,
+  type ListenOptions,
+  type PeerProcess,
   DONE,
   writeFrame,
 } from "./transport.js";

@@ -2,7 +2,7 @@ import { raceSignal } from "./abort.js";
 import { type DebugLog, debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
-import { type Connection, DONE, type DetachedSocket, type FrameCallback } from "./transport.js";
+import { type Connection, DONE, type DetachedSocket, type FrameCallback, type PeerProcess } from "./transport.js";
 
 /**
  * What a native addon's connection object offers (see native-common's
@@ -35,6 +35,8 @@ export interface NativeFrameConnection {
   onFailure?(callback: (err: Error) => void): void;
   /** Gives the socket up (see Connection.detach); throws with operations in flight. */
   detach?(): DetachedSocket;
+  /** See Connection.provePeerProcess: [real, effective, saved, fs] uids, or throws ERR_TP_PERMISSION_DENIED. */
+  provePeerProcess?(pid: number): [number, number, number, number];
 }
 
 // One log per transport ("tensorpipe:uv", "tensorpipe:shm", ...).
@@ -179,6 +181,19 @@ export class NativeConnection implements Connection {
     this.failure = closedError(`${this.transport} connection (handed over to a channel)`);
     this.closedDeferred.resolve(undefined);
     return socket;
+  }
+
+  provePeerProcess(pid: number): PeerProcess {
+    const where = `${this.transport} connection to ${this.remoteAddress || "peer"}`;
+    if (!this.native.provePeerProcess) {
+      throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, `the ${this.transport} transport cannot prove which process is at the other end`, { where });
+    }
+    if (this.failure) throw this.failure;
+    try {
+      return { pid, uids: this.native.provePeerProcess(pid) };
+    } catch (e) {
+      throw fromNativeError(e, where);
+    }
   }
 
   close(error?: Error): void {

@@ -25,11 +25,36 @@ export interface TransportContext {
     address: string,
     onConnection: (connection: Connection) => void,
     onError?: (error: Error) => void,
+    options?: ListenOptions,
   ): Promise<TransportListener>;
   /** Opens a connection to a listener at `address`; `signal` abandons the attempt. */
   connect(address: string, options?: { signal?: AbortSignal }): Promise<Connection>;
   /** Releases what the backend holds; called by Context.close(). */
   close(): Promise<void>;
+}
+
+/**
+ * What a listener asks of a transport that runs a handshake of its own
+ * before it hands a connection over (shm's exchange of memory): the same
+ * bounds the Listener keeps on the TensorPipe handshake after it.
+ */
+export interface ListenOptions {
+  /** A connection still in the transport's handshake after this long (ms) is dropped. */
+  handshakeTimeout: number;
+  /**
+   * At most this many connections may be in the transport's handshake at
+   * once; one more drops the oldest, so that silent peers cannot keep
+   * real ones out.
+   */
+  maxPendingHandshakes: number;
+}
+
+/** The process at the other end of a connection, as the kernel knows it (Connection.provePeerProcess). */
+export interface PeerProcess {
+  /** Its pid, in this process's pid namespace. */
+  pid: number;
+  /** Its real, effective, saved and file-system uids, read while it was proven. */
+  uids: readonly [number, number, number, number];
 }
 
 /** What TransportContext.listen() returns: accepting until closed. */
@@ -109,6 +134,16 @@ export interface Connection {
    * is treated as returning null.
    */
   detach?(): Promise<DetachedSocket | null>;
+  /**
+   * Proves from the kernel's own records, not from anything the peer
+   * said, that process `pid` of this machine holds the other end of this
+   * connection: a Unix socket's peer credentials, or for TCP over this
+   * machine's addresses the socket table and /proc. Throws
+   * ERR_TP_PERMISSION_DENIED when it does not (or when the peer is on
+   * another machine). Optional: a transport without it cannot carry a
+   * channel that acts on a peer's pid (cma).
+   */
+  provePeerProcess?(pid: number): PeerProcess;
 }
 
 /** Told of the next frame by Connection.readFrame(): an error, or the frame (lent: valid until this returns). */

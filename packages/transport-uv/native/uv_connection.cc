@@ -218,6 +218,13 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// The socket, for provePeerProcess; -1 once closed.
+int UvConnection::SocketFd() {
+  uv_os_fd_t fd;
+  if (handle_ == nullptr || uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd) != 0) return -1;
+  return fd;
+}
+
 namespace {
 Napi::Value AddressOf(Napi::Env env, uv_tcp_t* handle, bool peer) {
   if (handle == nullptr) return Napi::String::New(env, "");

@@ -49,6 +49,7 @@ class UvConnection : public FramedConnection<UvConnection> {
   void ArmRead();
   void StopIo();
   bool HasUnreadBytes() const { return stagingBegin_ != stagingEnd_; }
+  int SocketFd();
 
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
   static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);

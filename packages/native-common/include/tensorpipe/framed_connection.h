@@ -10,6 +10,7 @@
 //   bool HasUnreadBytes() const;      // bytes of an unfinished frame are here
 //   void CloseAll();                  // close everything (JS close, teardown)
 //   Napi::Value Write(const Napi::CallbackInfo&), LocalAddress, RemoteAddress
+//   int SocketFd();                   // the connected socket, -1 if none (closed)
 //
 // and calls PumpReads() when bytes arrive, Fail()/Broke() when the byte
 // source ends, and Released() once its last handle is closed.
@@ -18,6 +19,8 @@
 #include <napi.h>
 #include <uv.h>
 
+#include <array>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -28,6 +31,7 @@
 #include "tensorpipe/env_lifecycle.h"
 #include "tensorpipe/frame_io.h"
 #include "tensorpipe/napi_helpers.h"
+#include "tensorpipe/peer_process.h"
 
 namespace tensorpipe_js {
 
@@ -47,6 +51,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
         Napi::ObjectWrap<T>::InstanceMethod("localAddress", &T::LocalAddress),
         Napi::ObjectWrap<T>::InstanceMethod("remoteAddress", &T::RemoteAddress),
         Napi::ObjectWrap<T>::InstanceMethod("onFailure", &T::OnFailure),
+        Napi::ObjectWrap<T>::InstanceMethod("provePeerProcess", &T::ProvePeerProcessOf),
     };
     methods.insert(methods.end(), extra.begin(), extra.end());
     return Napi::ObjectWrap<T>::DefineClass(env, name, methods);
@@ -117,6 +122,34 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   Napi::Value OnFailure(const Napi::CallbackInfo& info) {
     onFailure_ = Napi::Persistent(info[0].As<Napi::Function>());
     return info.Env().Undefined();
+  }
+
+  // provePeerProcess(pid) -> [real, effective, saved, fs] uids of process
+  // `pid`, once the kernel's records show it holds the other end of the
+  // socket (peer_process.h); else throws ERR_TP_PERMISSION_DENIED.
+  Napi::Value ProvePeerProcessOf(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 1 || !info[0].IsNumber()) {
+      throw CodedError(env, "ERR_TP_INVALID_ARG", "provePeerProcess(pid) takes a pid");
+    }
+    const double pid = info[0].As<Napi::Number>().DoubleValue();
+    if (state_ == State::kClosed || state_ == State::kStarting) {
+      throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+    }
+    const int fd = self().SocketFd();
+    if (fd < 0) throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
+    if (!(pid >= 1 && pid <= 0x7fffffff && std::floor(pid) == pid)) {
+      throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "pid " + Napi::Value(info[0]).ToString().Utf8Value() + " is not a process");
+    }
+    std::array<uid_t, 4> uids{};
+    std::string why;
+    if (!ProvePeerProcess(fd, static_cast<pid_t>(pid), &uids, &why)) {
+      throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "process " + std::to_string(static_cast<pid_t>(pid)) +
+                                                            " is not the peer: " + why);
+    }
+    Napi::Array out = Napi::Array::New(env, uids.size());
+    for (uint32_t i = 0; i < uids.size(); i++) out.Set(i, Napi::Number::New(env, uids[i]));
+    return out;
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

@@ -1,0 +1,291 @@
+// Which process holds the other end of a connected socket, proven from the
+// kernel's own records rather than from anything the peer says: a channel
+// that acts on a peer's pid (cma's process_vm_readv) must not be pointed
+// at a bystander by a hostile peer naming the bystander's pid.
+//
+//   AF_UNIX:           SO_PEERCRED's pid, recorded by the kernel at connect().
+//   AF_INET, AF_INET6: the peer's socket, looked up by its address pair in
+//                      this network namespace's socket table (sock_diag),
+//                      must be among the descriptors of /proc/<pid>/fd.
+//
+// No privilege is needed: sock_diag answers an exact lookup to anyone, and
+// /proc/<pid>/fd is readable for the processes we could ptrace (the ones
+// cma could read anyway). Linux only.
+#pragma once
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace tensorpipe_js {
+
+namespace peer_process_detail {
+
+inline std::string Errno(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+// One end of a TCP connection, in the form sock_diag speaks: v4-mapped IPv6
+// addresses as plain IPv4 (the kernel hashes such sockets by their IPv4
+// pair, whatever their family).
+struct Endpoint {
+  int family = AF_UNSPEC;
+  uint32_t addr[4] = {0, 0, 0, 0};  // network byte order; IPv4 in addr[0]
+  uint16_t port = 0;                // network byte order
+  uint32_t scope = 0;               // a link-local IPv6 address's interface
+
+  bool From(const sockaddr_storage& ss) {
+    if (ss.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
+      family = AF_INET;
+      addr[0] = in.sin_addr.s_addr;
+      port = in.sin_port;
+      return true;
+    }
+    if (ss.ss_family == AF_INET6) {
+      const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
+      port = in6.sin6_port;
+      if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+        family = AF_INET;
+        std::memcpy(&addr[0], &in6.sin6_addr.s6_addr[12], 4);
+      } else {
+        family = AF_INET6;
+        std::memcpy(addr, &in6.sin6_addr, 16);
+        scope = in6.sin6_scope_id;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // Whether an address of sock_diag's answer (of family `f`) is this one.
+  // An IPv6 socket that carries IPv4 is found by its IPv4 pair, and
+  // answers with its v4-mapped addresses.
+  bool Matches(int f, const __be32 a[4], __be16 p) const {
+    if (p != port) return false;
+    if (f == family) return std::memcmp(a, addr, family == AF_INET ? 4 : 16) == 0;
+    const auto* bytes = reinterpret_cast<const in6_addr*>(a);
+    return f == AF_INET6 && family == AF_INET && IN6_IS_ADDR_V4MAPPED(bytes) && std::memcmp(&bytes->s6_addr[12], addr, 4) == 0;
+  }
+
+  std::string ToString() const {
+    char text[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(family, addr, text, sizeof text);
+    std::string host = family == AF_INET6 ? "[" + std::string(text) + "]" : std::string(text);
+    return host + ":" + std::to_string(ntohs(port));
+  }
+};
+
+// The inode of the TCP socket whose own address is `self` and whose peer is
+// `other`, from NETLINK_SOCK_DIAG. Returns false with `why` when there is
+// none in this network namespace (the peer is on another machine, in
+// another namespace, or gone).
+inline bool FindTcpSocketInode(const Endpoint& self, const Endpoint& other, uint64_t* inode, std::string* why) {
+  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) {
+    *why = Errno("socket(AF_NETLINK, NETLINK_SOCK_DIAG)", errno);
+    return false;
+  }
+  // The kernel answers inside sendmsg(); the bound is only a safety net.
+  timeval timeout{1, 0};
+  setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 body;
+  } request{};
+  request.header.nlmsg_len = sizeof request;
+  request.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  request.header.nlmsg_flags = NLM_F_REQUEST;  // one socket, by its address pair: no dump
+  request.header.nlmsg_seq = 1;
+  request.body.sdiag_family = static_cast<uint8_t>(self.family);
+  request.body.sdiag_protocol = IPPROTO_TCP;
+  request.body.idiag_states = ~0u;
+  std::memcpy(request.body.id.idiag_src, self.addr, sizeof self.addr);
+  request.body.id.idiag_sport = self.port;
+  std::memcpy(request.body.id.idiag_dst, other.addr, sizeof other.addr);
+  request.body.id.idiag_dport = other.port;
+  request.body.id.idiag_if = self.scope;  // a socket bound to a link-local address is found on its interface only
+  request.body.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  request.body.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  ssize_t sent;
+  do {
+    sent = sendto(nl, &request, sizeof request, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) {
+    *why = Errno("sock_diag request", errno);
+    close(nl);
+    return false;
+  }
+
+  alignas(nlmsghdr) char buffer[8192];
+  ssize_t n;
+  do {
+    n = recv(nl, buffer, sizeof buffer, 0);
+  } while (n < 0 && errno == EINTR);
+  int recvErrno = errno;
+  close(nl);
+  if (n < 0) {
+    *why = Errno("sock_diag answer", recvErrno);
+    return false;
+  }
+  const std::string where = "TCP socket " + self.ToString() + " -> " + other.ToString();
+  auto* h = reinterpret_cast<nlmsghdr*>(buffer);
+  int len = static_cast<int>(n);
+  for (; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+    if (h->nlmsg_seq != request.header.nlmsg_seq) continue;
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      auto* err = static_cast<nlmsgerr*>(NLMSG_DATA(h));
+      if (err->error == -ENOENT) {
+        *why = "no " + where + " on this machine (in this network namespace): the peer is not a local process";
+      } else {
+        *why = Errno(("sock_diag lookup of " + where).c_str(), -err->error);
+      }
+      return false;
+    }
+    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) continue;
+    auto* msg = static_cast<inet_diag_msg*>(NLMSG_DATA(h));
+    // The lookup falls back to a listener on the same local port when no
+    // connected socket matches: only the exact pair is the peer's socket.
+    if (msg->idiag_state == TCP_LISTEN || !self.Matches(msg->idiag_family, msg->id.idiag_src, msg->id.idiag_sport) ||
+        !other.Matches(msg->idiag_family, msg->id.idiag_dst, msg->id.idiag_dport)) {
+      *why = "no " + where + " on this machine (in this network namespace): the peer is not a local process";
+      return false;
+    }
+    // A socket in TIME_WAIT or still in the handshake belongs to no process.
+    if (msg->idiag_inode == 0) {
+      *why = where + " belongs to no process (inode 0, state " + std::to_string(msg->idiag_state) + ")";
+      return false;
+    }
+    *inode = msg->idiag_inode;
+    return true;
+  }
+  *why = "sock_diag gave no answer for " + where;
+  return false;
+}
+
+// Whether process `pid` has a descriptor for socket `inode`.
+inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std::string* why) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    int err = errno;
+    *why = err == ENOENT ? "no process " + std::to_string(pid) + " (to hold " + what + ")"
+                         : Errno(("cannot list " + dir + " to find " + what).c_str(), err);
+    return false;
+  }
+  const std::string wanted = "socket:[" + std::to_string(inode) + "]";
+  char target[64];
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target);
+    if (n == static_cast<ssize_t>(wanted.size()) && std::memcmp(target, wanted.data(), n) == 0) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  if (!found) *why = "process " + std::to_string(pid) + " holds no descriptor of " + what;
+  return found;
+}
+
+// The "Uid:" line of /proc/<pid>/status: real, effective, saved, fs.
+inline bool ReadUids(pid_t pid, std::array<uid_t, 4>* uids, std::string* why) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    *why = Errno(("cannot read " + path).c_str(), errno);
+    return false;
+  }
+  char line[256];
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long r, e, s, fs;
+    if (std::sscanf(line, "Uid: %lu %lu %lu %lu", &r, &e, &s, &fs) == 4) {
+      *uids = {static_cast<uid_t>(r), static_cast<uid_t>(e), static_cast<uid_t>(s), static_cast<uid_t>(fs)};
+      found = true;
+      break;
+    }
+  }
+  std::fclose(f);
+  if (!found) *why = "no Uid line in " + path + " (the process is gone)";
+  return found;
+}
+
+}  // namespace peer_process_detail
+
+// Whether process `pid` (of this pid namespace) holds the other end of the
+// connected socket `sockfd`. On success `uids` holds its real, effective,
+// saved and fs uids, read after the proof; on failure `why` says what did
+// not match and where. Not proof against the peer dying and its pid being
+// reused afterwards: the caller acts on a live connection's pid.
+inline bool ProvePeerProcess(int sockfd, pid_t pid, std::array<uid_t, 4>* uids, std::string* why) {
+  namespace d = peer_process_detail;
+  if (pid <= 0) {
+    *why = "pid " + std::to_string(pid) + " is not a process";
+    return false;
+  }
+  sockaddr_storage self{};
+  socklen_t selfLen = sizeof self;
+  if (getsockname(sockfd, reinterpret_cast<sockaddr*>(&self), &selfLen) != 0) {
+    *why = d::Errno("getsockname", errno);
+    return false;
+  }
+  if (self.ss_family == AF_UNIX) {
+    // Recorded by the kernel when the peer connected (or listened), and
+    // translated into our pid namespace.
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      *why = d::Errno("getsockopt(SO_PEERCRED)", errno);
+      return false;
+    }
+    if (cred.pid != pid) {
+      *why = "the Unix socket's peer is process " + std::to_string(cred.pid) + ", not " + std::to_string(pid);
+      return false;
+    }
+  } else if (self.ss_family == AF_INET || self.ss_family == AF_INET6) {
+    sockaddr_storage peer{};
+    socklen_t peerLen = sizeof peer;
+    if (getpeername(sockfd, reinterpret_cast<sockaddr*>(&peer), &peerLen) != 0) {
+      *why = d::Errno("getpeername", errno);
+      return false;
+    }
+    d::Endpoint ours, theirs;
+    if (!ours.From(self) || !theirs.From(peer) || ours.family != theirs.family) {
+      *why = "the socket's addresses are of different families";
+      return false;
+    }
+    // The peer's socket: its own address is our peer address.
+    uint64_t inode = 0;
+    if (!d::FindTcpSocketInode(theirs, ours, &inode, why)) return false;
+    std::string what = "the peer's TCP socket " + theirs.ToString() + " -> " + ours.ToString() + " (inode " +
+                       std::to_string(inode) + ")";
+    if (!d::HoldsSocket(pid, inode, what, why)) return false;
+  } else {
+    *why = "a socket of family " + std::to_string(self.ss_family) + " cannot name its peer's process";
+    return false;
+  }
+  // After the proof: the uids of the process that held the socket.
+  return d::ReadUids(pid, uids, why);
+}
+
+}  // namespace tensorpipe_js
