@@ -15,7 +15,9 @@
 #include <new>
 #include <string>
 
+#include "shm_listener.h"
 #include "tensorpipe/addon_data.h"
+#include "tensorpipe/descriptor_shortage.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {
@@ -186,6 +188,14 @@ void ShmConnection::OnSocket() {
         count++;
       }
     }
+    if (n > 0 && (msg.msg_flags & MSG_CTRUNC) != 0) {
+      // Out of descriptors is this process's trouble, not the peer's fault.
+      if (int err = DescriptorShortage(sock_)) {
+        for (int& fd : received) CloseFd(&fd);
+        HandshakeFailed(SysError(env, err, "recvmsg").Value());
+        return;
+      }
+    }
     std::string problem;
     struct stat st;
     if (n == 0) problem = "peer closed the connection during the shm handshake";
@@ -243,7 +253,12 @@ void ShmConnection::OnSocket() {
   if (!Broke(n == 0 ? UV_EOF : uv_translate_sys_error(errno))) FailFirstWrite();
 }
 
+void ShmConnection::LeaveWatcher() {
+  if (watcher_ != nullptr) watcher_->Forget(this);
+}
+
 void ShmConnection::FinishHandshake() {
+  LeaveWatcher();
   uv_poll_init(GetAddonData(Env())->loop(), writablePoll_, outboxWritableFd_);
   openHandles_++;
   state_ = State::kOpen;
@@ -543,6 +558,7 @@ void ShmConnection::FailFirstWrite() {
 }
 
 void ShmConnection::CloseAll() {
+  LeaveWatcher();
   if (state_ == State::kClosed) return;
   DropPending();
   writes_.clear();

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "tensorpipe/framed_connection.h"
 
 namespace tensorpipe_js {
+
+class ShmListener;
 
 struct ShmOptions {
   uint64_t ringSize = kDefaultRingSize;
@@ -43,10 +46,13 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static Napi::Object Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady);
 
   explicit ShmConnection(const Napi::CallbackInfo& info) : FramedConnection(info, "tensorpipe.ShmConnection") {}
+  ~ShmConnection() override { LeaveWatcher(); }
   void CloseAll();
 
  private:
   friend class FramedConnection<ShmConnection>;
+  // Bounds the handshake of the connections it accepted (watcher_ below).
+  friend class ShmListener;
 
   struct PendingWrite {
     std::unique_ptr<FrameWrite> frames;
@@ -58,6 +64,13 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
 
   int Begin();  // 0 or a libuv error
+  // The handshake is over (done, failed or closed): the listener stops watching it.
+  void LeaveWatcher();
+  // Takes the peer's greeting if it is here already, without waiting for
+  // the loop to say so: the handshake may finish (or fail) before this returns.
+  void TryGreeting() {
+    if (state_ == State::kStarting) OnSocket();
+  }
   void FinishHandshake();
   void HandshakeFailed(Napi::Value error);
   void OnSocket();
@@ -85,6 +98,7 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   void ArmRead();
   void StopIo();
   bool HasUnreadBytes() const { return false; }
+  int SocketFd() const { return sock_; }
 
   bool CopyOut(FrameWrite& op);
   void FlushWrites();
@@ -144,6 +158,13 @@ class ShmConnection : public FramedConnection<ShmConnection> {
 
   std::deque<std::unique_ptr<PendingWrite>> writes_;
   Napi::FunctionReference onReady_;
+
+  // The listener that accepted this connection, while it bounds the
+  // handshake (State::kStarting): its entry in the listener's list and when
+  // the handshake is due. Whichever of the two goes first unlinks the other.
+  ShmListener* watcher_ = nullptr;
+  std::list<ShmConnection*>::iterator watchEntry_;
+  uint64_t handshakeDeadline_ = 0;  // uv_now() ms
 };
 
 }  // namespace tensorpipe_js

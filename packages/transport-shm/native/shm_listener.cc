@@ -1,10 +1,13 @@
 #include "shm_listener.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
@@ -12,6 +15,17 @@
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {
+
+namespace {
+
+// How long accepting pauses when the process is out of descriptors and
+// the backlog cannot even be shed (no reserve descriptor either).
+constexpr uint64_t kAcceptRetryMs = 100;
+
+// The reserve descriptor of libuv's EMFILE trick: any cheap one will do.
+int OpenReserve() { return open("/", O_RDONLY | O_CLOEXEC); }
+
+}  // namespace
 
 socklen_t AbstractAddress(const std::string& name, struct sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
@@ -30,6 +44,24 @@ ShmOptions OptionsFrom(Napi::Value value) {
   return o;
 }
 
+// { handshakeTimeout (ms), maxPendingHandshakes }: JS checked them; 0 or
+// absent leaves a bound off.
+HandshakeBounds BoundsFrom(Napi::Value value) {
+  HandshakeBounds b;
+  if (!value.IsObject()) return b;
+  Napi::Object obj = value.As<Napi::Object>();
+  auto number = [&](const char* key, double fallback) {
+    Napi::Value v = obj.Get(key);
+    return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+  };
+  double timeout = number("handshakeTimeout", static_cast<double>(b.timeoutMs));
+  // Past 2^40 ms (35 years) is no deadline: uv_now() + it must not wrap.
+  b.timeoutMs = timeout > 0 && timeout < 1099511627776.0 ? static_cast<uint64_t>(std::ceil(timeout)) : 0;
+  double pending = number("maxPendingHandshakes", static_cast<double>(b.maxPending));
+  b.maxPending = pending >= 1 && pending < 1e15 ? static_cast<size_t>(pending) : 0;
+  return b;
+}
+
 Napi::Function ShmListener::Define(Napi::Env env) {
   return DefineClass(env, "ShmListener",
                      {
@@ -38,11 +70,12 @@ Napi::Function ShmListener::Define(Napi::Env env) {
                      });
 }
 
-// new ShmListener(name, options, onConnection(err, connection))
+// new ShmListener(name, options, onConnection(err, connection), bounds?)
 ShmListener::ShmListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmListener>(info) {
   Napi::Env env = info.Env();
   name_ = info[0].As<Napi::String>().Utf8Value();
   options_ = OptionsFrom(info[1]);
+  bounds_ = BoundsFrom(info[3]);
   struct sockaddr_un addr;
   if (name_.empty() || name_.size() > sizeof(addr.sun_path) - 2) {
     throw CodedError(env, "ERR_TP_INVALID_ARG", "shm listener name must have 1 to 106 bytes");
@@ -57,39 +90,180 @@ ShmListener::ShmListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmL
   if (bind(fd_, reinterpret_cast<struct sockaddr*>(&addr), len) != 0 || listen(fd_, SOMAXCONN) != 0) {
     int err = errno;
     ::close(fd_);
+    fd_ = -1;
     throw UvError(env, uv_translate_sys_error(err), "listen");
   }
+  reserveFd_ = OpenReserve();
+  if (reserveFd_ < 0) {
+    int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw UvError(env, uv_translate_sys_error(err), "open");
+  }
+  uv_loop_t* loop = GetAddonData(env)->loop();
   poll_ = new uv_poll_t;
   poll_->data = this;
-  uv_poll_init(GetAddonData(env)->loop(), poll_, fd_);
+  uv_poll_init(loop, poll_, fd_);
   uv_poll_start(poll_, UV_READABLE, OnReadable);
+  // Never what keeps the process alive: the poll (or the handshakes) do.
+  timer_ = new uv_timer_t;
+  timer_->data = this;
+  uv_timer_init(loop, timer_);
+  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
+  openHandles_ = 2;
   Ref();
   LifecycleOf(env).Own(this);
 }
 
+// Only if the environment went without teardown: nothing may point back here.
+ShmListener::~ShmListener() {
+  for (ShmConnection* c : starting_) c->watcher_ = nullptr;
+}
+
 void ShmListener::OnReadable(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<ShmListener*>(handle->data);
+  if (self->closed_) return;
   Napi::Env env = self->Env();
-  FromLoop(env, [&] {
-    for (;;) {
-      int sock = accept4(self->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (sock < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        InvokeCallback(self->onConnection_, *self->asyncContext_,
-                       {UvError(env, uv_translate_sys_error(errno), "accept").Value()});
+  FromLoop(env, [&] { self->Accept(env); });
+}
+
+void ShmListener::Accept(Napi::Env env) {
+  for (;;) {
+    int sock = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (sock < 0) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EMFILE || err == ENFILE) {
+        ShedBacklog(env, err);
+      } else {
+        Napi::HandleScope scope(env);
+        Report(UvError(env, uv_translate_sys_error(err), "accept").Value());
+      }
+      return;
+    }
+    // Silent peers cannot keep this one out: the oldest of them goes,
+    // unless its greeting came meanwhile (a last look finishes it instead).
+    while (bounds_.maxPending != 0 && starting_.size() >= bounds_.maxPending) {
+      Napi::HandleScope scope(env);
+      ShmConnection* oldest = starting_.front();
+      oldest->TryGreeting();
+      if (!closed_ && CanCallIntoJs(env) && !starting_.empty() && starting_.front() == oldest) {
+        DropOldest(env, "shm handshake dropped for a newer connection, with maxPendingHandshakes (" +
+                            std::to_string(bounds_.maxPending) + ") under way");
+      }
+      if (closed_ || !CanCallIntoJs(env)) {
+        ::close(sock);
         return;
       }
-      Napi::HandleScope scope(env);
-      try {
-        ShmConnection::Create(env, sock, self->options_, self->onConnection_.Value());
-      } catch (const Napi::Error& e) {
-        InvokeCallback(self->onConnection_, *self->asyncContext_, {e.Value()});
-      }
-      if (self->fd_ < 0 || !CanCallIntoJs(env)) return;
     }
+    Napi::HandleScope scope(env);
+    try {
+      Napi::Object object = ShmConnection::Create(env, sock, options_, onConnection_.Value());
+      ShmConnection* connection = ShmConnection::Unwrap(object);
+      Watch(connection);
+      // A real peer sent its greeting as soon as it connected: it is most
+      // likely here, and the handshake done before any later connection in
+      // the backlog (a flood of silent ones) could push this one out.
+      connection->TryGreeting();
+    } catch (const Napi::Error& e) {
+      Report(e.Value());
+    }
+    if (closed_ || !CanCallIntoJs(env)) return;
+  }
+}
+
+// accept4 found no descriptor for the next connection: it stays in the
+// backlog, and the level-triggered poll would fire again at once, spinning
+// the loop until a descriptor frees up. libuv's trick: the reserve goes, to
+// accept and close at once everything waiting (those peers see EOF), and
+// comes back. Reported once. Without a reserve (taken meanwhile), accepting
+// pauses for a moment instead.
+void ShmListener::ShedBacklog(Napi::Env env, int err) {
+  if (reserveFd_ >= 0) {
+    ::close(reserveFd_);
+    reserveFd_ = -1;
+    for (;;) {
+      int sock = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (sock >= 0) {
+        ::close(sock);
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;
+    }
+    reserveFd_ = OpenReserve();
+  }
+  if (reserveFd_ < 0) {
+    uv_poll_stop(poll_);
+    resumeAt_ = uv_now(GetAddonData(env)->loop()) + kAcceptRetryMs;
+    ArmTimer();
+  }
+  Napi::HandleScope scope(env);
+  Report(UvError(env, uv_translate_sys_error(err), "accept").Value());
+}
+
+void ShmListener::Watch(ShmConnection* c) {
+  uint64_t now = uv_now(GetAddonData(Env())->loop());
+  c->watcher_ = this;
+  c->handshakeDeadline_ = bounds_.timeoutMs != 0 ? now + bounds_.timeoutMs : UINT64_MAX;
+  c->watchEntry_ = starting_.insert(starting_.end(), c);
+  if (starting_.size() == 1) ArmTimer();
+}
+
+void ShmListener::Forget(ShmConnection* c) {
+  starting_.erase(c->watchEntry_);
+  c->watcher_ = nullptr;
+  // The timer, due for the one that left, finds the next one when it fires.
+}
+
+bool ShmListener::DropOldest(Napi::Env env, const std::string& message) {
+  if (starting_.empty()) return false;
+  ShmConnection* c = starting_.front();
+  starting_.pop_front();
+  c->watcher_ = nullptr;
+  std::string from = " (peer pid " + std::to_string(c->peerPid_) + ")";
+  c->CloseAll();
+  Report(CodedError(env, "ERR_TP_TIMEOUT", message + from).Value());
+  return true;
+}
+
+// Due at the oldest handshake's deadline or when accepting resumes,
+// whichever comes first; stopped when neither is ahead.
+void ShmListener::ArmTimer() {
+  if (closed_) return;
+  uint64_t due = resumeAt_ != 0 ? resumeAt_ : UINT64_MAX;
+  if (!starting_.empty()) due = std::min(due, starting_.front()->handshakeDeadline_);
+  if (due == UINT64_MAX) {
+    uv_timer_stop(timer_);
+    return;
+  }
+  uint64_t now = uv_now(GetAddonData(Env())->loop());
+  uv_timer_start(timer_, OnTimer, due > now ? due - now : 0, 0);
+}
+
+void ShmListener::OnTimer(uv_timer_t* handle) {
+  auto* self = static_cast<ShmListener*>(handle->data);
+  if (self->closed_) return;
+  Napi::Env env = self->Env();
+  FromLoop(env, [&] {
+    uint64_t now = uv_now(GetAddonData(env)->loop());
+    if (self->resumeAt_ != 0 && now >= self->resumeAt_) {
+      self->resumeAt_ = 0;
+      if (self->reserveFd_ < 0) self->reserveFd_ = OpenReserve();
+      uv_poll_start(self->poll_, UV_READABLE, OnReadable);
+    }
+    const std::string message = "shm handshake not done within " + std::to_string(self->bounds_.timeoutMs) + " ms";
+    while (!self->closed_ && !self->starting_.empty() && self->starting_.front()->handshakeDeadline_ <= now) {
+      Napi::HandleScope scope(env);
+      self->DropOldest(env, message);
+      if (!CanCallIntoJs(env)) return;
+    }
+    self->ArmTimer();
   });
 }
+
+void ShmListener::Report(Napi::Value error) { InvokeCallback(onConnection_, *asyncContext_, {error}); }
 
 Napi::Value ShmListener::Address(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), name_); }
 
@@ -98,17 +272,34 @@ Napi::Value ShmListener::Close(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// Stops accepting, and drops the handshakes not done yet (as the core's
+// Listener drops its own on close), silently.
 void ShmListener::CloseSocket() {
-  if (poll_ == nullptr) return;
-  uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
-    auto* self = static_cast<ShmListener*>(h->data);
-    delete reinterpret_cast<uv_poll_t*>(h);
-    ::close(self->fd_);
-    self->fd_ = -1;
-    LifecycleOf(self->Env()).Released(self);
-    self->Unref();
-  });
+  if (closed_) return;
+  closed_ = true;
+  std::list<ShmConnection*> starting;
+  starting.swap(starting_);
+  for (ShmConnection* c : starting) {
+    c->watcher_ = nullptr;
+    c->CloseAll();
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(poll_), OnHandleClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(timer_), OnHandleClosed);
   poll_ = nullptr;
+  timer_ = nullptr;
+}
+
+void ShmListener::OnHandleClosed(uv_handle_t* h) {
+  auto* self = static_cast<ShmListener*>(h->data);
+  if (h->type == UV_TIMER) delete reinterpret_cast<uv_timer_t*>(h);
+  else delete reinterpret_cast<uv_poll_t*>(h);
+  if (--self->openHandles_ != 0) return;
+  for (int* fd : {&self->fd_, &self->reserveFd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  LifecycleOf(self->Env()).Released(self);
+  self->Unref();
 }
 
 }  // namespace tensorpipe_js

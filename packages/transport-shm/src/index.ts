@@ -1,7 +1,13 @@
 import type { Context } from "@tensorpipe/core";
 import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
 
-export { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
+export {
+  DEFAULT_SHM_HANDSHAKE_TIMEOUT,
+  DEFAULT_SHM_MAX_PENDING_HANDSHAKES,
+  ShmTransport,
+  type ShmListenOptions,
+  type ShmTransportOptions,
+} from "./shm-transport.js";
 
 /** Above uv: preferred whenever both ends share this machine. */
 export const SHM_PRIORITY = 10;

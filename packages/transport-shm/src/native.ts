@@ -6,6 +6,12 @@ export interface NativeShmOptions {
   spinMicros?: number;
 }
 
+/** The bounds on the handshake of a listener's connections; 0 leaves one off. */
+export interface NativeHandshakeBounds {
+  handshakeTimeout: number;
+  maxPendingHandshakes: number;
+}
+
 type ConnectionCallback = (err: Error | null, connection?: NativeFrameConnection) => void;
 
 /** The addon's surface, as native/addon.cc defines it. */
@@ -14,6 +20,7 @@ export interface NativeAddon {
     name: string,
     options: NativeShmOptions,
     onConnection: ConnectionCallback,
+    bounds: NativeHandshakeBounds,
   ) => { address(): string; close(): void };
   connect(name: string, options: NativeShmOptions, callback: ConnectionCallback): NativeFrameConnection;
   /** null when shared memory works here, else why not. */

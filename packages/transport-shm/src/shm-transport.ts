@@ -13,7 +13,40 @@ import {
   hostIdentity,
   notViable,
 } from "@tensorpipe/core";
-import { type NativeShmOptions, loadAddon } from "./native.js";
+import { type NativeHandshakeBounds, type NativeShmOptions, loadAddon } from "./native.js";
+
+/** How long a listener's connection may take over the shm handshake when the listener is not told (ms). */
+export const DEFAULT_SHM_HANDSHAKE_TIMEOUT = 10_000;
+/** How many of a listener's connections may be in the shm handshake at once when the listener is not told. */
+export const DEFAULT_SHM_MAX_PENDING_HANDSHAKES = 128;
+
+/**
+ * The bounds on the shm handshake of a listener's connections (core's
+ * ListenOptions, which the Listener passes; written out here so that this
+ * package builds against a core without them).
+ */
+export interface ShmListenOptions {
+  /** A connection still in the shm handshake after this long (ms) is dropped; Infinity: never. */
+  handshakeTimeout: number;
+  /** At most this many connections in the shm handshake at once; one more drops the oldest. Infinity: no bound. */
+  maxPendingHandshakes: number;
+}
+
+function handshakeBounds(options: Partial<ShmListenOptions> | undefined): NativeHandshakeBounds {
+  const handshakeTimeout = options?.handshakeTimeout ?? DEFAULT_SHM_HANDSHAKE_TIMEOUT;
+  const maxPendingHandshakes = options?.maxPendingHandshakes ?? DEFAULT_SHM_MAX_PENDING_HANDSHAKES;
+  if (!(handshakeTimeout > 0)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `handshakeTimeout must be a positive number of ms, got ${handshakeTimeout}`);
+  }
+  if (!(maxPendingHandshakes >= 1 && (Number.isInteger(maxPendingHandshakes) || maxPendingHandshakes === Infinity))) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `maxPendingHandshakes must be an integer from 1, got ${maxPendingHandshakes}`);
+  }
+  // The addon takes 0 for no bound.
+  return {
+    handshakeTimeout: Number.isFinite(handshakeTimeout) ? handshakeTimeout : 0,
+    maxPendingHandshakes: Number.isFinite(maxPendingHandshakes) ? maxPendingHandshakes : 0,
+  };
+}
 
 /** Options of the shm transport. */
 export interface ShmTransportOptions {
@@ -45,7 +78,10 @@ export interface ShmTransportOptions {
  * Shared memory between processes of one machine: one ring per direction
  * (memfd), eventfd wake-ups on Node's loop, and an abstract Unix socket to
  * meet, hand the memory over and notice the peer's death. Addresses are
- * names: "shm://my-service"; "shm://" or "shm://*" picks a fresh one.
+ * names: "shm://my-service"; "shm://" or "shm://*" picks a fresh one. A
+ * listener bounds the hand-over of memory (the shm handshake) of the
+ * connections it accepts: see listen(). Out of file descriptors, either
+ * end reports ERR_TP_SYSTEM with errno EMFILE, not a protocol error.
  */
 export class ShmTransport implements TransportContext {
   private closed = false;
@@ -85,18 +121,36 @@ export class ShmTransport implements TransportContext {
     return addon;
   }
 
+  /**
+   * Listens at the name `address`. Each connection first exchanges the
+   * rings' memory with its peer (the shm handshake) before `onConnection`
+   * sees it: `options` bound that (defaults 10 s and 128), as the core's
+   * Listener bounds its own handshake after it. A connection past
+   * `handshakeTimeout`, or the oldest one when one more than
+   * `maxPendingHandshakes` arrives, is closed and reported to `onError`
+   * with ERR_TP_TIMEOUT. Out of file descriptors, waiting connections are
+   * turned away (closed at once) and `onError` gets ERR_TP_SYSTEM with errno
+   * EMFILE (or ENFILE), once each time; the listener goes on.
+   */
   async listen(
     address: string,
     onConnection: (c: Connection) => void,
     onError?: (e: Error) => void,
+    options?: Partial<ShmListenOptions>,
   ): Promise<TransportListener> {
     const addon = this.addon();
+    const bounds = handshakeBounds(options);
     const name = address === "" || address === "*" ? `tensorpipe-js-${process.pid}-${randomBytes(6).toString("hex")}` : address;
     try {
-      return new addon.ShmListener(name, this.native, (err, conn) => {
-        if (err) onError?.(fromNativeError(err, `shm listener on ${address}`));
-        else onConnection(new NativeConnection(conn!, "shm"));
-      });
+      return new addon.ShmListener(
+        name,
+        this.native,
+        (err, conn) => {
+          if (err) onError?.(fromNativeError(err, `shm listener on ${address}`));
+          else onConnection(new NativeConnection(conn!, "shm"));
+        },
+        bounds,
+      );
     } catch (e) {
       throw fromNativeError(e, `shm listen on "${name}"`);
     }

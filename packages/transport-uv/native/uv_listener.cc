@@ -3,6 +3,7 @@
 #include <string>
 
 #include "tensorpipe/addon_data.h"
+#include "tensorpipe/descriptor_shortage.h"
 #include "tensorpipe/napi_helpers.h"
 #include "uv_connection.h"
 
@@ -60,7 +61,21 @@ void UvListener::OnConnection(uv_stream_t* server, int status) {
       return;
     }
     connection->Start(self->peerTimeoutMs_);
+    // Out of descriptors, libuv turns the next connections away without a
+    // word (its EMFILE trick): say so once, from the accept that took the
+    // last one, as the shm listener does.
+    uv_os_fd_t fd;
+    int shortage = uv_fileno(reinterpret_cast<uv_handle_t*>(server), &fd) == 0 ? DescriptorShortage(fd) : 0;
+    bool announce = shortage != 0 && !self->outOfDescriptors_;
+    self->outOfDescriptors_ = shortage != 0;
     InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
+    if (announce && CanCallIntoJs(env)) {
+      Napi::Error err = UvError(env, uv_translate_sys_error(shortage), "accept");
+      err.Set("message", Napi::String::New(env, std::string("this process is out of file descriptors (") +
+                                                    (shortage == EMFILE ? "EMFILE" : "ENFILE") +
+                                                    "): connections are turned away until some close; raise `ulimit -n`"));
+      InvokeCallback(self->onConnection_, *self->asyncContext_, {err.Value()});
+    }
   });
 }
 

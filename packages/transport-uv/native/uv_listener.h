@@ -25,6 +25,8 @@ class UvListener : public Napi::ObjectWrap<UvListener>, public EnvResource {
 
   uv_tcp_t* handle_ = nullptr;
   uint32_t peerTimeoutMs_ = 0;
+  // The last accept found the process out of descriptors (reported once).
+  bool outOfDescriptors_ = false;
   Napi::FunctionReference onConnection_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
 };
