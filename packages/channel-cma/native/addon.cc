@@ -2,6 +2,8 @@
 // sender's memory into the receiver's allocation, in chunks that a few
 // copier threads take in turn.
 #include <napi.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -300,6 +302,41 @@ Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(span.data)));
 }
 
+// A pidfd for `pid`, so that the process proven to be the peer stays the
+// one read from: a pid can be reused once its process is gone, a pidfd
+// cannot. -1 where the kernel has no pidfd_open (before Linux 5.3).
+// pinProcess(pid) -> fd
+Napi::Value PinProcess(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int32_t pid = info[0].As<Napi::Number>().Int32Value();
+  if (pid <= 0) throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "pid " + std::to_string(pid) + " is not a process");
+  long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (fd < 0 && errno == ENOSYS) return Napi::Number::New(env, -1);
+  if (fd < 0) {
+    if (errno == ESRCH) throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "no process has pid " + std::to_string(pid));
+    throw UvError(env, uv_translate_sys_error(errno), "pidfd_open");
+  }
+  return Napi::Number::New(env, static_cast<double>(fd));
+}
+
+// processExited(pidfd) -> whether the pinned process has exited (a pidfd
+// turns readable then).
+Napi::Value ProcessExited(const Napi::CallbackInfo& info) {
+  struct pollfd p = {info[0].As<Napi::Number>().Int32Value(), POLLIN, 0};
+  int n;
+  do {
+    n = poll(&p, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return Napi::Boolean::New(info.Env(), n > 0);
+}
+
+// unpinProcess(pidfd)
+Napi::Value UnpinProcess(const Napi::CallbackInfo& info) {
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  if (fd >= 0) ::close(fd);
+  return info.Env().Undefined();
+}
+
 // null when process_vm_readv works here, else why not.
 Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -332,6 +369,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("readv", Napi::Function::New(env, ReadV, "readv"));
   exports.Set("addressOf", Napi::Function::New(env, AddressOf, "addressOf"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("pinProcess", Napi::Function::New(env, PinProcess, "pinProcess"));
+  exports.Set("processExited", Napi::Function::New(env, ProcessExited, "processExited"));
+  exports.Set("unpinProcess", Napi::Function::New(env, UnpinProcess, "unpinProcess"));
   return exports;
 }
 

@@ -98,6 +98,16 @@ function readError(err: Error, pid: number): TensorPipeError {
 const OK = new Uint8Array(0);
 const utf8 = new TextEncoder();
 
+function denied(message: string, where: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.PERMISSION_DENIED, message, { where });
+}
+
+/** The process proven to be the peer, and the pidfd that keeps its pid from naming another. */
+interface ProvenPeer {
+  pid: number;
+  pidfd: number;
+}
+
 /**
  * One end of a cma channel. The sender announces where its tensor lives on
  * the first connection; the receiver copies it with process_vm_readv
@@ -105,9 +115,17 @@ const utf8 = new TextEncoder();
  * done, else the reason it failed) so the sender knows its memory is free.
  * Small tensors (both ends know the length) go inline on the first
  * connection instead.
+ *
+ * The pid in an announcement is the peer's word: before the first copy the
+ * receiver has the transport prove, from the kernel's records, that this
+ * process holds the other end of the connection and runs as this user, and
+ * pins it with a pidfd; every later announcement must name it, and a copy
+ * from a process that exited meanwhile (its pid free for another) fails.
  */
 export class CmaChannel implements Channel {
   private lastAck: Promise<unknown> = Promise.resolve();
+  private peer?: ProvenPeer;
+  private closed = false;
 
   /** @internal Made by CmaChannelContext.createChannel(). */
   constructor(
@@ -157,10 +175,14 @@ export class CmaChannel implements Channel {
       if (source.length !== length) {
         throw protocolError(`cma descriptor announces ${source.length} bytes, ${length} were expected`);
       }
+      const peer = this.proven(source.pid);
       return new Promise<void>((resolve, reject) => {
-        this.addon.readv(source.pid, source.address, length, target, this.tuning.parallelism, this.tuning.hugePages, (err) =>
-          err ? reject(readError(err, source.pid)) : resolve(),
-        );
+        this.addon.readv(source.pid, source.address, length, target, this.tuning.parallelism, this.tuning.hugePages, (err) => {
+          if (err) reject(readError(err, source.pid));
+          else if (this.exited(peer)) {
+            reject(new TensorPipeError(ErrorCode.CONNECTION_RESET, `the peer process ${peer.pid} exited during the copy`, { where: "cma" }));
+          } else resolve();
+        });
       });
     });
     // Handled below, possibly after earlier answers: not an unhandled rejection meanwhile.
@@ -176,10 +198,54 @@ export class CmaChannel implements Channel {
     return answered;
   }
 
+  /** The peer proven for this channel, proving `pid` on the first large read; ERR_TP_PERMISSION_DENIED when it is not the peer. */
+  private proven(pid: number): ProvenPeer {
+    const where = `cma read from pid ${pid}`;
+    if (this.closed) throw new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where });
+    if (this.peer) {
+      if (pid !== this.peer.pid) throw denied(`peer announced memory of pid ${pid}, but the process at the other end is ${this.peer.pid}`, where);
+      return this.peer;
+    }
+    if (!this.descriptors.provePeerProcess) {
+      throw denied("the pipe's transport cannot prove which process is at the other end, so cma will not read from it", where);
+    }
+    const pidfd = this.addon.pinProcess(pid);
+    try {
+      // After the pin: a pid reused since then cannot pass for the peer.
+      const { uids } = this.descriptors.provePeerProcess(pid);
+      const uid = process.geteuid?.() ?? -1;
+      if (uids.some((u) => u !== uid)) {
+        throw denied(`peer process ${pid} runs as uids ${uids.join("/")} and this one as ${uid}: cma never reads across users`, where);
+      }
+    } catch (e) {
+      this.addon.unpinProcess(pidfd);
+      throw e;
+    }
+    this.peer = { pid, pidfd };
+    return this.peer;
+  }
+
+  /** Whether the proven peer is gone, so that its pid may name another process now. */
+  private exited(peer: ProvenPeer): boolean {
+    // Closed, its pidfd is gone: the copy counts for nothing now anyway.
+    if (this.closed) return true;
+    if (peer.pidfd >= 0) return this.addon.processExited(peer.pidfd);
+    // No pidfd (before Linux 5.3, or closed meanwhile): prove it again.
+    try {
+      this.descriptors.provePeerProcess!(peer.pid);
+      return false;
+    } catch {
+      return true;
+    }
+  }
+
   /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void {
     this.descriptors.close(error);
     this.acks.close(error);
+    if (this.closed) return;
+    this.closed = true;
+    if (this.peer && this.peer.pidfd >= 0) this.addon.unpinProcess(this.peer.pidfd);
   }
 }
 

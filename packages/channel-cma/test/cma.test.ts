@@ -163,11 +163,28 @@ describe("cma channel", () => {
     expect(Buffer.from(await here[1]!.read(4096)).toString()).toMatch(/not readable/);
   });
 
-  it("fails with ESRCH when the sender's process is gone", async () => {
+  it.each([
+    ["a pid no process has", 2 ** 22 + 12345, /no process has pid/],
+    ["another process (init), readable to root", 1, /process 1 is not the peer/],
+  ])("refuses %s with ERR_TP_PERMISSION_DENIED before any copy, and tells the sender", async (_, pid, message) => {
     const { here, there } = await connections();
     const receiver = channel(there);
-    await here[0]!.write([source(2 ** 22 + 12345, 4096n, MiB)]);
-    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({ errno: "ESRCH" });
+    await here[0]!.write([source(pid, 4096n, MiB)]);
+    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(message) });
+    expect(Buffer.from(await here[1]!.read(4096)).toString()).toMatch(message);
+  });
+
+  it("reads only the pid it proved first: a later announcement of another is refused", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here);
+    const receiver = channel(there);
+    const data = patterned(MiB, 3);
+    await Promise.all([sender.send(data, MiB), receiver.recv(new Uint8Array(MiB), MiB)]);
+    await here[0]!.write([source(1, 4096n, MiB)]);
+    await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({
+      code: ErrorCode.PERMISSION_DENIED,
+      message: expect.stringMatching(/memory of pid 1, but the process at the other end is/),
+    });
   });
 
   it("treats a length the receiver did not expect as a protocol error", async () => {
