@@ -1,0 +1,284 @@
+/**
+ * Hostile peers against a real listener in a process of its own: each
+ * attack ends in its typed error on that connection, the victim's memory
+ * stays bounded, and a real pipe works afterwards (docs/security.md).
+ */
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { CPU_DEVICE, Context, ErrorCode, SharedSecretAuth, AUTH_ENTRY, protocol } from "@tensorpipe/core";
+import { onTheWire } from "@tensorpipe/core/testing";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { BasicChannelContext } from "@tensorpipe/channel-basic";
+import { afterEach, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/cli";
+import { RawSocket } from "../raw-socket.js";
+import { ForgedCmaContext, type Secret, Victim, rawPipe, startBystander } from "./peers.js";
+
+const MiB = 1024 * 1024;
+const secret = "the listener's shared secret";
+
+const cleanup: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+async function victim(options: object = {}, fdLimit?: number): Promise<Victim> {
+  const v = await Victim.start(options, fdLimit);
+  cleanup.push(() => v.stop());
+  return v;
+}
+
+/** A real client's round trip with a tensor, over the victim's `url`: the listener still serves. */
+async function stillServes(url: string, choice: object = { transports: ["uv"], channels: ["basic"] }): Promise<void> {
+  const ctx = await createContext(choice);
+  try {
+    const pipe = await ctx.connect(url, { timeout: 5000 });
+    // Past cma's inline size on every transport: read by address where cma is used.
+    const tensor = new Uint8Array(8 << 20).fill(7);
+    await pipe.write({ metadata: "still here", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] });
+    const m = await pipe.readMessage({ timeout: 5000 });
+    expect(m.metadata).toBe("still here");
+    expect(m.tensors[0]!.length).toBe(8 << 20);
+    expect((m.tensors[0]!.buffer as Uint8Array).every((b) => b === 7)).toBe(true);
+  } finally {
+    await ctx.close();
+  }
+}
+
+const descriptorOf = (payloads: number, tensors: { length: number; device?: { type: string; index: number } }[] = []) =>
+  protocol.encodeDescriptor({
+    metadata: "",
+    payloads: Array.from({ length: payloads }, () => ({ length: 0, metadata: "" })),
+    tensors: tensors.map((t) => ({ length: t.length, sourceDevice: t.device ?? CPU_DEVICE, targetDevice: t.device ?? CPU_DEVICE, metadata: "" })),
+  });
+
+describe("hostile descriptors", () => {
+  it("a million announced payloads, from eight peers at once, cost their frames and fail each pipe naming maxPayloads", async () => {
+    const v = await victim();
+    const before = await v.rss();
+    // 5 MB each: 1,000,000 empty payloads (five bytes apiece).
+    const hostile = onTheWire([descriptorOf(1_000_000)]);
+    const peers = await Promise.all(Array.from({ length: 8 }, () => rawPipe(v.port)));
+    for (const p of peers) p.main.write(hostile);
+    for (let i = 0; i < 8; i++) {
+      await v.next((e) => e.event === "pipe-error" && e.code === ErrorCode.PROTOCOL && /maxPayloads/.test(e.message!), 15_000);
+    }
+    await Promise.all(peers.map((p) => p.main.closed));
+    const grown = (await v.rss()) - before;
+    // Measured: about 40 MiB for the eight 5 MB frames (each read into memory once).
+    expect(grown).toBeLessThan(150 * MiB);
+    await stillServes(v.uvUrl);
+  });
+
+  it("announced bytes beyond maxMessageBytes fail the pipe before anything is allocated", async () => {
+    const v = await victim();
+    const { main } = await rawPipe(v.port);
+    main.write(onTheWire([descriptorOf(0, [{ length: 2 ** 50 }])]));
+    const e = await v.next((e) => e.event === "pipe-error");
+    expect(e).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/maxMessageBytes/) });
+    await main.closed;
+    await stillServes(v.uvUrl);
+  });
+});
+
+describe("a forged cma pid", () => {
+  let bystander: Secret;
+  async function withBystander(): Promise<Secret> {
+    bystander = await startBystander();
+    cleanup.push(() => bystander.child.kill());
+    return bystander;
+  }
+
+  it.each([
+    { transport: "uv", register: (c: Context) => registerUvTransport(c) },
+    { transport: "shm", register: (c: Context) => registerShmTransport(c) },
+  ])("naming a bystander over $transport+cma is refused with ERR_TP_PERMISSION_DENIED before any copy", async ({ transport, register }) => {
+    const v = await victim();
+    const target = await withBystander();
+    const attacker = new Context();
+    cleanup.push(() => attacker.close());
+    register(attacker);
+    attacker.registerChannel(20, "cma", new ForgedCmaContext(target));
+    const pipe = await attacker.connect(transport === "uv" ? v.uvUrl : v.shmUrl);
+    expect(pipe.transport).toBe(transport);
+    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
+    // Over the inline size of both transports: announced by address.
+    const sent = pipe.write({ tensors: [{ buffer: new Uint8Array(8 * MiB), targetDevice: CPU_DEVICE }] });
+    await expect(sent).rejects.toBeTruthy();
+    const e = await v.next((e) => e.event === "pipe-error");
+    expect(e).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(new RegExp(`process ${target.pid} is not the peer`)) });
+    // Nothing of the bystander came back.
+    await expect(pipe.readMessage()).rejects.toBeTruthy();
+    // A real cma peer, its tensor announced by address, is still read.
+    await stillServes(transport === "uv" ? v.uvUrl : v.shmUrl, { transports: [transport], channels: ["cma"] });
+  });
+});
+
+describe("a peer of another user", () => {
+  const root = process.getuid?.() === 0;
+
+  /** attacker.mjs as uid 65534 against the victim, announcing memory of `pid`. */
+  async function attack(url: string, pid: string, address: bigint): Promise<string> {
+    const child = spawn(process.execPath, [fileURLToPath(new URL("attacker.mjs", import.meta.url)), url, pid, address.toString()], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+    await new Promise((r) => child.once("exit", r));
+    return out;
+  }
+
+  it.skipIf(!root)("claiming the listener's uid gets no cma read of its own or a root process's memory", async () => {
+    const v = await victim();
+    const target = await startBystander();
+    cleanup.push(() => target.child.kill());
+    const own = await attack(v.uvUrl, "self", target.address);
+    // The descriptor said uid 0, so cma was negotiated; the read is what refuses.
+    expect(own).toMatch(/"channel":"cma","uid":65534/);
+    await v.next((e) => e.event === "pipe-error" && e.code === ErrorCode.PERMISSION_DENIED && /never reads across users/.test(e.message!));
+    const from = v.events.length;
+    await attack(v.uvUrl, String(target.pid), target.address);
+    await v.next((e) => e.event === "pipe-error" && e.code === ErrorCode.PERMISSION_DENIED && /is not the peer/.test(e.message!), 15_000, from);
+  });
+});
+
+describe("replayed handshakes", () => {
+  /** An authenticating client played by hand, its bytes kept for replay. */
+  async function capture(port: number) {
+    const auth = new SharedSecretAuth({ secret });
+    const hello = auth.hello();
+    const offer = (entry: string) =>
+      protocol.encodeBrochure({
+        transportDomainDescriptors: new Map([
+          ["uv", "uv:*"],
+          [AUTH_ENTRY, entry],
+        ]),
+        channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: CPU_DEVICE, descriptor: "any" }]])]]),
+      });
+    const helloBytes = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), offer(hello.entry)]);
+    const main = await RawSocket.connect(port);
+    main.write(helloBytes);
+    const { entry } = auth.answerChallenge(hello.client, protocol.decodeBrochureAnswer(await main.readFrame()));
+    const proofBytes = onTheWire([offer(entry)]);
+    main.write(proofBytes);
+    expect(protocol.decodeBrochureAnswer(await main.readFrame()).transport).toBe("uv");
+    main.socket.destroy();
+    return { helloBytes, proofBytes };
+  }
+
+  async function replay(port: number, bytes: { helloBytes: Buffer; proofBytes: Buffer }): Promise<void> {
+    const s = await RawSocket.connect(port);
+    s.write(bytes.helloBytes);
+    await s.readFrame();
+    s.write(bytes.proofBytes);
+    await s.closed;
+  }
+
+  it("a captured hello and proof are refused by the same listener, another with the secret, and one restarted", async () => {
+    const first = await victim({ auth: { secret } });
+    const other = await victim({ auth: { secret } });
+    const captured = await capture(first.port);
+    await replay(first.port, captured);
+    await replay(other.port, captured);
+    for (const v of [first, other]) {
+      await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.PERMISSION_DENIED && /does not match/.test(e.message!));
+    }
+    await first.stop();
+    const restarted = await victim({ auth: { secret } });
+    await replay(restarted.port, captured);
+    await restarted.next((e) => e.event === "connection-error" && e.code === ErrorCode.PERMISSION_DENIED);
+    await stillServes(restarted.uvUrl, { transports: ["uv"], channels: ["basic"], auth: { secret } });
+  });
+});
+
+describe("registration ids", () => {
+  it("a local process racing for the next ids takes no other client's connection", async () => {
+    const v = await victim();
+    let stop = false;
+    const stolen: RawSocket[] = [];
+    // Counter ids as upstream hands them out, over and over, while real clients connect.
+    const racer = (async () => {
+      for (let id = 0n; !stop; id = (id + 1n) % 64n) {
+        const s = await RawSocket.connect(v.port);
+        s.write(onTheWire([protocol.encodePacket({ kind: "requested", registrationId: id })]));
+        stolen.push(s);
+      }
+    })();
+    for (let i = 0; i < 10; i++) await stillServes(v.uvUrl);
+    stop = true;
+    await racer;
+    await Promise.all(stolen.map((s) => s.closed));
+    expect(stolen.every((s) => s.unread === 0)).toBe(true);
+    expect(v.events.filter((e) => e.event === "connection-error").every((e) => /unknown registration id/.test(e.message!))).toBe(true);
+  });
+});
+
+describe("silent connections", () => {
+  it("2000 silent shm connections under a 256-descriptor limit do not keep a real shm pipe out", async () => {
+    const v = await victim({ handshakeTimeout: 2000, maxPendingHandshakes: 32 }, 256);
+    const name = v.shmUrl.slice("shm://".length);
+    // node:net cannot reach an abstract socket: the shm package's hostile peer holds them.
+    const hostilePeer = fileURLToPath(new URL("../../../transport-shm/build/Release/shm_hostile_peer", import.meta.url));
+    const silent = spawn("bash", ["-c", `ulimit -n 4096 && exec "$0" "$@"`, hostilePeer, name, "silent", "2000"], { stdio: ["pipe", "pipe", "inherit"] });
+    cleanup.push(() => silent.kill());
+    await new Promise<void>((resolve, reject) => {
+      silent.stdout!.on("data", (d: Buffer) => d.toString().includes("connected") && resolve());
+      silent.once("exit", (code) => reject(new Error(`the silent peer exited (${code})`)));
+    });
+    await stillServes(v.shmUrl, { transports: ["shm"], channels: ["basic"] });
+    expect(v.events.some((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT)).toBe(true);
+  });
+});
+
+describe("messages that cannot be read", () => {
+  it("a tensor from a device no channel joins fails the pipe with ERR_TP_NEGOTIATION; the listener goes on", async () => {
+    const v = await victim();
+    const { main } = await rawPipe(v.port);
+    main.write(onTheWire([descriptorOf(0, [{ length: 16, device: { type: "cuda", index: 0 } }])]));
+    const e = await v.next((e) => e.event === "pipe-error");
+    expect(e).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/cuda:0/) });
+    await v.next((e) => e.event === "pipe-closed" && e.code === ErrorCode.NEGOTIATION);
+    await main.closed;
+    await stillServes(v.uvUrl);
+  });
+
+  it("a clean close in the middle of a message is ERR_TP_PEER_CLOSED, not the end of the stream", async () => {
+    const v = await victim();
+    const { main } = await rawPipe(v.port);
+    const twoPayloads = protocol.encodeDescriptor({
+      metadata: "cut",
+      payloads: [
+        { length: 4, metadata: "" },
+        { length: 4, metadata: "" },
+      ],
+      tensors: [],
+    });
+    main.write(onTheWire([twoPayloads, Uint8Array.of(1, 2, 3, 4)]));
+    main.socket.end();
+    const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended");
+    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/middle of a message/) });
+  });
+
+  it("a context with no channel in common is refused at connect with ERR_TP_NEGOTIATION", async () => {
+    const v = await victim();
+    const ctx = new Context();
+    cleanup.push(() => ctx.close());
+    registerUvTransport(ctx);
+    ctx.registerChannel(5, "not-in-the-victim", new BasicChannelContext());
+    await expect(ctx.connect(v.uvUrl)).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/no channel for CPU tensors/) });
+  });
+});
+
+describe("descriptor exhaustion", () => {
+  it("EMFILE is ERR_TP_SYSTEM on the listener, and it serves again once descriptors are back", async () => {
+    const v = await victim({}, 64);
+    const held: RawSocket[] = [];
+    for (let i = 0; i < 80; i++) held.push(await RawSocket.connect(v.port));
+    const e = await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.SYSTEM);
+    expect(e.errno).toMatch(/^E[MN]FILE$/);
+    for (const s of held) s.socket.destroy();
+    await new Promise((r) => setTimeout(r, 200));
+    await stillServes(v.uvUrl);
+  });
+});

@@ -1,0 +1,53 @@
+/**
+ * The victim of the adversarial suite: a real listener in a process of its
+ * own, echoing every message, that says on stdout (one JSON line each)
+ * where it listens, every connection its listener dropped and every pipe
+ * that ended, and its RSS when asked on stdin ("rss").
+ *
+ * victim.mjs '{"auth": {"secret": "..."}, ...ContextOptions}'
+ */
+import { createInterface } from "node:readline";
+import { CPU_DEVICE } from "@tensorpipe/core";
+import { createContext } from "@tensorpipe/cli";
+
+const options = JSON.parse(process.argv[2] ?? "{}");
+const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
+const failure = (e) => ({ code: e?.code, errno: e?.errno, message: e?.message });
+
+const context = await createContext({ transports: ["uv", "shm"], channels: ["basic", "cma"], ...options });
+const listener = await context.listen(["uv://127.0.0.1:0", "shm://*"]);
+listener.on("connectionError", (e) => say({ event: "connection-error", ...failure(e) }));
+
+async function echo(pipe) {
+  pipe.closed.then((e) => say({ event: "pipe-closed", ...failure(e) }));
+  try {
+    for await (const m of pipe) {
+      await pipe.write({
+        metadata: m.metadata,
+        payloads: m.payloads,
+        tensors: m.tensors.map((t) => ({ buffer: t.buffer, targetDevice: CPU_DEVICE })),
+      });
+    }
+    say({ event: "pipe-ended" });
+  } catch (e) {
+    say({ event: "pipe-error", ...failure(e) });
+  }
+}
+
+(async () => {
+  for await (const pipe of listener) void echo(pipe);
+})();
+
+createInterface({ input: process.stdin })
+  .on("line", (line) => {
+    if (line === "rss") {
+      globalThis.gc?.();
+      say({ event: "rss", rss: process.memoryUsage().rss });
+    }
+  })
+  .on("close", async () => {
+    await context.close();
+    process.exit(0);
+  });
+
+say({ event: "listening", urls: listener.addresses(), pid: process.pid });
