@@ -5,7 +5,6 @@ export {
   DEFAULT_SHM_HANDSHAKE_TIMEOUT,
   DEFAULT_SHM_MAX_PENDING_HANDSHAKES,
   ShmTransport,
-  type ShmListenOptions,
   type ShmTransportOptions,
 } from "./shm-transport.js";
 

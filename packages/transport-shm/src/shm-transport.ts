@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import {
   type Connection,
+  type ListenOptions,
   ErrorCode,
   NativeConnection,
   TensorPipeError,
@@ -20,19 +21,7 @@ export const DEFAULT_SHM_HANDSHAKE_TIMEOUT = 10_000;
 /** How many of a listener's connections may be in the shm handshake at once when the listener is not told. */
 export const DEFAULT_SHM_MAX_PENDING_HANDSHAKES = 128;
 
-/**
- * The bounds on the shm handshake of a listener's connections (core's
- * ListenOptions, which the Listener passes; written out here so that this
- * package builds against a core without them).
- */
-export interface ShmListenOptions {
-  /** A connection still in the shm handshake after this long (ms) is dropped; Infinity: never. */
-  handshakeTimeout: number;
-  /** At most this many connections in the shm handshake at once; one more drops the oldest. Infinity: no bound. */
-  maxPendingHandshakes: number;
-}
-
-function handshakeBounds(options: Partial<ShmListenOptions> | undefined): NativeHandshakeBounds {
+function handshakeBounds(options: Partial<ListenOptions> | undefined): NativeHandshakeBounds {
   const handshakeTimeout = options?.handshakeTimeout ?? DEFAULT_SHM_HANDSHAKE_TIMEOUT;
   const maxPendingHandshakes = options?.maxPendingHandshakes ?? DEFAULT_SHM_MAX_PENDING_HANDSHAKES;
   if (!(handshakeTimeout > 0)) {
@@ -136,7 +125,7 @@ export class ShmTransport implements TransportContext {
     address: string,
     onConnection: (c: Connection) => void,
     onError?: (e: Error) => void,
-    options?: Partial<ShmListenOptions>,
+    options?: Partial<ListenOptions>,
   ): Promise<TransportListener> {
     const addon = this.addon();
     const bounds = handshakeBounds(options);
