@@ -18,6 +18,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "remote_copy.h"
@@ -182,10 +183,41 @@ class CopyQueue : public EnvResource {
   bool closing_ = false;
 };
 
+// The pidfds of the peers proven in one environment: closed by the channel
+// that pinned them, or here when the environment goes first (a worker
+// terminated with pipes open).
+class PinnedProcesses : public EnvResource {
+ public:
+  explicit PinnedProcesses(EnvLifecycle& lifecycle) : lifecycle_(lifecycle) {}
+
+  void Add(int fd) {
+    if (fds_.empty()) lifecycle_.Own(this);
+    fds_.insert(fd);
+  }
+
+  // Only a pidfd of this set: a number from JS closes nothing else.
+  void Remove(int fd) {
+    if (fds_.erase(fd) == 0) return;
+    ::close(fd);
+    if (fds_.empty()) lifecycle_.Released(this);
+  }
+
+  void Teardown() override {
+    for (int fd : fds_) ::close(fd);
+    fds_.clear();
+    lifecycle_.Released(this);
+  }
+
+ private:
+  EnvLifecycle& lifecycle_;
+  std::unordered_set<int> fds_;
+};
+
 // The cma addon's data in one environment.
 struct CmaEnv : AddonEnv {
-  explicit CmaEnv(napi_env env) : AddonEnv(env), queue(lifecycle) {}
+  explicit CmaEnv(napi_env env) : AddonEnv(env), queue(lifecycle), pinned(lifecycle) {}
   CopyQueue queue;
+  PinnedProcesses pinned;
 };
 
 // Large buffers get the whole 2 MiB pages inside them turned into huge
@@ -316,6 +348,7 @@ Napi::Value PinProcess(const Napi::CallbackInfo& info) {
     if (errno == ESRCH) throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "no process has pid " + std::to_string(pid));
     throw UvError(env, uv_translate_sys_error(errno), "pidfd_open");
   }
+  AddonEnv::Get<CmaEnv>(env)->pinned.Add(static_cast<int>(fd));
   return Napi::Number::New(env, static_cast<double>(fd));
 }
 
@@ -332,8 +365,7 @@ Napi::Value ProcessExited(const Napi::CallbackInfo& info) {
 
 // unpinProcess(pidfd)
 Napi::Value UnpinProcess(const Napi::CallbackInfo& info) {
-  int fd = info[0].As<Napi::Number>().Int32Value();
-  if (fd >= 0) ::close(fd);
+  AddonEnv::Get<CmaEnv>(info.Env())->pinned.Remove(info[0].As<Napi::Number>().Int32Value());
   return info.Env().Undefined();
 }
 

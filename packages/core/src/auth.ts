@@ -81,13 +81,23 @@ export class SharedSecretAuth {
   }
 
   /** Connecting side, first: the Brochure entry, and the nonce it carries. */
-  hello(): { entry: string; client: string } {
+  hello(): {
+    /** Goes in the Brochure under AUTH_ENTRY. */
+    entry: string;
+    /** This side's nonce, kept for answerChallenge(). */
+    client: string;
+  } {
     const client = nonce();
     return { entry: `hello:${client}`, client };
   }
 
   /** Listening side: checks the hello and makes the challenge answer, with this side's proof. */
-  challenge(entry: string | undefined): { answer: BrochureAnswer; session: AuthSession } {
+  challenge(entry: string | undefined): {
+    /** The challenge, written as a BrochureAnswer. */
+    answer: BrochureAnswer;
+    /** Both nonces, for verifyProof() and the connections' proofs. */
+    session: AuthSession;
+  } {
     if (entry === undefined) throw denied("peer did not authenticate (this listener requires a shared secret)");
     const client = entry.startsWith("hello:") ? entry.slice(6) : "";
     if (!NONCE.test(client)) throw denied("malformed authentication hello");
@@ -110,7 +120,15 @@ export class SharedSecretAuth {
   }
 
   /** Connecting side: checks the listener's challenge and proof; returns the session and this side's proof entry. */
-  answerChallenge(client: string, answer: BrochureAnswer): { session: AuthSession; entry: string } {
+  answerChallenge(
+    client: string,
+    answer: BrochureAnswer,
+  ): {
+    /** Both nonces, for the connections' proofs. */
+    session: AuthSession;
+    /** This side's proof: goes in the second Brochure under AUTH_ENTRY. */
+    entry: string;
+  } {
     const got = answer.transport === AUTH_ENTRY ? answer.channelDeviceDescriptors.get(AUTH_ENTRY)?.get(deviceKey(CPU_DEVICE)) : undefined;
     if (got === undefined) throw denied("listener did not authenticate (it has no shared secret, or not this extension)");
     const [listener = "", mac = "", extra] = got.descriptor.split(":");

@@ -63,9 +63,10 @@ export interface ContextOptions {
    */
   maxMessageBytes?: number;
   /**
-   * Connections a listener lets sit in their handshake at once (default
-   * 128): one more drops the oldest, so that peers that connect and say
-   * nothing cannot keep real ones out.
+   * Connections a listener lets wait for their first frame at once
+   * (default 128), and the cap on a transport's own handshake (shm's):
+   * past it the oldest that has said nothing for 250 ms is dropped, so
+   * that peers that connect and say nothing cannot keep real ones out.
    */
   maxPendingHandshakes?: number;
   /**
@@ -288,10 +289,11 @@ export class Context implements PipeAcceptor {
       const viableChannels = this.viableContexts(this.channels);
       const pairs = checkAnswer(this.viableContexts(this.transports), viableChannels, answer);
       // Every CPU tensor either way would otherwise fail on its first write.
-      if (viableChannels.size > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+      const cpuChannels = [...viableChannels].filter(([, c]) => c.deviceDescriptors().some((d) => sameDevice(d.device, CPU_DEVICE)));
+      if (cpuChannels.length > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
         throw new TensorPipeError(
           ErrorCode.NEGOTIATION,
-          `no channel for CPU tensors in common with the listener: this side offers ${[...viableChannels.keys()].join(", ")}; register one that both ends have (basic works everywhere)`,
+          `no channel for CPU tensors in common with the listener: this side offers ${cpuChannels.map(([name]) => name).join(", ")}; register one that both ends have (basic works everywhere)`,
           { where: url },
         );
       }

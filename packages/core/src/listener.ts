@@ -15,6 +15,8 @@ const log = debugLog("listener");
 
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;
+/** How long a connection may say nothing before the cap on silent ones may drop it (ms). */
+const SILENT_GRACE_MS = 250;
 /** The frame that ties a requested connection to its pipe, under authentication: one HMAC-SHA256. */
 const CONNECTION_PROOF_FRAME = 32;
 
@@ -49,6 +51,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private readonly registrations = new Map<bigint, { waiter: Deferred<Connection>; session?: AuthSession }>();
   private closedError?: TensorPipeError;
   private readonly pending = new Set<Connection>();
+  /** Connections that have not sent their first frame yet, oldest first, with when they came. */
+  private readonly silent = new Map<Connection, number>();
   /** @internal Connections dropped before they became pipes, by error code. */
   readonly connectionErrors = new Map<string, number>();
 
@@ -83,18 +87,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       connection.close(this.closedError);
       return;
     }
-    // Silent peers must not keep real ones out: past the cap the oldest goes.
-    if (this.pending.size >= this.acceptor.maxPendingHandshakes) {
-      const oldest = this.pending.values().next().value!;
-      this.pending.delete(oldest);
-      oldest.close(
-        new TensorPipeError(
-          ErrorCode.TIMEOUT,
-          `handshake dropped: ${this.acceptor.maxPendingHandshakes} newer connections were in their handshake (ContextOptions.maxPendingHandshakes)`,
-          { where: oldest.remoteAddress },
-        ),
-      );
-    }
+    this.dropSilentPastCap();
+    this.silent.set(connection, performance.now());
     this.pending.add(connection);
     const timer = setTimeout(() => {
       connection.close(
@@ -119,6 +113,26 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     );
   }
 
+  /**
+   * Peers that connect and say nothing must not keep real ones out: past
+   * maxPendingHandshakes connections that have not sent their first frame,
+   * the oldest goes, once it has been silent longer than a real peer takes
+   * to send one (a burst of real peers goes over the cap for that long).
+   */
+  private dropSilentPastCap(): void {
+    if (this.silent.size < this.acceptor.maxPendingHandshakes) return;
+    const [oldest, since] = this.silent.entries().next().value!;
+    if (performance.now() - since < SILENT_GRACE_MS) return;
+    this.silent.delete(oldest);
+    oldest.close(
+      new TensorPipeError(
+        ErrorCode.TIMEOUT,
+        `connection dropped: it sent nothing while ${this.acceptor.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`,
+        { where: oldest.remoteAddress },
+      ),
+    );
+  }
+
   /** @internal Called by a transport that failed to accept a connection. */
   reportAcceptError(error: Error): void {
     if (!this.closedError) this.dropped(fromNativeError(error, "accept"), "");
@@ -134,7 +148,13 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */
   private async routeConnection(transport: string, connection: Connection): Promise<Pipe | undefined> {
-    const packet = decodePacket(await connection.read(MAX_PACKET_FRAME));
+    let first: Uint8Array;
+    try {
+      first = await connection.read(MAX_PACKET_FRAME);
+    } finally {
+      this.silent.delete(connection);
+    }
+    const packet = decodePacket(first);
     if (packet.kind === "spontaneous") {
       return this.acceptor.acceptPipe(this, transport, connection);
     }
@@ -220,6 +240,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.registrations.clear();
     for (const c of this.pending) c.close(err);
     this.pending.clear();
+    this.silent.clear();
     for (const p of this.ready.splice(0)) p.close();
   }
 }

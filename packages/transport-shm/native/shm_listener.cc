@@ -22,6 +22,9 @@ namespace {
 // the backlog cannot even be shed (no reserve descriptor either).
 constexpr uint64_t kAcceptRetryMs = 100;
 
+// Connections accepted on one turn of the loop at most.
+constexpr int kAcceptsPerTurn = 16;
+
 // The reserve descriptor of libuv's EMFILE trick: any cheap one will do.
 int OpenReserve() { return open("/", O_RDONLY | O_CLOEXEC); }
 
@@ -128,7 +131,11 @@ void ShmListener::OnReadable(uv_poll_t* handle, int status, int events) {
 }
 
 void ShmListener::Accept(Napi::Env env) {
-  for (;;) {
+  // A few at a time: the descriptors of those dropped come back only once
+  // the loop has closed their handles, so a backlog of thousands taken in
+  // one go would run this process out of them (and shed the real peers
+  // queued behind). The poll fires again on the next turn.
+  for (int taken = 0; taken < kAcceptsPerTurn; taken++) {
     int sock = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (sock < 0) {
       int err = errno;
