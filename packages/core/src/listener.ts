@@ -53,6 +53,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private readonly pending = new Set<Connection>();
   /** Connections that have not sent their first frame yet, oldest first, with when they came. */
   private readonly silent = new Map<Connection, number>();
+  /** Drops the silent connections once they are past their grace, out of descriptors (sweepSilentSoon). */
+  private sweep?: NodeJS.Timeout;
   /** @internal Connections dropped before they became pipes, by error code. */
   readonly connectionErrors = new Map<string, number>();
 
@@ -135,7 +137,37 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** @internal Called by a transport that failed to accept a connection. */
   reportAcceptError(error: Error): void {
-    if (!this.closedError) this.dropped(fromNativeError(error, "accept"), "");
+    if (this.closedError) return;
+    const err = fromNativeError(error, "accept");
+    this.dropped(err, "");
+    if (err.errno === "EMFILE" || err.errno === "ENFILE") this.sweepSilentSoon();
+  }
+
+  /**
+   * Out of descriptors, new connections are turned away before they get
+   * here, so none comes to push a silent one out: those silent past the
+   * grace period go by themselves, and free their descriptors.
+   */
+  private sweepSilentSoon(): void {
+    if (this.sweep || this.silent.size === 0) return;
+    const since = this.silent.values().next().value!;
+    this.sweep = setTimeout(
+      () => {
+        this.sweep = undefined;
+        const now = performance.now();
+        for (const [c, t] of this.silent) {
+          if (now - t < SILENT_GRACE_MS) break;
+          this.silent.delete(c);
+          c.close(
+            new TensorPipeError(ErrorCode.TIMEOUT, "connection dropped: it sent nothing while this process was out of file descriptors", {
+              where: c.remoteAddress,
+            }),
+          );
+        }
+      },
+      Math.max(0, since + SILENT_GRACE_MS - performance.now()),
+    );
+    this.sweep.unref();
   }
 
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */
@@ -241,6 +273,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     for (const c of this.pending) c.close(err);
     this.pending.clear();
     this.silent.clear();
+    clearTimeout(this.sweep);
     for (const p of this.ready.splice(0)) p.close();
   }
 }

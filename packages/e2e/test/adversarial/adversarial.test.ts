@@ -4,6 +4,7 @@
  * stays bounded, and a real pipe works afterwards (docs/security.md).
  */
 import { spawn } from "node:child_process";
+import { connect as netConnect, type Socket } from "node:net";
 import { fileURLToPath } from "node:url";
 import { CPU_DEVICE, Context, ErrorCode, SharedSecretAuth, AUTH_ENTRY, protocol } from "@tensorpipe/core";
 import { onTheWire } from "@tensorpipe/core/testing";
@@ -228,6 +229,27 @@ describe("silent connections", () => {
     });
     await stillServes(v.shmUrl, { transports: ["shm"], channels: ["basic"] });
     expect(v.events.some((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT)).toBe(true);
+  });
+});
+
+describe("silent TCP connections", () => {
+  it("2000 silent uv connections under a 256-descriptor limit do not keep a real pipe out for long", async () => {
+    const v = await victim({ maxPendingHandshakes: 32 }, 256);
+    const silent = await Promise.all(
+      Array.from({ length: 2000 }, () =>
+        new Promise<Socket>((resolve) => {
+          const s = netConnect(v.port, "127.0.0.1");
+          s.on("error", () => undefined);
+          s.once("connect", () => resolve(s));
+          s.once("close", () => resolve(s));
+        }),
+      ),
+    );
+    cleanup.push(() => silent.forEach((s) => s.destroy()));
+    // Out of descriptors, the listener said so and drops the silent ones past their grace.
+    await v.next((e) => e.event === "connection-error" && e.errno === "EMFILE");
+    await new Promise((r) => setTimeout(r, 600));
+    await stillServes(v.uvUrl);
   });
 });
 
