@@ -125,7 +125,10 @@ export async function startBystander(): Promise<Secret> {
 }
 
 /** A pipe over uv + basic opened by hand, frame by frame, as a foreign peer would. */
-export async function rawPipe(port: number): Promise<{ main: RawSocket; reply: RawSocket; channel: RawSocket }> {
+export async function rawPipe(
+  port: number,
+  onIds?: (ids: bigint[]) => void,
+): Promise<{ main: RawSocket; reply: RawSocket; channel: RawSocket }> {
   const main = await RawSocket.connect(port);
   main.write(
     onTheWire([
@@ -137,6 +140,7 @@ export async function rawPipe(port: number): Promise<{ main: RawSocket; reply: R
     ]),
   );
   const answer = protocol.decodeBrochureAnswer(await main.readFrame());
+  onIds?.([...answer.transportRegistrationIds.values(), ...[...answer.channelRegistrationIds.values()].flat()]);
   const requested = async (id: bigint) => {
     const s = await RawSocket.connect(port);
     s.write(onTheWire([protocol.encodePacket({ kind: "requested", registrationId: id })]));
