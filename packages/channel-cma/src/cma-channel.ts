@@ -11,6 +11,7 @@ import {
   NopWriter,
   type PipeInfo,
   type TensorBuffer,
+  type TransportMedium,
   TensorPipeError,
   VIABLE,
   type Viability,
@@ -65,8 +66,8 @@ const MAX_PARALLELISM = 64;
  * over shm the ring is faster up to its 4 MiB (11.2 against 8.1 GB/s at
  * 4 MiB, 8.3 against 11.8 at 8 MiB); over TCP they meet at 128 KiB.
  */
-export function defaultInlineMax(transport: string | undefined): number {
-  return transport === "shm" ? 4 * MiB : 128 * KiB;
+export function defaultInlineMax(medium: TransportMedium | undefined): number {
+  return medium === "shared-memory" ? 4 * MiB : 128 * KiB;
 }
 
 /** Where the receiver reads from: the sender's pid and address. */
@@ -311,7 +312,7 @@ export class CmaChannelContext implements ChannelContext {
   createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transport);
+    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transportMedium);
     return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax });
   }
 

@@ -80,15 +80,15 @@ describe("cma channel", () => {
   });
 
   it("by default sends through the transport up to 4 MiB over shm and 128 KiB over TCP", async () => {
-    expect([defaultInlineMax("shm"), defaultInlineMax("uv")]).toEqual([4 * MiB, 128 * 1024]);
+    expect([defaultInlineMax("shared-memory"), defaultInlineMax("network"), defaultInlineMax(undefined)]).toEqual([4 * MiB, 128 * 1024, 128 * 1024]);
     for (const [transport, size, inline] of [
-      ["shm", 4 * MiB, true],
-      ["shm", 4 * MiB + 1, false],
-      ["uv", 128 * 1024, true],
-      ["uv", 128 * 1024 + 1, false],
+      ["shared-memory", 4 * MiB, true],
+      ["shared-memory", 4 * MiB + 1, false],
+      ["network", 128 * 1024, true],
+      ["network", 128 * 1024 + 1, false],
     ] as const) {
       const { here, there } = await connections();
-      const sender = new CmaChannelContext().createChannel(here, "connect", { transport });
+      const sender = new CmaChannelContext().createChannel(here, "connect", { transportMedium: transport });
       const sent = sender.send(patterned(size, 3), size);
       // Inline, the first connection carries the tensor itself; else where to read it from.
       const frame = await there[0]!.read(8 * MiB);

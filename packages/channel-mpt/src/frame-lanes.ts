@@ -1,5 +1,5 @@
 import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core";
-import type { BulkLanes } from "./bulk-lanes.js";
+import type { BulkLanes } from "./lanes.js";
 import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
 
 interface SendOp {

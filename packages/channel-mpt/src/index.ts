@@ -13,7 +13,8 @@ import { MptChannel } from "./mpt-channel.js";
 import { loadAddon } from "./native.js";
 
 export { MptChannel } from "./mpt-channel.js";
-export { type BulkLanes, defaultUnsentLimit } from "./bulk-lanes.js";
+export { defaultUnsentLimit } from "./bulk-lanes.js";
+export type { BulkLanes } from "./lanes.js";
 export { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, chunkSize, decodeChunkHeader, encodeChunkHeader, type ChunkHeader } from "./chunks.js";
 
 /** Options of the mpt channel. */

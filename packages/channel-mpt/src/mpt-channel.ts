@@ -1,5 +1,6 @@
 import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes, writeFrame } from "@tensorpipe/core";
-import { type BulkLanes, openBulkLanes } from "./bulk-lanes.js";
+import { openBulkLanes } from "./bulk-lanes.js";
+import type { BulkLanes } from "./lanes.js";
 
 /**
  * One end of an mpt channel. The first connection carries tensors smaller

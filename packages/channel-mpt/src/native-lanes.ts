@@ -1,5 +1,5 @@
 import { Deferred, type DetachedSocket, type TensorPipeError, closedError, fromNativeError } from "@tensorpipe/core";
-import type { BulkLanes } from "./bulk-lanes.js";
+import type { BulkLanes } from "./lanes.js";
 import type { NativeAddon, NativeLaneSet } from "./native.js";
 
 /** Bulk lanes on their own threads (native/lane_set.cc), each operation a promise. */

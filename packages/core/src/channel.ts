@@ -5,7 +5,7 @@
  * its own (shared memory, CUDA IPC, RDMA).
  */
 import type { Device, TensorBuffer } from "./device.js";
-import type { Connection } from "./transport.js";
+import type { Connection, TransportMedium } from "./transport.js";
 import type { Viability } from "./viability.js";
 
 /** A device a channel serves, and what the peer compares to see whether it can reach it. */
@@ -19,10 +19,10 @@ export interface DeviceDescriptor {
 /** Which end of the handshake a channel is built on. */
 export type Endpoint = "listen" | "connect";
 
-/** What a channel may want to know of the pipe it serves. */
+/** What a channel may want to know of the pipe it serves: what its transport says of itself, the same at both ends. */
 export interface PipeInfo {
-  /** The pipe's transport ("uv", "shm"), the same at both ends. */
-  transport: string;
+  /** How the pipe's transport moves bytes (TransportContext.medium). */
+  transportMedium: TransportMedium;
 }
 
 /** A channel backend: registered with Context.registerChannel(), it offers devices in the handshake and builds one Channel per pipe. */

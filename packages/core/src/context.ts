@@ -323,7 +323,7 @@ export class Context implements PipeAcceptor {
       for (const [name, ids] of answer.channelRegistrationIds) {
         const conns = channelConnections.slice(next, next + ids.length);
         next += ids.length;
-        channels.set(name, this.channels.get(name)!.context.createChannel(conns, "connect", { transport: answer.transport }));
+        channels.set(name, this.channels.get(name)!.context.createChannel(conns, "connect", { transportMedium: chosen.medium ?? "network" }));
       }
       return this.adopt(
         new Pipe({
@@ -426,7 +426,7 @@ export class Context implements PipeAcceptor {
       for (const [name, regs] of channelRegs) {
         channels.set(
           name,
-          this.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", { transport: transport.name }),
+          this.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", { transportMedium: transport.context.medium ?? "network" }),
         );
         i += regs.length;
       }

@@ -11,77 +11,37 @@
  * | `tensorpipe:message:write`            | {@link MessageSizesMessage}     |
  * | `tensorpipe:message:read`             | {@link MessageSizesMessage}     |
  */
-import diagnostics_channel from "node:diagnostics_channel";
-import type { TensorPipeError } from "./errors.js";
-import type { Listener } from "./listener.js";
-import type { Pipe } from "./pipe.js";
-import type { DevicePairChoice } from "./protocol.js";
+import type { ListenerErrorMessage } from "./listener.js";
+import type { MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+import { channels } from "./diagnostic-channels.js";
 
-/** A pipe finished its handshake. */
-export interface PipeOpenMessage {
-  /** The pipe. */
-  pipe: Pipe;
-  /** "connect" on the side that dialled, "listen" on the side that accepted. */
-  side: "connect" | "listen";
-  /** The peer: the URL dialled, or the address the connection came from. */
-  peer: string;
-  /** The transport negotiated. */
-  transport: string;
-  /** The channel for each device pair, from this side's view. */
-  channels: readonly DevicePairChoice[];
+export type { ListenerErrorMessage } from "./listener.js";
+export type { MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+
+/** A diagnostics_channel channel whose messages are all of type `M`. */
+export interface TypedChannel<M> {
+  /** The channel's name ("tensorpipe:pipe:open", ...). */
+  readonly name: string | symbol;
+  /** Whether anyone listens: messages are built only then. */
+  readonly hasSubscribers: boolean;
+  /** Calls `onMessage` with every message published from now on. */
+  subscribe(onMessage: (message: M, name: string | symbol) => void): void;
+  /** Stops calling `onMessage`; false if it was not subscribed. */
+  unsubscribe(onMessage: (message: M, name: string | symbol) => void): boolean;
+  /** Hands `message` to every subscriber. */
+  publish(message: M): void;
 }
 
-/** A pipe ended; `error` says why (ERR_TP_CLOSED when this side closed it). */
-export interface PipeCloseMessage {
-  /** The pipe that ended. */
-  pipe: Pipe;
-  /** Why it ended. */
-  error: TensorPipeError;
-}
-
-/** A listener dropped a connection before it became a pipe. */
-export interface ListenerErrorMessage {
-  /** The listener. */
-  listener: Listener;
-  /** Why it was dropped. */
-  error: TensorPipeError;
-  /** Where the connection came from ("" when accepting itself failed). */
-  remoteAddress: string;
-}
-
-/**
- * A message a pipe took to write (`tensorpipe:message:write`), or whose
- * descriptor it took a read for (`tensorpipe:message:read`).
- */
-export interface MessageSizesMessage {
-  /** The pipe. */
-  pipe: Pipe;
-  /** Characters of metadata. */
-  metadataLength: number;
-  /** Bytes of each payload, in order. */
-  payloads: number[];
-  /**
-   * Bytes of each tensor, in order, and the channel that carries it ("" for
-   * a tensor written without a target device until the peer picks one).
-   */
-  tensors: {
-    /** Bytes of the tensor. */
-    length: number;
-    /** The channel that carries it. */
-    channel: string;
-  }[];
-}
-
-/** The channels, by what they report. */
-export const diagnostics = {
+/** The channels, by what they report, typed by their messages (Node types every message `unknown`). */
+export const diagnostics = channels as unknown as {
   /** `tensorpipe:pipe:open`. */
-  pipeOpen: diagnostics_channel.channel("tensorpipe:pipe:open"),
+  readonly pipeOpen: TypedChannel<PipeOpenMessage>;
   /** `tensorpipe:pipe:close`. */
-  pipeClose: diagnostics_channel.channel("tensorpipe:pipe:close"),
+  readonly pipeClose: TypedChannel<PipeCloseMessage>;
   /** `tensorpipe:listener:connectionError`. */
-  listenerError: diagnostics_channel.channel("tensorpipe:listener:connectionError"),
+  readonly listenerError: TypedChannel<ListenerErrorMessage>;
   /** `tensorpipe:message:write`. */
-  messageWrite: diagnostics_channel.channel("tensorpipe:message:write"),
+  readonly messageWrite: TypedChannel<MessageSizesMessage>;
   /** `tensorpipe:message:read`. */
-  messageRead: diagnostics_channel.channel("tensorpipe:message:read"),
-} as const;
+  readonly messageRead: TypedChannel<MessageSizesMessage>;
+};

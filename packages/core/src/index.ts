@@ -10,6 +10,7 @@ export {
   type PipeCloseMessage,
   type ListenerErrorMessage,
   type MessageSizesMessage,
+  type TypedChannel,
 } from "./diagnostics.js";
 export type {
   Message,
@@ -44,6 +45,7 @@ export {
   type DetachedSocket,
   type FrameCallback,
   type ListenOptions,
+  type TransportMedium,
   type PeerProcess,
   DONE,
   writeFrame,

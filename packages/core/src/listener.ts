@@ -4,7 +4,7 @@ import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
-import { diagnostics } from "./diagnostics.js";
+import { channels as diagnostics } from "./diagnostic-channels.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Pipe } from "./pipe.js";
 import { addCount } from "./stats.js";
@@ -12,6 +12,17 @@ import { decodePacket } from "./protocol.js";
 import type { Connection, TransportListener } from "./transport.js";
 
 const log = debugLog("listener");
+
+/** A listener dropped a connection before it became a pipe. */
+export interface ListenerErrorMessage {
+  /** The listener. */
+  listener: Listener;
+  /** Why it was dropped. */
+  error: TensorPipeError;
+  /** Where the connection came from ("" when accepting itself failed). */
+  remoteAddress: string;
+}
+
 
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;

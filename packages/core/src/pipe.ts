@@ -7,7 +7,7 @@ import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import type { Channel } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
-import { type MessageSizesMessage, diagnostics } from "./diagnostics.js";
+import { channels as diagnostics } from "./diagnostic-channels.js";
 import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
@@ -29,6 +29,52 @@ import { type ChannelStats, PipeCounters, type PipeStats } from "./stats.js";
 import { type Connection, DONE } from "./transport.js";
 
 const log = debugLog("pipe");
+
+/** A pipe finished its handshake. */
+export interface PipeOpenMessage {
+  /** The pipe. */
+  pipe: Pipe;
+  /** "connect" on the side that dialled, "listen" on the side that accepted. */
+  side: "connect" | "listen";
+  /** The peer: the URL dialled, or the address the connection came from. */
+  peer: string;
+  /** The transport negotiated. */
+  transport: string;
+  /** The channel for each device pair, from this side's view. */
+  channels: readonly DevicePairChoice[];
+}
+
+/** A pipe ended; `error` says why (ERR_TP_CLOSED when this side closed it). */
+export interface PipeCloseMessage {
+  /** The pipe that ended. */
+  pipe: Pipe;
+  /** Why it ended. */
+  error: TensorPipeError;
+}
+
+/**
+ * A message a pipe took to write (`tensorpipe:message:write`), or whose
+ * descriptor it took a read for (`tensorpipe:message:read`).
+ */
+export interface MessageSizesMessage {
+  /** The pipe. */
+  pipe: Pipe;
+  /** Characters of metadata. */
+  metadataLength: number;
+  /** Bytes of each payload, in order. */
+  payloads: number[];
+  /**
+   * Bytes of each tensor, in order, and the channel that carries it ("" for
+   * a tensor written without a target device until the peer picks one).
+   */
+  tensors: {
+    /** Bytes of the tensor. */
+    length: number;
+    /** The channel that carries it. */
+    channel: string;
+  }[];
+}
+
 
 /** Limits a pipe enforces on what its peer sends. */
 export interface PipeOptions {

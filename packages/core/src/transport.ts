@@ -17,6 +17,11 @@ export interface TransportContext {
   /** Extra URL schemes accepted for this transport ("tcp" for "uv"). */
   readonly aliases?: readonly string[];
   /**
+   * How it moves bytes, for channels that choose by it (cma sends more
+   * inline over shared memory); default "network".
+   */
+  readonly medium?: TransportMedium;
+  /**
    * Starts listening at `address` (the part of the URL after "scheme://"),
    * calling `onConnection` for each accepted connection and `onError` when
    * accepting one failed (out of file descriptors, ...); it goes on listening.
@@ -56,6 +61,9 @@ export interface PeerProcess {
   /** Its real, effective, saved and file-system uids, read while it was proven. */
   uids: readonly [number, number, number, number];
 }
+
+/** How a transport moves bytes: copies through memory shared by the two processes, or a socket's stream. */
+export type TransportMedium = "shared-memory" | "network";
 
 /** What TransportContext.listen() returns: accepting until closed. */
 export interface TransportListener {

@@ -73,6 +73,8 @@ export interface ShmTransportOptions {
  * end reports ERR_TP_SYSTEM with errno EMFILE, not a protocol error.
  */
 export class ShmTransport implements TransportContext {
+  /** Bytes go through rings in memory both processes map. */
+  readonly medium = "shared-memory" as const;
   private closed = false;
   private readonly native: NativeShmOptions;
 
