@@ -210,7 +210,14 @@ export class CmaChannel implements Channel {
     if (!this.descriptors.provePeerProcess) {
       throw denied("the pipe's transport cannot prove which process is at the other end, so cma will not read from it", where);
     }
-    const pidfd = this.addon.pinProcess(pid);
+    let pidfd: number;
+    try {
+      pidfd = this.addon.pinProcess(pid);
+    } catch (e) {
+      // No such process: a peer that went says so (ERR_TP_PEER_CLOSED) through its connection.
+      this.descriptors.provePeerProcess(pid);
+      throw e;
+    }
     try {
       // After the pin: a pid reused since then cannot pass for the peer.
       const { uids } = this.descriptors.provePeerProcess(pid);

@@ -164,7 +164,7 @@ describe("cma channel", () => {
   });
 
   it.each([
-    ["a pid no process has", 2 ** 22 + 12345, /no process has pid/],
+    ["a pid no process has", 2 ** 22 + 12345, /process 4206649 is not the peer: no process 4206649/],
     ["another process (init), readable to root", 1, /process 1 is not the peer/],
   ])("refuses %s with ERR_TP_PERMISSION_DENIED before any copy, and tells the sender", async (_, pid, message) => {
     const { here, there } = await connections();

@@ -1,5 +1,6 @@
 export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
-export { Listener, type ListenerEvents, type PipeAcceptor } from "./listener.js";
+export { Listener, type ListenerEvents, type ListenTarget } from "./listener.js";
+export type { HandshakeSettings } from "./handshake.js";
 export { type AuthOptions, type AuthSession, SharedSecretAuth, AUTH_ENTRY } from "./auth.js";
 export { Pipe, type PipeParts, type PipeOptions } from "./pipe.js";
 export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";

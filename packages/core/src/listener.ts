@@ -1,15 +1,16 @@
-import { randomBytes } from "node:crypto";
-import type { AuthSession, SharedSecretAuth } from "./auth.js";
 import { EventEmitter } from "node:events";
 import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
 import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { channels as diagnostics } from "./diagnostic-channels.js";
-import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
-import type { Pipe } from "./pipe.js";
-import { addCount } from "./stats.js";
+import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
+import { type HandshakeSettings, answer } from "./handshake.js";
+import type { Registered } from "./negotiation.js";
+import type { Pipe, PipeParts } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
-import type { Connection, TransportListener } from "./transport.js";
+import { Registrations } from "./registrations.js";
+import { addCount } from "./stats.js";
+import type { Connection, TransportContext, TransportListener } from "./transport.js";
 
 const log = debugLog("listener");
 
@@ -23,24 +24,19 @@ export interface ListenerErrorMessage {
   remoteAddress: string;
 }
 
-
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;
 /** How long a connection may say nothing before the cap on silent ones may drop it (ms). */
 const SILENT_GRACE_MS = 250;
-/** The frame that ties a requested connection to its pipe, under authentication: one HMAC-SHA256. */
-const CONNECTION_PROOF_FRAME = 32;
 
-/** What the listener needs from its context to turn a connection into a pipe. */
-export interface PipeAcceptor {
-  /** Completes the handshake of a new pipe that came on `transport`. */
-  acceptPipe(listener: Listener, transport: string, connection: Connection): Promise<Pipe>;
-  /** Checks the proofs of connections registered by authenticated handshakes. */
-  readonly auth?: SharedSecretAuth;
-  /** How long a connection may take to become a pipe, in ms. */
-  readonly handshakeTimeout: number;
-  /** How many connections may be in their handshake at once; one more drops the oldest. */
-  readonly maxPendingHandshakes: number;
+/** Where a listener listens: one transport at one address. */
+export interface ListenTarget {
+  /** The transport, as registered. */
+  transport: Registered<TransportContext>;
+  /** The URL's scheme, for the address the listener reports. */
+  scheme: string;
+  /** The part of the URL after "scheme://". */
+  address: string;
 }
 
 /** The events a Listener emits. */
@@ -52,31 +48,67 @@ export interface ListenerEvents {
 /**
  * Accepts pipes on one or more transports. Connections that turn out not to
  * be TensorPipe peers are dropped with a 'connectionError' event; the
- * listener carries on.
+ * listener carries on. Made by Context.listen().
  */
 export class Listener extends EventEmitter<ListenerEvents> implements AsyncIterable<Pipe> {
   private readonly transportListeners = new Map<string, TransportListener>();
   private readonly urls = new Map<string, string>();
   private readonly ready: Pipe[] = [];
   private readonly acceptWaiters: Deferred<Pipe>[] = [];
-  private readonly registrations = new Map<bigint, { waiter: Deferred<Connection>; session?: AuthSession }>();
+  private readonly registrations: Registrations;
   private closedError?: TensorPipeError;
   private readonly pending = new Set<Connection>();
   /** Connections that have not sent their first frame yet, oldest first, with when they came. */
   private readonly silent = new Map<Connection, number>();
   /** Drops the silent connections once they are past their grace, out of descriptors (sweepSilentSoon). */
   private sweep?: NodeJS.Timeout;
-  /** @internal Connections dropped before they became pipes, by error code. */
-  readonly connectionErrors = new Map<string, number>();
+  private readonly counts = new Map<string, number>();
 
-  constructor(private readonly acceptor: PipeAcceptor) {
+  private constructor(
+    private readonly settings: HandshakeSettings,
+    private readonly maxPendingHandshakes: number,
+    /** Makes the Pipe of a finished handshake (the Context keeps it). */
+    private readonly adopt: (parts: PipeParts) => Pipe,
+  ) {
     super();
+    this.registrations = new Registrations(settings.auth);
   }
 
-  /** @internal */
-  addTransportListener(transport: string, scheme: string, listener: TransportListener): void {
-    this.transportListeners.set(transport, listener);
-    this.urls.set(transport, `${scheme}://${listener.address()}`);
+  /**
+   * Listens at every target, one transport each; the handshakes draw on
+   * `settings`, and `adopt` makes each finished one a Pipe.
+   */
+  static async open(
+    targets: readonly ListenTarget[],
+    settings: HandshakeSettings,
+    maxPendingHandshakes: number,
+    adopt: (parts: PipeParts) => Pipe,
+  ): Promise<Listener> {
+    const listener = new Listener(settings, maxPendingHandshakes, adopt);
+    try {
+      for (const { transport, scheme, address } of targets) {
+        if (listener.transportListeners.has(transport.name)) {
+          throw new TensorPipeError(ErrorCode.INVALID_ARG, `listener has two addresses for transport "${transport.name}"`);
+        }
+        const tl = await transport.context.listen(
+          address,
+          (c) => listener.handleConnection(transport.name, c),
+          (e) => listener.reportAcceptError(e),
+          { handshakeTimeout: settings.handshakeTimeout, maxPendingHandshakes },
+        );
+        listener.transportListeners.set(transport.name, tl);
+        listener.urls.set(transport.name, `${scheme}://${tl.address()}`);
+      }
+    } catch (e) {
+      listener.close();
+      throw e;
+    }
+    return listener;
+  }
+
+  /** Connections dropped before they became pipes, by error code. */
+  get connectionErrors(): ReadonlyMap<string, number> {
+    return this.counts;
   }
 
   /** The URLs peers can connect to, one per transport listened on. */
@@ -94,8 +126,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     return new Set(this.transportListeners.keys());
   }
 
-  /** @internal Called by a transport for each accepted connection. */
-  handleConnection(transport: string, connection: Connection): void {
+  /** Each connection a transport accepted: a new pipe's, or one a handshake asked for. */
+  private handleConnection(transport: string, connection: Connection): void {
     if (this.closedError) {
       connection.close(this.closedError);
       return;
@@ -105,11 +137,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.pending.add(connection);
     const timer = setTimeout(() => {
       connection.close(
-        new TensorPipeError(ErrorCode.TIMEOUT, `handshake not done within ${this.acceptor.handshakeTimeout} ms`, {
+        new TensorPipeError(ErrorCode.TIMEOUT, `handshake not done within ${this.settings.handshakeTimeout} ms`, {
           where: connection.remoteAddress,
         }),
       );
-    }, this.acceptor.handshakeTimeout);
+    }, this.settings.handshakeTimeout);
     this.routeConnection(transport, connection).then(
       (pipe) => {
         clearTimeout(timer);
@@ -133,21 +165,21 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    * to send one (a burst of real peers goes over the cap for that long).
    */
   private dropSilentPastCap(): void {
-    if (this.silent.size < this.acceptor.maxPendingHandshakes) return;
+    if (this.silent.size < this.maxPendingHandshakes) return;
     const [oldest, since] = this.silent.entries().next().value!;
     if (performance.now() - since < SILENT_GRACE_MS) return;
     this.silent.delete(oldest);
     oldest.close(
       new TensorPipeError(
         ErrorCode.TIMEOUT,
-        `connection dropped: it sent nothing while ${this.acceptor.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`,
+        `connection dropped: it sent nothing while ${this.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`,
         { where: oldest.remoteAddress },
       ),
     );
   }
 
-  /** @internal Called by a transport that failed to accept a connection. */
-  reportAcceptError(error: Error): void {
+  /** A transport failed to accept a connection (out of descriptors, ...): it goes on listening. */
+  private reportAcceptError(error: Error): void {
     if (this.closedError) return;
     const err = fromNativeError(error, "accept");
     this.dropped(err, "");
@@ -183,7 +215,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */
   private dropped(error: TensorPipeError, remoteAddress: string): void {
-    addCount(this.connectionErrors, error.code);
+    addCount(this.counts, error.code);
     if (log.enabled) log("dropped a connection from %s: %s", remoteAddress || "accept", describeError(error));
     if (diagnostics.listenerError.hasSubscribers) diagnostics.listenerError.publish({ listener: this, error, remoteAddress });
     this.emit("connectionError", error, remoteAddress);
@@ -198,42 +230,16 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       this.silent.delete(connection);
     }
     const packet = decodePacket(first);
-    if (packet.kind === "spontaneous") {
-      return this.acceptor.acceptPipe(this, transport, connection);
+    if (packet.kind === "requested") {
+      await this.registrations.claim(packet.registrationId, connection);
+      return undefined;
     }
-    const id = packet.registrationId;
-    const registration = this.registrations.get(id);
-    if (!registration) throw protocolError(`unknown registration id ${id}`, connection.remoteAddress);
-    // A connection that fails the proof is dropped and the id stays for the real one.
-    if (registration.session) {
-      this.acceptor.auth!.verifyConnectionProof(registration.session, id, await connection.read(CONNECTION_PROOF_FRAME));
-      if (this.registrations.get(id) !== registration) throw protocolError(`registration id ${id} was already taken`, connection.remoteAddress);
-    }
-    this.registrations.delete(id);
-    registration.waiter.resolve(connection);
-    return undefined;
-  }
-
-  /**
-   * @internal Reserves an id whose connection the peer will open: 64
-   * random bits, so that no other process can guess one and slip in; with
-   * `session`, the connection must also prove that it belongs to it.
-   */
-  register(session?: AuthSession): { id: bigint; connection: Promise<Connection>; cancel: () => void } {
-    let id: bigint;
-    do id = randomBytes(8).readBigUInt64LE();
-    while (this.registrations.has(id));
-    const waiter = new Deferred<Connection>();
-    const registration = { waiter, session };
-    this.registrations.set(id, registration);
-    return {
-      id,
-      connection: waiter.promise,
-      cancel: () => {
-        if (this.registrations.get(id) === registration) this.registrations.delete(id);
-        waiter.reject(closedError("registration"));
-      },
-    };
+    const parts = await answer(this.settings, connection, transport, {
+      transports: this.listeningTransports(),
+      addressOf: (name) => this.transportAddress(name),
+      registrations: this.registrations,
+    });
+    return this.adopt(parts);
   }
 
   private deliver(pipe: Pipe): void {
@@ -279,8 +285,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.closedError = err;
     for (const l of this.transportListeners.values()) l.close();
     for (const w of this.acceptWaiters.splice(0)) w.reject(err);
-    for (const r of this.registrations.values()) r.waiter.reject(err);
-    this.registrations.clear();
+    this.registrations.rejectAll(err);
     for (const c of this.pending) c.close(err);
     this.pending.clear();
     this.silent.clear();

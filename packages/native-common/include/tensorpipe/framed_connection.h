@@ -144,6 +144,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     std::array<uid_t, 4> uids{};
     std::string why;
     if (!ProvePeerProcess(fd, static_cast<pid_t>(pid), &uids, &why)) {
+      if (PeerHungUp(fd)) throw CodedError(env, "ERR_TP_PEER_CLOSED", "peer closed the connection");
       throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "process " + std::to_string(static_cast<pid_t>(pid)) +
                                                             " is not the peer: " + why);
     }

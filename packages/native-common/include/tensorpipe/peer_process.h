@@ -21,6 +21,7 @@
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
@@ -231,6 +232,17 @@ inline bool ReadUids(pid_t pid, std::array<uid_t, 4>* uids, std::string* why) {
 }
 
 }  // namespace peer_process_detail
+
+// Whether the other end of `sockfd` has closed or shut down its side: a
+// proof that fails then is a peer that went, not one that lied.
+inline bool PeerHungUp(int sockfd) {
+  pollfd p{sockfd, POLLRDHUP, 0};
+  int n;
+  do {
+    n = poll(&p, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 // Whether process `pid` (of this pid namespace) holds the other end of the
 // connected socket `sockfd`. On success `uids` holds its real, effective,

@@ -1,0 +1,305 @@
+/**
+ * The handshake that turns connections into the parts of a pipe, both
+ * ways: dial() on the connecting side, answer() on the listening side
+ * (docs/wire-protocol.md; the shared-secret extension in auth.ts). Each
+ * returns PipeParts; the Context makes and keeps the Pipe.
+ */
+import { splitHostPort } from "./address.js";
+import { AUTH_ENTRY, type AuthSession, type SharedSecretAuth } from "./auth.js";
+import type { Channel, ChannelContext } from "./channel.js";
+import { debugLog } from "./debug.js";
+import { CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
+import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
+import {
+  type Registered,
+  buildBrochure,
+  byPriority,
+  checkAnswer,
+  chooseChannels,
+  chooseTransport,
+  describePairs,
+} from "./negotiation.js";
+import type { PipeOptions, PipeParts } from "./pipe.js";
+import {
+  type Brochure,
+  type BrochureAnswer,
+  ConnectionKind,
+  decodeBrochure,
+  decodeBrochureAnswer,
+  encodeBrochure,
+  encodeBrochureAnswer,
+  encodePacket,
+} from "./protocol.js";
+import type { Registration, Registrations } from "./registrations.js";
+import type { Connection, TransportContext } from "./transport.js";
+import type { Viability } from "./viability.js";
+
+const log = debugLog("negotiation");
+
+/** Before a peer has shown it speaks the protocol, its frames stay small. */
+const MAX_HANDSHAKE_FRAME = 1024 * 1024;
+
+/** What both sides of a handshake draw on: a context's backends and settings. */
+export interface HandshakeSettings {
+  /** Sent to listeners in the first packet. */
+  readonly name: string;
+  /** The registered transports, by name. */
+  readonly transports: ReadonlyMap<string, Registered<TransportContext>>;
+  /** The registered channels, by name. */
+  readonly channels: ReadonlyMap<string, Registered<ChannelContext>>;
+  /** The shared-secret handshake, when on. */
+  readonly auth?: SharedSecretAuth;
+  /** How long the listening side waits for the connections it registered (ms). */
+  readonly handshakeTimeout: number;
+  /** The limits the pipe keeps on what its peer sends. */
+  readonly pipeOptions: PipeOptions;
+}
+
+/** What the listening side offers a handshake: where it listens, and ids for the connections it asks for. */
+export interface ListeningSide {
+  /** The transports listened on. */
+  readonly transports: ReadonlySet<string>;
+  /** Where `transport` listens, as sent to the peer. */
+  addressOf(transport: string): string | undefined;
+  /** The ids of the connections asked for. */
+  readonly registrations: Registrations;
+}
+
+/** A brochure in one line: each backend offered, with its descriptors. */
+function describeBrochure(b: Brochure): string {
+  const transports = [...b.transportDomainDescriptors].filter(([name]) => name !== AUTH_ENTRY);
+  const channels = [...b.channelDeviceDescriptors].map(
+    ([name, devices]) => `${name} [${[...devices.values()].map((d) => `${deviceKey(d.device)} "${d.descriptor}"`).join(", ")}]`,
+  );
+  return `transports ${transports.map(([n, d]) => `${n} "${d}"`).join(", ") || "none"}; channels ${channels.join(", ") || "none"}`;
+}
+
+function viable<T extends { isViable(): Viability }>(from: ReadonlyMap<string, Registered<T>>): Map<string, T> {
+  const out = new Map<string, T>();
+  for (const [name, r] of from) if (r.context.isViable().viable) out.set(name, r.context);
+  return out;
+}
+
+/** Same host (scope aside) and port, for addresses of the form host:port. */
+function sameEndpoint(a: string, b: string): boolean {
+  try {
+    const x = splitHostPort(a);
+    const y = splitHostPort(b);
+    return x.port === y.port && x.host.split("%")[0]!.toLowerCase() === y.host.split("%")[0]!.toLowerCase();
+  } catch {
+    return a === b;
+  }
+}
+
+/**
+ * The connecting side: dials `address` over `transport`, offers what this
+ * side has, and opens the connections the listener's answer asks for.
+ * Every connection opened goes into `opened` (so that the caller can close
+ * them all if it gives up), each under `signal`.
+ */
+export async function dial(
+  settings: HandshakeSettings,
+  url: string,
+  transport: Registered<TransportContext>,
+  address: string,
+  signal: AbortSignal | undefined,
+  opened: Connection[],
+): Promise<PipeParts> {
+  const main = await transport.context.connect(address, { signal });
+  opened.push(main);
+  if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
+  const { auth } = settings;
+  const brochure = buildBrochure(byPriority(settings.transports.values()), byPriority(settings.channels.values()));
+  const hello = auth?.hello();
+  if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
+  if (log.enabled) {
+    log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
+    for (const [kind, all] of [["transport", settings.transports], ["channel", settings.channels]] as const) {
+      for (const r of all.values()) {
+        const v = r.context.isViable();
+        if (!v.viable) log("not offering %s %s: %s", kind, r.name, v.reason);
+      }
+    }
+  }
+  const exchange = async (frames: Uint8Array[]): Promise<BrochureAnswer> => {
+    const sent = main.write(frames);
+    try {
+      const [, bytes] = await Promise.all([sent, main.read(MAX_HANDSHAKE_FRAME)]);
+      return decodeBrochureAnswer(bytes);
+    } catch (e) {
+      const err = fromNativeError(e, url);
+      if (err.code === ErrorCode.PEER_CLOSED) {
+        throw new TensorPipeError(
+          ErrorCode.NEGOTIATION,
+          `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
+            auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
+          }, or it could not take the connection (see its connectionError events)`,
+          { where: url, cause: err },
+        );
+      }
+      throw err;
+    }
+  };
+  let answer = await exchange([encodePacket({ kind: "spontaneous", contextName: settings.name }), encodeBrochure(brochure)]);
+  let session: AuthSession | undefined;
+  if (hello) {
+    const reply = auth!.answerChallenge(hello.client, answer);
+    session = reply.session;
+    brochure.transportDomainDescriptors.set(AUTH_ENTRY, reply.entry);
+    answer = await exchange([encodeBrochure(brochure)]);
+  }
+  if (answer.transport === AUTH_ENTRY) {
+    throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, "listener requires authentication: set ContextOptions.auth with its shared secret", {
+      where: url,
+    });
+  }
+  if (log.enabled) {
+    log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, describePairs(answer.channelForDevicePair));
+  }
+  const viableChannels = viable(settings.channels);
+  const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
+  // Every CPU tensor either way would otherwise fail on its first write.
+  const cpuChannels = [...viableChannels].filter(([, c]) => c.deviceDescriptors().some((d) => sameDevice(d.device, CPU_DEVICE)));
+  if (cpuChannels.length > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+    throw new TensorPipeError(
+      ErrorCode.NEGOTIATION,
+      `no channel for CPU tensors in common with the listener: this side offers ${cpuChannels.map(([name]) => name).join(", ")}; register one that both ends have (basic works everywhere)`,
+      { where: url },
+    );
+  }
+  const chosen = settings.transports.get(answer.transport)!.context;
+  // The listener names itself as it sees itself; where that is the
+  // address dialled already (a link-local one, say, whose scope only
+  // means something here), keep dialling it as this side wrote it.
+  const followUp = answer.transport === transport.name && sameEndpoint(answer.address, address) ? address : answer.address;
+  const openRequested = async (id: bigint): Promise<Connection> => {
+    const c = await chosen.connect(followUp, { signal });
+    opened.push(c);
+    const packet = encodePacket({ kind: "requested", registrationId: id });
+    await c.write(session ? [packet, auth!.connectionProof(session, id)] : [packet]);
+    return c;
+  };
+  const mainId = answer.transportRegistrationIds.get(ConnectionKind.MAIN);
+  const replyId = answer.transportRegistrationIds.get(ConnectionKind.REPLY);
+  if (replyId === undefined) throw protocolError("brochure answer registered no reply connection", url);
+  const [newMain, reply, ...channelConnections] = await Promise.all([
+    mainId === undefined ? Promise.resolve(main) : openRequested(mainId),
+    openRequested(replyId),
+    ...[...answer.channelRegistrationIds.values()].flat().map(openRequested),
+  ]);
+  if (newMain !== main) main.close();
+  const channels = new Map<string, Channel>();
+  let next = 0;
+  for (const [name, ids] of answer.channelRegistrationIds) {
+    const conns = channelConnections.slice(next, next + ids.length);
+    next += ids.length;
+    channels.set(name, settings.channels.get(name)!.context.createChannel(conns, "connect", { transportMedium: chosen.medium ?? "network" }));
+  }
+  return {
+    transport: answer.transport,
+    main: newMain!,
+    reply: reply!,
+    channels,
+    pairs,
+    peer: url,
+    side: "connect",
+    options: settings.pipeOptions,
+  };
+}
+
+/**
+ * The listening side, after a SpontaneousConnection packet on `main` (which
+ * came on transport `cameOn`): reads the offer, chooses, answers, and waits
+ * for the connections it registered.
+ */
+export async function answer(settings: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide): Promise<PipeParts> {
+  const { auth } = settings;
+  let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
+  let session: AuthSession | undefined;
+  if (auth) {
+    const challenge = auth.challenge(brochure.transportDomainDescriptors.get(AUTH_ENTRY));
+    session = challenge.session;
+    const [, bytes] = await Promise.all([main.write([encodeBrochureAnswer(challenge.answer)]), main.read(MAX_HANDSHAKE_FRAME)]);
+    brochure = decodeBrochure(bytes);
+    auth.verifyProof(session, brochure.transportDomainDescriptors.get(AUTH_ENTRY));
+  }
+  brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
+  const from = main.remoteAddress;
+  if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
+  const note = log.enabled ? (name: string, why: string) => log("%s: %s: %s", from, name, why) : undefined;
+  const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
+  if (!transport) {
+    throw new TensorPipeError(
+      ErrorCode.NEGOTIATION,
+      `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")})`,
+      { where: from },
+    );
+  }
+  const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
+  const registrations: Registration[] = [];
+  const register = () => {
+    const r = listening.registrations.register(session);
+    registrations.push(r);
+    return r;
+  };
+  const transportRegistrationIds = new Map<number, bigint>();
+  const mainReg = transport.name !== cameOn ? register() : undefined;
+  if (mainReg) transportRegistrationIds.set(ConnectionKind.MAIN, mainReg.id);
+  transportRegistrationIds.set(ConnectionKind.REPLY, register().id);
+  const channelRegs = new Map<string, Registration[]>();
+  for (const c of choice.selected) {
+    channelRegs.set(c.name, Array.from({ length: c.context.numConnectionsNeeded() }, register));
+  }
+  try {
+    await main.write([
+      encodeBrochureAnswer({
+        transport: transport.name,
+        address: listening.addressOf(transport.name)!,
+        transportRegistrationIds,
+        transportDomainDescriptor: transport.context.domainDescriptor(),
+        channelRegistrationIds: new Map([...channelRegs].map(([name, regs]) => [name, regs.map((r) => r.id)])),
+        channelDeviceDescriptors: choice.deviceDescriptors,
+        channelForDevicePair: choice.pairs,
+      }),
+    ]);
+    // The peer gives up the first connection once it has opened its
+    // replacement, maybe before the others arrive: only a deadline counts then.
+    let timer: NodeJS.Timeout | undefined;
+    const givenUp = mainReg
+      ? new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new TensorPipeError(ErrorCode.TIMEOUT, "peer did not open the connections it was given ids for")),
+            settings.handshakeTimeout,
+          );
+        })
+      : main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
+    givenUp.catch(() => undefined);
+    const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() => clearTimeout(timer));
+    let i = 0;
+    const pipeMain = mainReg ? conns[i++]! : main;
+    const reply = conns[i++]!;
+    if (mainReg) main.close();
+    const channels = new Map<string, Channel>();
+    for (const [name, regs] of channelRegs) {
+      const medium = transport.context.medium ?? "network";
+      channels.set(name, settings.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", { transportMedium: medium }));
+      i += regs.length;
+    }
+    return {
+      transport: transport.name,
+      main: pipeMain,
+      reply,
+      channels,
+      pairs: choice.pairs,
+      peer: pipeMain.remoteAddress,
+      side: "listen",
+      options: settings.pipeOptions,
+    };
+  } catch (e) {
+    for (const r of registrations) {
+      r.cancel();
+      r.connection.then((c) => c.close(), () => undefined);
+    }
+    throw e;
+  }
+}
