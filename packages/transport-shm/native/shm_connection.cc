@@ -205,7 +205,8 @@ void ShmConnection::OnSocket() {
       problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 3";
     else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
       problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
-    else if ((fcntl(received[0], F_GET_SEALS) & kRingSeals) != kRingSeals)
+    // -1 (EINVAL) for anything but a memfd: a plain file could be cut short.
+    else if (int seals = fcntl(received[0], F_GET_SEALS); seals < 0 || (seals & kRingSeals) != kRingSeals)
       problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
     else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
       problem = "peer's ring memory does not have the size it announced";

@@ -85,10 +85,10 @@ describe("shm transport against a hostile peer", () => {
     expect(accepted).toHaveLength(0);
   });
 
-  it("a ring that is not sealed against shrinking is refused: one cut short would kill its writer with SIGBUS", async () => {
+  it.each(["unsealed", "file"])("a ring that is not sealed against shrinking is refused (%s): one cut short would kill its writer with SIGBUS", async (mode) => {
     const listening = await listen();
     const { listener, accepted, errors } = listening;
-    const hostile = runHostile(listener.address(), "unsealed");
+    const hostile = runHostile(listener.address(), mode);
     await expect.poll(() => errors.length + accepted.length).toBe(1);
     // Had it been taken, this write would land where the peer cut its ring.
     for (const c of accepted) {
