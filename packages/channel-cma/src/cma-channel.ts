@@ -97,6 +97,14 @@ function readError(err: Error, pid: number): TensorPipeError {
 }
 
 const OK = new Uint8Array(0);
+
+/** What the sender is told of a failed read: a refusal says no more than that (no pids, no sockets of this machine). */
+function answerFor(e: Error): string {
+  if ((e as TensorPipeError).code === ErrorCode.PERMISSION_DENIED) {
+    return `${ErrorCode.PERMISSION_DENIED}: the process announced is not this pipe's peer, or runs as another user`;
+  }
+  return e.message || "failed";
+}
 const utf8 = new TextEncoder();
 
 function denied(message: string, where: string): TensorPipeError {
@@ -177,11 +185,15 @@ export class CmaChannel implements Channel {
         throw protocolError(`cma descriptor announces ${source.length} bytes, ${length} were expected`);
       }
       const peer = this.proven(source.pid);
+      // Its pid may name another process by now: nothing is read by it then.
+      if (this.exited(peer)) throw new TensorPipeError(ErrorCode.PEER_CLOSED, `the peer process ${peer.pid} has exited`, { where: "cma" });
       return new Promise<void>((resolve, reject) => {
         this.addon.readv(source.pid, source.address, length, target, this.tuning.parallelism, this.tuning.hugePages, (err) => {
           if (err) reject(readError(err, source.pid));
           else if (this.exited(peer)) {
-            reject(new TensorPipeError(ErrorCode.CONNECTION_RESET, `the peer process ${peer.pid} exited during the copy`, { where: "cma" }));
+            // Gone during the copy, its pid maybe reused at once: what landed may not be the peer's.
+            target.fill(0, 0, length);
+            reject(new TensorPipeError(ErrorCode.PEER_CLOSED, `the peer process ${peer.pid} exited during the copy`, { where: "cma" }));
           } else resolve();
         });
       });
@@ -192,7 +204,7 @@ export class CmaChannel implements Channel {
     const answered = this.lastAck.then(() =>
       copied.then(
         () => this.acks.write([OK]),
-        (e: Error) => this.acks.write([utf8.encode(e.message || "failed")]).then(() => Promise.reject(e)),
+        (e: Error) => this.acks.write([utf8.encode(answerFor(e))]).then(() => Promise.reject(e)),
       ),
     );
     this.lastAck = answered.catch(() => undefined);

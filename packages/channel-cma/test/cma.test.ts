@@ -2,7 +2,7 @@ import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { readFileSync } from "node:fs";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
 
@@ -171,7 +171,29 @@ describe("cma channel", () => {
     const receiver = channel(there);
     await here[0]!.write([source(pid, 4096n, MiB)]);
     await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(message) });
-    expect(Buffer.from(await here[1]!.read(4096)).toString()).toMatch(message);
+    // The sender learns it was refused, and nothing of this machine's processes.
+    const told = Buffer.from(await here[1]!.read(4096)).toString();
+    expect(told).toMatch(/^ERR_TP_PERMISSION_DENIED: the process announced is not this pipe's peer/);
+    expect(told).not.toMatch(/inode|\d{3,}/);
+  });
+
+  it("reads nothing once the proven peer has exited: its pid may be another process's by then", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here);
+    const receiver = channel(there);
+    const data = patterned(MiB, 4);
+    await Promise.all([sender.send(data, MiB), receiver.recv(new Uint8Array(MiB), MiB)]);
+    // As the pinned pidfd reports once its process is gone.
+    const addon = (receiver as unknown as { addon: { processExited(fd: number): boolean } }).addon;
+    const exited = vi.spyOn(addon, "processExited").mockReturnValue(true);
+    try {
+      const target = new Uint8Array(MiB).fill(0xaa);
+      await here[0]!.write([source(process.pid, 4096n, MiB)]);
+      await expect(receiver.recv(target, MiB)).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/has exited/) });
+      expect(target.every((b) => b === 0xaa)).toBe(true);
+    } finally {
+      exited.mockRestore();
+    }
   });
 
   it("reads only the pid it proved first: a later announcement of another is refused", async () => {

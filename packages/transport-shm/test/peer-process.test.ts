@@ -59,6 +59,21 @@ describe("shm provePeerProcess", () => {
     return c;
   }
 
+  it("proves whoever holds the peer's socket now, not the process that connected and has gone (SO_PEERCRED)", async () => {
+    const { address, accepted } = await listen();
+    const hostilePeer = new URL("../build/Release/shm_hostile_peer", import.meta.url).pathname;
+    const forked = spawn(hostilePeer, [address, "forked"], { stdio: ["pipe", "pipe", "inherit"] });
+    closers.push(() => forked.stdin!.end());
+    let out = "";
+    forked.stdout!.on("data", (d) => (out += d));
+    await expect.poll(() => out.includes("\n") && accepted.length === 1, { timeout: 10_000 }).toBe(true);
+    const [connected, holder] = out.trim().split(" ").map(Number) as [number, number];
+    await expect.poll(() => { try { process.kill(connected, 0); return true; } catch { return false; } }).toBe(false);
+    // The pid the kernel recorded at connect() could be any process's by now.
+    expect(() => accepted[0]!.provePeerProcess!(connected)).toThrow(denied(/no process|holds no descriptor/));
+    expect(accepted[0]!.provePeerProcess!(holder)).toEqual({ pid: holder, uids: [uid, uid, uid, uid] });
+  });
+
   it("proves the child at the other end, and no other process", async () => {
     const { address, accepted } = await listen();
     const peer = await child(address);
@@ -69,12 +84,12 @@ describe("shm provePeerProcess", () => {
 
     expect(conn.provePeerProcess!(peer.pid!)).toEqual({ pid: peer.pid, uids: [uid, uid, uid, uid] });
     // This process holds only its own end.
-    expect(() => conn.provePeerProcess!(process.pid)).toThrow(denied(new RegExp(`peer is process ${peer.pid}, not ${process.pid}`)));
+    expect(() => conn.provePeerProcess!(process.pid)).toThrow(denied(new RegExp(`process ${process.pid} holds no descriptor of the peer's Unix socket`)));
     // A bystander, even one connected to the same listener.
-    expect(() => conn.provePeerProcess!(bystander.pid!)).toThrow(denied(new RegExp(`peer is process ${peer.pid}, not ${bystander.pid}`)));
+    expect(() => conn.provePeerProcess!(bystander.pid!)).toThrow(denied(new RegExp(`process ${bystander.pid} holds no descriptor of the peer's Unix socket`)));
     // A process that is gone.
     const gone = await deadPid();
-    expect(() => conn.provePeerProcess!(gone)).toThrow(denied(new RegExp(`not ${gone}`)));
+    expect(() => conn.provePeerProcess!(gone)).toThrow(denied(new RegExp(`no process ${gone}`)));
     for (const pid of [0, -1, 1.5, Number.NaN, 2 ** 40]) {
       expect(() => conn.provePeerProcess!(pid), String(pid)).toThrow(denied(/not a process/));
     }

@@ -18,11 +18,14 @@
 #include <fcntl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -91,20 +94,43 @@ struct Endpoint {
   }
 };
 
+// Sends one NETLINK_SOCK_DIAG request and reads the kernel's answer into
+// `buffer`: its length, or -1 with `why`.
+inline ssize_t SockDiagExchange(const void* request, size_t length, char* buffer, size_t capacity, std::string* why) {
+  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) {
+    *why = Errno("socket(AF_NETLINK, NETLINK_SOCK_DIAG)", errno);
+    return -1;
+  }
+  // The kernel answers inside sendmsg(); the bound is only a safety net.
+  timeval timeout{1, 0};
+  setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  ssize_t sent;
+  do {
+    sent = sendto(nl, request, length, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) {
+    *why = Errno("sock_diag request", errno);
+    close(nl);
+    return -1;
+  }
+  ssize_t n;
+  do {
+    n = recv(nl, buffer, capacity, 0);
+  } while (n < 0 && errno == EINTR);
+  int recvErrno = errno;
+  close(nl);
+  if (n < 0) *why = Errno("sock_diag answer", recvErrno);
+  return n;
+}
+
 // The inode of the TCP socket whose own address is `self` and whose peer is
 // `other`, from NETLINK_SOCK_DIAG. Returns false with `why` when there is
 // none in this network namespace (the peer is on another machine, in
 // another namespace, or gone).
 inline bool FindTcpSocketInode(const Endpoint& self, const Endpoint& other, uint64_t* inode, std::string* why) {
-  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (nl < 0) {
-    *why = Errno("socket(AF_NETLINK, NETLINK_SOCK_DIAG)", errno);
-    return false;
-  }
-  // The kernel answers inside sendmsg(); the bound is only a safety net.
-  timeval timeout{1, 0};
-  setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-
   struct {
     nlmsghdr header;
     inet_diag_req_v2 body;
@@ -123,30 +149,9 @@ inline bool FindTcpSocketInode(const Endpoint& self, const Endpoint& other, uint
   request.body.id.idiag_if = self.scope;  // a socket bound to a link-local address is found on its interface only
   request.body.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
   request.body.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  ssize_t sent;
-  do {
-    sent = sendto(nl, &request, sizeof request, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel);
-  } while (sent < 0 && errno == EINTR);
-  if (sent < 0) {
-    *why = Errno("sock_diag request", errno);
-    close(nl);
-    return false;
-  }
-
   alignas(nlmsghdr) char buffer[8192];
-  ssize_t n;
-  do {
-    n = recv(nl, buffer, sizeof buffer, 0);
-  } while (n < 0 && errno == EINTR);
-  int recvErrno = errno;
-  close(nl);
-  if (n < 0) {
-    *why = Errno("sock_diag answer", recvErrno);
-    return false;
-  }
+  ssize_t n = SockDiagExchange(&request, sizeof request, buffer, sizeof buffer, why);
+  if (n < 0) return false;
   const std::string where = "TCP socket " + self.ToString() + " -> " + other.ToString();
   auto* h = reinterpret_cast<nlmsghdr*>(buffer);
   int len = static_cast<int>(n);
@@ -177,6 +182,58 @@ inline bool FindTcpSocketInode(const Endpoint& self, const Endpoint& other, uint
     }
     *inode = msg->idiag_inode;
     return true;
+  }
+  *why = "sock_diag gave no answer for " + where;
+  return false;
+}
+
+// The inode of the socket at the other end of the Unix socket `sockfd`,
+// from NETLINK_SOCK_DIAG (UNIX_DIAG_PEER): the socket the peer holds,
+// whichever process holds it now.
+inline bool FindUnixPeerInode(int sockfd, uint64_t* inode, std::string* why) {
+  struct stat st{};
+  if (fstat(sockfd, &st) != 0) {
+    *why = Errno("fstat", errno);
+    return false;
+  }
+  struct {
+    nlmsghdr header;
+    unix_diag_req body;
+  } request{};
+  request.header.nlmsg_len = sizeof request;
+  request.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  request.header.nlmsg_flags = NLM_F_REQUEST;  // one socket, by its inode: no dump
+  request.header.nlmsg_seq = 1;
+  request.body.sdiag_family = AF_UNIX;
+  request.body.udiag_states = ~0u;
+  request.body.udiag_ino = static_cast<uint32_t>(st.st_ino);
+  request.body.udiag_show = UDIAG_SHOW_PEER;
+  request.body.udiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  request.body.udiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  alignas(nlmsghdr) char buffer[8192];
+  ssize_t n = SockDiagExchange(&request, sizeof request, buffer, sizeof buffer, why);
+  if (n < 0) return false;
+  const std::string where = "Unix socket (inode " + std::to_string(st.st_ino) + ")";
+  int len = static_cast<int>(n);
+  for (auto* h = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      *why = Errno(("sock_diag lookup of " + where).c_str(), -static_cast<nlmsgerr*>(NLMSG_DATA(h))->error);
+      return false;
+    }
+    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(unix_diag_msg))) continue;
+    auto* msg = static_cast<unix_diag_msg*>(NLMSG_DATA(h));
+    if (msg->udiag_ino != st.st_ino) continue;
+    int attrs = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(unix_diag_msg)));
+    for (auto* a = reinterpret_cast<rtattr*>(msg + 1); RTA_OK(a, attrs); a = RTA_NEXT(a, attrs)) {
+      if (a->rta_type != UNIX_DIAG_PEER || RTA_PAYLOAD(a) < sizeof(uint32_t)) continue;
+      uint32_t peer;
+      std::memcpy(&peer, RTA_DATA(a), sizeof peer);
+      if (peer == 0) break;
+      *inode = peer;
+      return true;
+    }
+    *why = where + " has no peer: the other end is gone";
+    return false;
   }
   *why = "sock_diag gave no answer for " + where;
   return false;
@@ -262,18 +319,12 @@ inline bool ProvePeerProcess(int sockfd, pid_t pid, std::array<uid_t, 4>* uids, 
     return false;
   }
   if (self.ss_family == AF_UNIX) {
-    // Recorded by the kernel when the peer connected (or listened), and
-    // translated into our pid namespace.
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (getsockopt(sockfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      *why = d::Errno("getsockopt(SO_PEERCRED)", errno);
-      return false;
-    }
-    if (cred.pid != pid) {
-      *why = "the Unix socket's peer is process " + std::to_string(cred.pid) + ", not " + std::to_string(pid);
-      return false;
-    }
+    // Not SO_PEERCRED: that names the process that connected, even after
+    // it exited and its pid went to another (a child holding the socket
+    // on). The process must hold the peer's socket now.
+    uint64_t inode = 0;
+    if (!d::FindUnixPeerInode(sockfd, &inode, why)) return false;
+    if (!d::HoldsSocket(pid, inode, "the peer's Unix socket (inode " + std::to_string(inode) + ")", why)) return false;
   } else if (self.ss_family == AF_INET || self.ss_family == AF_INET6) {
     sockaddr_storage peer{};
     socklen_t peerLen = sizeof peer;
