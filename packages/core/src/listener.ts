@@ -188,8 +188,9 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /**
    * Out of descriptors, new connections are turned away before they get
-   * here, so none comes to push a silent one out: those silent past the
-   * grace period go by themselves, and free their descriptors.
+   * here, so none comes to push a silent one out: each that has been
+   * silent for the grace period goes by itself, and frees its descriptor,
+   * until none is left.
    */
   private sweepSilentSoon(): void {
     if (this.sweep || this.silent.size === 0) return;
@@ -207,6 +208,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
             }),
           );
         }
+        this.sweepSilentSoon();
       },
       Math.max(0, since + SILENT_GRACE_MS - performance.now()),
     );

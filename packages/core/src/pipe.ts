@@ -217,7 +217,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private readonly onDescriptorError = (e: unknown): void => {
     const err = this.describe(e);
     if (err.code === ErrorCode.PEER_CLOSED) this.endStream(err);
-    else this.fail(err);
+    else if (err.code === ErrorCode.PROTOCOL && /exceeds the limit/.test(err.message)) {
+      // The transport knows the number; this side's option that sets it is named here.
+      this.fail(
+        new TensorPipeError(ErrorCode.PROTOCOL, `descriptor ${err.message}: raise ContextOptions.maxControlFrameLength on this side if that is meant`, {
+          where: err.where,
+          cause: err,
+        }),
+      );
+    } else this.fail(err);
   };
 
   constructor(parts: PipeParts) {

@@ -164,6 +164,7 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   // the handshake is due. Whichever of the two goes first unlinks the other.
   ShmListener* watcher_ = nullptr;
   std::list<ShmConnection*>::iterator watchEntry_;
+  uint64_t handshakeBegan_ = 0;     // uv_now() ms
   uint64_t handshakeDeadline_ = 0;  // uv_now() ms
 };
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "tensorpipe/addon_data.h"
+#include "tensorpipe/descriptor_shortage.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {
@@ -21,6 +22,13 @@ namespace {
 // How long accepting pauses when the process is out of descriptors and
 // the backlog cannot even be shed (no reserve descriptor either).
 constexpr uint64_t kAcceptRetryMs = 100;
+
+// How long a peer may say nothing before, out of descriptors, it goes (ms):
+// a real one greets as it connects.
+constexpr uint64_t kSilentGraceMs = 250;
+
+// The descriptors a connection takes until its handshake is done.
+constexpr int kHandshakeDescriptors = 4;
 
 // Connections accepted on one turn of the loop at most.
 constexpr int kAcceptsPerTurn = 16;
@@ -136,13 +144,30 @@ void ShmListener::Accept(Napi::Env env) {
   // one go would run this process out of them (and shed the real peers
   // queued behind). The poll fires again on the next turn.
   for (int taken = 0; taken < kAcceptsPerTurn; taken++) {
+    // A connection takes a socket, a memfd and two eventfds: without room
+    // for them its handshake would fail, so silent peers make room first,
+    // and accepting waits for the loop to close them.
+    if (!starting_.empty() && !HasDescriptors(fd_, kHandshakeDescriptors) && DropSilent(env)) {
+      PauseAccepting();
+      return;
+    }
     int sock = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (sock < 0) {
       int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EMFILE || err == ENFILE) {
-        ShedBacklog(env, err);
+        // Silent peers hold the descriptors: they go first. Else the backlog goes.
+        if (DropSilent(env)) PauseAccepting();
+        else ShedBacklog(env);
+        if (!closed_ && CanCallIntoJs(env)) {
+          Napi::HandleScope scope(env);
+          Napi::Error e = UvError(env, uv_translate_sys_error(err), "accept");
+          e.Set("message", Napi::String::New(env, std::string("this process is out of file descriptors (") +
+                                                      (err == EMFILE ? "EMFILE" : "ENFILE") +
+                                                      "): connections are turned away until some close; raise `ulimit -n`"));
+          Report(e.Value());
+        }
       } else {
         Napi::HandleScope scope(env);
         Report(UvError(env, uv_translate_sys_error(err), "accept").Value());
@@ -184,9 +209,9 @@ void ShmListener::Accept(Napi::Env env) {
 // backlog, and the level-triggered poll would fire again at once, spinning
 // the loop until a descriptor frees up. libuv's trick: the reserve goes, to
 // accept and close at once everything waiting (those peers see EOF), and
-// comes back. Reported once. Without a reserve (taken meanwhile), accepting
-// pauses for a moment instead.
-void ShmListener::ShedBacklog(Napi::Env env, int err) {
+// comes back. Without a reserve (taken meanwhile), accepting pauses for a
+// moment instead.
+void ShmListener::ShedBacklog(Napi::Env env) {
   if (reserveFd_ >= 0) {
     ::close(reserveFd_);
     reserveFd_ = -1;
@@ -206,13 +231,40 @@ void ShmListener::ShedBacklog(Napi::Env env, int err) {
     resumeAt_ = uv_now(GetAddonData(env)->loop()) + kAcceptRetryMs;
     ArmTimer();
   }
-  Napi::HandleScope scope(env);
-  Report(UvError(env, uv_translate_sys_error(err), "accept").Value());
+}
+
+// Until the next turn of the loop, when it has closed the handles (and so
+// the descriptors) of the connections dropped on this one: accepting now
+// would find none free, and shed the real peers queued.
+void ShmListener::PauseAccepting() {
+  if (closed_) return;
+  uv_poll_stop(poll_);
+  resumeAt_ = uv_now(GetAddonData(Env())->loop());
+  ArmTimer();
+}
+
+// Out of descriptors: drops the handshakes silent for kSilentGraceMs or
+// more, unless a last look finds their greeting. Whether any went.
+bool ShmListener::DropSilent(Napi::Env env) {
+  uint64_t now = uv_now(GetAddonData(env)->loop());
+  bool dropped = false;
+  while (!closed_ && !starting_.empty() && now - starting_.front()->handshakeBegan_ >= kSilentGraceMs) {
+    Napi::HandleScope scope(env);
+    ShmConnection* oldest = starting_.front();
+    oldest->TryGreeting();
+    if (closed_ || !CanCallIntoJs(env)) return true;
+    if (starting_.empty() || starting_.front() != oldest) continue;
+    DropOldest(env, "shm handshake dropped: it had sent nothing while this process was out of file descriptors");
+    dropped = true;
+    if (closed_ || !CanCallIntoJs(env)) return true;
+  }
+  return dropped;
 }
 
 void ShmListener::Watch(ShmConnection* c) {
   uint64_t now = uv_now(GetAddonData(Env())->loop());
   c->watcher_ = this;
+  c->handshakeBegan_ = now;
   c->handshakeDeadline_ = bounds_.timeoutMs != 0 ? now + bounds_.timeoutMs : UINT64_MAX;
   c->watchEntry_ = starting_.insert(starting_.end(), c);
   if (starting_.size() == 1) ArmTimer();

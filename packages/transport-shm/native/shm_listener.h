@@ -41,10 +41,12 @@ class ShmListener : public Napi::ObjectWrap<ShmListener>, public EnvResource {
   static void OnHandleClosed(uv_handle_t* handle);
   void Accept(Napi::Env env);
   // Out of descriptors: turns away what waits in the backlog (see the .cc).
-  void ShedBacklog(Napi::Env env, int err);
+  void ShedBacklog(Napi::Env env);
   void Watch(ShmConnection* c);
   // Closes the oldest handshake and tells JS why; false if none was left.
   bool DropOldest(Napi::Env env, const std::string& message);
+  bool DropSilent(Napi::Env env);
+  void PauseAccepting();
   void ArmTimer();
   void Report(Napi::Value error);
 

@@ -84,6 +84,19 @@ describe("hostile descriptors", () => {
   });
 });
 
+describe("a frame over the limit", () => {
+  it("a descriptor frame announced past maxControlFrameLength fails the pipe naming the option, with nothing allocated for it", async () => {
+    const v = await victim();
+    const { main } = await rawPipe(v.port);
+    const header = Buffer.alloc(8);
+    header.writeBigUInt64LE(2n ** 40n);
+    main.write(header);
+    const e = await v.next((e) => e.event === "pipe-error");
+    expect(e).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/maxControlFrameLength/) });
+    await stillServes(v.uvUrl);
+  });
+});
+
 describe("a forged cma pid", () => {
   let bystander: Secret;
   async function withBystander(): Promise<Secret> {
@@ -226,7 +239,8 @@ describe("registration ids", () => {
 
 describe("silent connections", () => {
   it("2000 silent shm connections under a 256-descriptor limit do not keep a real shm pipe out", async () => {
-    const v = await victim({ handshakeTimeout: 2000, maxPendingHandshakes: 32 }, 256);
+    // The defaults: 128 pending shm handshakes would take more descriptors than there are.
+    const v = await victim({}, 256);
     const name = v.shmUrl.slice("shm://".length);
     // node:net cannot reach an abstract socket: the shm package's hostile peer holds them.
     const hostilePeer = fileURLToPath(new URL("../../../transport-shm/build/Release/shm_hostile_peer", import.meta.url));
@@ -236,14 +250,16 @@ describe("silent connections", () => {
       silent.stdout!.on("data", (d: Buffer) => d.toString().includes("connected") && resolve());
       silent.once("exit", (code) => reject(new Error(`the silent peer exited (${code})`)));
     });
+    // Out of descriptors, the silent ones past their grace go.
+    await new Promise((r) => setTimeout(r, 600));
     await stillServes(v.shmUrl, { transports: ["shm"], channels: ["basic"] });
     expect(v.events.some((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT)).toBe(true);
   });
 });
 
 describe("silent TCP connections", () => {
-  it("2000 silent uv connections under a 256-descriptor limit do not keep a real pipe out for long", async () => {
-    const v = await victim({ maxPendingHandshakes: 32 }, 256);
+  it("2000 silent uv connections under a 256-descriptor limit keep a real client out for no more than the time to drain them", async () => {
+    const v = await victim({}, 256);
     const silent = await Promise.all(
       Array.from({ length: 2000 }, () =>
         new Promise<Socket>((resolve) => {
@@ -255,10 +271,22 @@ describe("silent TCP connections", () => {
       ),
     );
     cleanup.push(() => silent.forEach((s) => s.destroy()));
-    // Out of descriptors, the listener said so and drops the silent ones past their grace.
-    await v.next((e) => e.event === "connection-error" && e.errno === "EMFILE");
-    await new Promise((r) => setTimeout(r, 600));
-    await stillServes(v.uvUrl);
+    // Past maxPendingHandshakes, or out of descriptors, the silent ones past their grace go.
+    await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT && /sent nothing/.test(e.message!));
+    // What the kernel queued before the listener could take it is drained a
+    // descriptor limit's worth at a time, each in its grace: a client that
+    // retries, as a real one would, gets in within a few of them.
+    const deadline = Date.now() + 8000;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await stillServes(v.uvUrl);
+        console.log(`a real client got in at attempt ${attempt}`);
+        break;
+      } catch (e) {
+        if (Date.now() > deadline) throw e;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
   });
 });
 

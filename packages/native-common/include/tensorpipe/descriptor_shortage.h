@@ -21,4 +21,19 @@ inline int DescriptorShortage(int fd) {
   return errno == EMFILE || errno == ENFILE ? errno : 0;
 }
 
+// Whether `n` more descriptors could be opened now (duplicates of `fd`,
+// closed again): room for a handshake that needs that many.
+inline bool HasDescriptors(int fd, int n) {
+  int probes[8];
+  int got = 0;
+  while (got < n && got < 8) {
+    int probe = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (probe < 0) break;
+    probes[got++] = probe;
+  }
+  bool enough = got == n;
+  while (got > 0) ::close(probes[--got]);
+  return enough;
+}
+
 }  // namespace tensorpipe_js
