@@ -527,8 +527,14 @@ void ShmConnection::HoldLoopForInput() {
 void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
+  DrainEventfd(c->inboxReadableFd_);
+  // A wake-up with nothing to read (a peer that only signals): the wait
+  // sleeps on, and polls for nothing; each would cost a spell of polling.
+  if (!c->HasInput() && c->waiting_) {
+    if (!c->spinning_) c->Sleep();
+    return;
+  }
   FromLoop(c->Env(), [&] {
-    DrainEventfd(c->inboxReadableFd_);
     c->EndWait(c->HasInput());
     c->PumpReads();
   });

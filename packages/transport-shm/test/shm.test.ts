@@ -85,6 +85,22 @@ describe("shm transport against a hostile peer", () => {
     expect(accepted).toHaveLength(0);
   });
 
+  it("a peer that only signals its wake-ups costs little CPU: a waiting read sleeps on, it does not poll for each", async () => {
+    const { listener, accepted } = await listen();
+    const hostile = execFile(hostilePeer, [listener.address(), "wakes"]);
+    await expect.poll(() => accepted.length).toBe(1);
+    const read = accepted[0]!.read(1024);
+    read.catch(() => undefined);
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    await new Promise<void>((resolve) => hostile.stdout!.on("data", (d: Buffer) => d.toString().includes("done") && resolve()));
+    const spent = process.cpuUsage(cpu);
+    const wall = performance.now() - started;
+    // Polling a spell for each of 5000 wake-ups took a core (5 s of CPU in 5 s).
+    expect((spent.user + spent.system) / 1000 / wall).toBeLessThan(0.4);
+    accepted[0]!.close();
+  });
+
   it.each(["unsealed", "file"])("a ring that is not sealed against shrinking is refused (%s): one cut short would kill its writer with SIGBUS", async (mode) => {
     const listening = await listen();
     const { listener, accepted, errors } = listening;
