@@ -1,17 +1,4 @@
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  type Context,
-  CPU_DEVICE,
-  DONE,
-  type DeviceDescriptor,
-  type TensorBuffer,
-  VIABLE,
-  type Viability,
-  cpuBytes,
-  writeFrame,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, DONE, type DeviceDescriptor, type TensorBuffer, VIABLE, type Viability, cpuBytes, writeFrame } from "@tensorpipe/core/backend";
 
 /**
  * One end of a basic channel: each tensor is one frame on its own transport

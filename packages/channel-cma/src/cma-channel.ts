@@ -1,27 +1,5 @@
 import { availableParallelism } from "node:os";
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  CPU_DEVICE,
-  type DeviceDescriptor,
-  type Endpoint,
-  ErrorCode,
-  NopReader,
-  NopWriter,
-  type PipeInfo,
-  type TensorBuffer,
-  type TransportMedium,
-  TensorPipeError,
-  VIABLE,
-  type Viability,
-  cpuBytes,
-  fromNativeError,
-  hostIdentity,
-  notViable,
-  protocolError,
-  writeFrame,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, NopReader, NopWriter, type PipeInfo, type TensorBuffer, type TransportMedium, TensorPipeError, VIABLE, type Viability, cpuBytes, fromNativeError, hostIdentity, notViable, protocolError, writeFrame } from "@tensorpipe/core/backend";
 import { type NativeAddon, loadAddon } from "./native.js";
 
 /** Options of the cma channel. */

@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core";
+import type { Context } from "@tensorpipe/core/backend";
 import { CmaChannelContext, type CmaChannelOptions } from "./cma-channel.js";
 
 export { CmaChannel, CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./cma-channel.js";

@@ -1,4 +1,4 @@
-import { nativeAddonLoader } from "@tensorpipe/core";
+import { nativeAddonLoader } from "@tensorpipe/core/backend";
 
 /** The addon's surface, as native/addon.cc defines it. */
 export interface NativeAddon {

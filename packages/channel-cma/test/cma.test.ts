@@ -1,4 +1,4 @@
-import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core";
+import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { readFileSync } from "node:fs";

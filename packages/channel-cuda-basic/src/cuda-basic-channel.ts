@@ -1,4 +1,4 @@
-import type { Channel, CudaBuffer, TensorBuffer } from "@tensorpipe/core";
+import type { Channel, CudaBuffer, TensorBuffer } from "@tensorpipe/core/backend";
 import { copyToDevice, copyToHost, cudaSlice, cudaTensor } from "@tensorpipe/cuda";
 import type { PinnedPool } from "./pinned-pool.js";
 

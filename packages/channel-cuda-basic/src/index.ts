@@ -1,15 +1,5 @@
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  type Context,
-  type DeviceDescriptor,
-  type Endpoint,
-  type PipeInfo,
-  type Viability,
-  notViable,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Endpoint, type PipeInfo, type Viability, notViable } from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaBasicChannel } from "./cuda-basic-channel.js";
 import { PinnedPool } from "./pinned-pool.js";

@@ -1,5 +1,5 @@
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { CPU_DEVICE, Context, type Pipe, cudaBuffer } from "@tensorpipe/core";
+import { CPU_DEVICE, Context, type Pipe, cudaBuffer } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import {
   allocateCuda,

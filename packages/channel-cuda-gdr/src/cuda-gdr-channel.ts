@@ -1,13 +1,4 @@
-import {
-  type Channel,
-  type Connection,
-  type CudaBuffer,
-  type TensorBuffer,
-  type TensorPipeError,
-  closedError,
-  fromNativeError,
-  protocolError,
-} from "@tensorpipe/core";
+import { type Channel, type Connection, type CudaBuffer, type TensorBuffer, type TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import { allocationOf, cudaTensor, streamReady } from "@tensorpipe/cuda";
 import type { Nic, QueuePair } from "./nic.js";
 import {

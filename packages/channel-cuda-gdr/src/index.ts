@@ -1,14 +1,5 @@
 import { existsSync } from "node:fs";
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  type Context,
-  type DeviceDescriptor,
-  type Viability,
-  VIABLE,
-  notViable,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, notViable } from "@tensorpipe/core/backend";
 import { type CudaDeviceInfo, cudaInfo } from "@tensorpipe/cuda";
 import { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
 import { type ProbedDevice, loadAddon } from "./native.js";

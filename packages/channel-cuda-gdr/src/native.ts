@@ -1,4 +1,4 @@
-import { nativeAddonLoader } from "@tensorpipe/core";
+import { nativeAddonLoader } from "@tensorpipe/core/backend";
 
 /** A port of an RDMA device, as probed. */
 export interface ProbedPort {

@@ -1,4 +1,4 @@
-import { Deferred, ErrorCode, TensorPipeError, closedError } from "@tensorpipe/core";
+import { Deferred, ErrorCode, TensorPipeError, closedError } from "@tensorpipe/core/backend";
 import type { NativeAddon, NativeNic, NicAddress } from "./native.js";
 import { RegistrationCache } from "./registration-cache.js";
 

@@ -8,7 +8,7 @@
  * - on the second connection, per tensor, from the receiver once its
  *   receives are posted: the NIC it receives on.
  */
-import { protocolError } from "@tensorpipe/core";
+import { protocolError } from "@tensorpipe/core/backend";
 
 /** Far more than any machine has; bounds what a peer can make us allocate. */
 export const MAX_NICS = 64;

@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { Context, ErrorCode } from "@tensorpipe/core";
+import { Context, ErrorCode } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { allocateCuda, copyToDevice, copyToHost, cudaSlice, freeCuda } from "@tensorpipe/cuda";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";

@@ -1,4 +1,4 @@
-import { ErrorCode } from "@tensorpipe/core";
+import { ErrorCode } from "@tensorpipe/core/backend";
 import { describe, expect, it } from "vitest";
 import {
   MAX_NICS,

@@ -1,13 +1,4 @@
-import {
-  type Channel,
-  type Connection,
-  type CudaBuffer,
-  ErrorCode,
-  type TensorBuffer,
-  TensorPipeError,
-  fromNativeError,
-  protocolError,
-} from "@tensorpipe/core";
+import { type Channel, type Connection, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import { cudaTensor, streamReady } from "@tensorpipe/cuda";
 import { IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest } from "./ipc-request.js";
 import type { NativeAddon } from "./native.js";

@@ -1,14 +1,4 @@
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  type Context,
-  type DeviceDescriptor,
-  type Viability,
-  VIABLE,
-  hostIdentity,
-  notViable,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, hostIdentity, notViable } from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaIpcChannel } from "./cuda-ipc-channel.js";
 import { loadAddon } from "./native.js";

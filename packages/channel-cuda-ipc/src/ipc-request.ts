@@ -1,4 +1,4 @@
-import { protocolError } from "@tensorpipe/core";
+import { protocolError } from "@tensorpipe/core/backend";
 
 /**
  * What the sender tells the receiver for each tensor, as one frame, once

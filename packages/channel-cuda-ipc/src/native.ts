@@ -1,4 +1,4 @@
-import { nativeAddonLoader } from "@tensorpipe/core";
+import { nativeAddonLoader } from "@tensorpipe/core/backend";
 
 export interface ExportedTensor {
   /** The IPC handle of the allocation that holds the tensor. */

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { Context, ErrorCode } from "@tensorpipe/core";
+import { Context, ErrorCode } from "@tensorpipe/core/backend";
 import { hasPattern } from "@tensorpipe/core/testing";
 import { allocateCuda, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
 import { registerUvTransport } from "@tensorpipe/transport-uv";

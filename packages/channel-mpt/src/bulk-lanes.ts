@@ -1,4 +1,4 @@
-import { type Connection, type DetachedSocket, ErrorCode, TensorPipeError, splitHostPort } from "@tensorpipe/core";
+import { type Connection, type DetachedSocket, ErrorCode, TensorPipeError, splitHostPort } from "@tensorpipe/core/backend";
 import { closeSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { FrameLanes } from "./frame-lanes.js";

@@ -8,7 +8,7 @@
  * the padding, which native/lane_set.cc adds so that the chunk's bytes
  * line up with the sender's memory.
  */
-import { protocolError } from "@tensorpipe/core";
+import { protocolError } from "@tensorpipe/core/backend";
 
 /** Bytes of a chunk header, before its padding. */
 export const CHUNK_HEADER_BYTES = 24;

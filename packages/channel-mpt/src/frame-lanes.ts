@@ -1,4 +1,4 @@
-import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core";
+import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import type { BulkLanes } from "./lanes.js";
 import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
 

@@ -1,14 +1,5 @@
 import { availableParallelism } from "node:os";
-import {
-  type Channel,
-  type ChannelContext,
-  type Connection,
-  type Context,
-  CPU_DEVICE,
-  type DeviceDescriptor,
-  VIABLE,
-  type Viability,
-} from "@tensorpipe/core";
+import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, type DeviceDescriptor, VIABLE, type Viability } from "@tensorpipe/core/backend";
 import { MptChannel } from "./mpt-channel.js";
 import { loadAddon } from "./native.js";
 

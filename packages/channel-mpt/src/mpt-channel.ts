@@ -1,4 +1,4 @@
-import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes, writeFrame } from "@tensorpipe/core";
+import { type Channel, type Connection, type TensorBuffer, closedError, cpuBytes, writeFrame } from "@tensorpipe/core/backend";
 import { openBulkLanes } from "./bulk-lanes.js";
 import type { BulkLanes } from "./lanes.js";
 

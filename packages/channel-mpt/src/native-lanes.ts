@@ -1,4 +1,4 @@
-import { Deferred, type DetachedSocket, type TensorPipeError, closedError, fromNativeError } from "@tensorpipe/core";
+import { Deferred, type DetachedSocket, type TensorPipeError, closedError, fromNativeError } from "@tensorpipe/core/backend";
 import type { BulkLanes } from "./lanes.js";
 import type { NativeAddon, NativeLaneSet } from "./native.js";
 

@@ -1,4 +1,4 @@
-import { nativeAddonLoader } from "@tensorpipe/core";
+import { nativeAddonLoader } from "@tensorpipe/core/backend";
 
 /** Bulk lanes on their own threads, as native/lane_set.cc defines them. */
 export interface NativeLaneSet {

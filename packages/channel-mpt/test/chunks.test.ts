@@ -1,4 +1,4 @@
-import { type Connection, ErrorCode } from "@tensorpipe/core";
+import { type Connection, ErrorCode } from "@tensorpipe/core/backend";
 import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
 import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, decodeChunkHeader, encodeChunkHeader } from "../src/chunks.js";

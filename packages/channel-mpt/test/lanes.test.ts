@@ -1,4 +1,4 @@
-import { type Connection, CPU_DEVICE, Context, ErrorCode, type Pipe } from "@tensorpipe/core";
+import { type Connection, CPU_DEVICE, Context, ErrorCode, type Pipe } from "@tensorpipe/core/backend";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";

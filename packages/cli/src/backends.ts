@@ -1,14 +1,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import {
-  type ChannelContext,
-  Context,
-  type ContextOptions,
-  type TransportContext,
-  type Viability,
-  notViable,
-} from "@tensorpipe/core";
+import { type ChannelContext, Context, type ContextOptions, type TransportContext, type Viability, notViable } from "@tensorpipe/core/backend";
 
 /** Options the CLI passes on to the backends that take them. */
 export interface BackendOptions {

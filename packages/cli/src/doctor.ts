@@ -5,7 +5,7 @@
 import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
 import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
-import type { ChannelContext, TransportContext } from "@tensorpipe/core";
+import type { ChannelContext, TransportContext } from "@tensorpipe/core/backend";
 import { type BackendOptions, findBackends } from "./backends.js";
 
 /** One backend as `tensorpipe doctor` reports it. */

@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { VIABLE, notViable } from "@tensorpipe/core";
+import { VIABLE, notViable } from "@tensorpipe/core/backend";
 import type { FoundBackend } from "../src/backends.js";
 import { CBaseline, C_BASELINES, C_SERIES, type CRoundTrips, findCBaselines } from "../src/c-baseline.js";
 

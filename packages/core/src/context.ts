@@ -95,7 +95,7 @@ export class Context {
   /** What this context's handshakes draw on, both ways. */
   private readonly handshakeSettings: HandshakeSettings;
   /** The shared-secret handshake, when ContextOptions.auth is set. */
-  readonly auth?: SharedSecretAuth;
+  private readonly auth?: SharedSecretAuth;
   private readonly transports = new Map<string, Registered<TransportContext>>();
   private readonly channels = new Map<string, Registered<ChannelContext>>();
   private readonly listeners = new Set<Listener>();

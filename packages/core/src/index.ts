@@ -1,10 +1,13 @@
+/**
+ * The user API: contexts, listeners, pipes, messages, devices, errors and
+ * what can be observed of them. Backend authors: `@tensorpipe/core/backend`;
+ * tests: `@tensorpipe/core/testing`.
+ */
 export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
-export { Listener, type ListenerEvents, type ListenTarget } from "./listener.js";
-export type { HandshakeSettings } from "./handshake.js";
-export { type AuthOptions, type AuthSession, SharedSecretAuth, AUTH_ENTRY } from "./auth.js";
-export { Pipe, type PipeParts, type PipeOptions } from "./pipe.js";
+export { Listener, type ListenerEvents } from "./listener.js";
+export type { AuthOptions } from "./auth.js";
+export { Pipe } from "./pipe.js";
 export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";
-export { type DebugLog, debugLog } from "./debug.js";
 export {
   diagnostics,
   type PipeOpenMessage,
@@ -36,50 +39,8 @@ export {
   isCpuBuffer,
   bufferDevice,
   asBytes,
-  cpuBytes,
 } from "./device.js";
-export { hostIdentity } from "./host-identity.js";
-export {
-  type TransportContext,
-  type TransportListener,
-  type Connection,
-  type DetachedSocket,
-  type FrameCallback,
-  type ListenOptions,
-  type TransportMedium,
-  type PeerProcess,
-  DONE,
-  writeFrame,
-} from "./transport.js";
-export {
-  NativeConnection,
-  type NativeFrameConnection,
-  connectNative,
-} from "./native-connection.js";
-export { nativeAddonLoader, addonCandidates } from "./native-addon.js";
-export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo } from "./channel.js";
-export { type Viability, VIABLE, notViable } from "./viability.js";
-export {
-  ErrorCode,
-  TensorPipeError,
-  type TensorPipeErrorOptions,
-  isTensorPipeError,
-  fromNativeError,
-  protocolError,
-  closedError,
-} from "./errors.js";
-export { type OperationOptions, operationSignal, raceSignal, abortError } from "./abort.js";
-export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
-export { Deferred } from "./deferred.js";
-export * as protocol from "./protocol.js";
-export { NopReader, NopWriter, Nop } from "./nop.js";
-export {
-  buildBrochure,
-  chooseTransport,
-  chooseChannels,
-  checkAnswer,
-  byPriority,
-  type Registered,
-  type ChannelChoice,
-  type Verdict,
-} from "./negotiation.js";
+export type { Viability } from "./viability.js";
+export { ErrorCode, TensorPipeError, type TensorPipeErrorOptions, isTensorPipeError } from "./errors.js";
+export type { OperationOptions } from "./abort.js";
+export type { DevicePairChoice, DescriptorLimits } from "./protocol.js";

@@ -75,8 +75,9 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   }
 
   /**
-   * Listens at every target, one transport each; the handshakes draw on
-   * `settings`, and `adopt` makes each finished one a Pipe.
+   * @internal Context.listen()'s: listens at every target, one transport
+   * each; the handshakes draw on `settings`, and `adopt` makes each
+   * finished one a Pipe.
    */
   static async open(
     targets: readonly ListenTarget[],

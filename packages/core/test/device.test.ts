@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CPU_DEVICE, ErrorCode, bufferDevice, cpuBytes, cudaBuffer, deviceKey, isCpuBuffer, isCudaBuffer } from "../src/index.js";
+import { CPU_DEVICE, ErrorCode, bufferDevice, cpuBytes, cudaBuffer, deviceKey, isCpuBuffer, isCudaBuffer } from "../src/backend.js";
 
 describe("CudaBuffer", () => {
   it("names its GPU, pointer and stream, and is not CPU memory", () => {

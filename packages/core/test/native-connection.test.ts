@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DONE, NativeConnection, type NativeFrameConnection, writeFrame } from "../src/index.js";
+import { DONE, NativeConnection, type NativeFrameConnection, writeFrame } from "../src/backend.js";
 
 type ReadCallback = (err: Error | null, frame?: Uint8Array) => void;
 

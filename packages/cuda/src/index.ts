@@ -9,19 +9,7 @@
  * are queued from libuv's pool, and what follows them on their stream
  * waits there too); each settles once its own work is done.
  */
-import {
-  type CudaBuffer,
-  ErrorCode,
-  type TensorBuffer,
-  bufferDevice,
-  isCudaBuffer,
-  TensorPipeError,
-  VIABLE,
-  type Viability,
-  cudaBuffer,
-  fromNativeError,
-  notViable,
-} from "@tensorpipe/core";
+import { type CudaBuffer, ErrorCode, type TensorBuffer, bufferDevice, isCudaBuffer, TensorPipeError, VIABLE, type Viability, cudaBuffer, fromNativeError, notViable } from "@tensorpipe/core/backend";
 import { type CudaAllocation, type CudaDeviceInfo, type NativeAddon, loadAddon } from "./native.js";
 
 export type { CudaAllocation, CudaDeviceInfo } from "./native.js";

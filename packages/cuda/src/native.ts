@@ -1,4 +1,4 @@
-import { nativeAddonLoader } from "@tensorpipe/core";
+import { nativeAddonLoader } from "@tensorpipe/core/backend";
 
 /** A GPU the driver reports. */
 export interface CudaDeviceInfo {

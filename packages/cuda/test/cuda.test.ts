@@ -1,4 +1,4 @@
-import { ErrorCode, cudaBuffer } from "@tensorpipe/core";
+import { ErrorCode, cudaBuffer } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { describe, expect, it } from "vitest";
 import {

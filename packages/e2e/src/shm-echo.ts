@@ -7,7 +7,7 @@
  *   node packages/e2e/dist/shm-echo.js callback|await
  */
 import { ShmTransport } from "@tensorpipe/transport-shm";
-import { type Connection, DONE } from "@tensorpipe/core";
+import { type Connection, DONE } from "@tensorpipe/core/backend";
 
 const style = process.argv[2] === "await" ? "await" : "callback";
 const transport = new ShmTransport();

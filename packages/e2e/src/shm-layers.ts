@@ -17,7 +17,7 @@ import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { CBaseline, C_SERIES, createContext, fmt, readmeRoundTrip, spawnPeer, summarize } from "@tensorpipe/cli";
-import { CPU_DEVICE, type Connection, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, type Connection, type Pipe } from "@tensorpipe/core/backend";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { printResults, scriptArgs } from "./script.js";
 

@@ -5,8 +5,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { type AddressInfo, type Server, createServer } from "node:net";
-import { type Context, ErrorCode, type Listener, type TensorPipeError, protocol } from "@tensorpipe/core";
-import { onTheWire } from "@tensorpipe/core/testing";
+import { type Context, ErrorCode, type Listener, type TensorPipeError } from "@tensorpipe/core";
+import { protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "./raw-socket.js";

@@ -3,16 +3,7 @@ import diagnostics_channel from "node:diagnostics_channel";
 import { connect } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import {
-  type Context,
-  CPU_DEVICE,
-  ErrorCode,
-  type ListenerErrorMessage,
-  type MessageSizesMessage,
-  type Pipe,
-  type PipeCloseMessage,
-  type PipeOpenMessage,
-} from "@tensorpipe/core";
+import { type Context, CPU_DEVICE, ErrorCode, type ListenerErrorMessage, type MessageSizesMessage, type Pipe, type PipeCloseMessage, type PipeOpenMessage } from "@tensorpipe/core";
 import { createContext } from "@tensorpipe/cli";
 import { afterEach, describe, expect, it } from "vitest";
 

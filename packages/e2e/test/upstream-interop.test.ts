@@ -7,8 +7,8 @@
  */
 import { type AddressInfo, type Server, createServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CPU_DEVICE, type Context, type Message, type Pipe, protocol } from "@tensorpipe/core";
-import { onTheWire, upstreamSession } from "@tensorpipe/core/testing";
+import { CPU_DEVICE, type Context, type Message, type Pipe } from "@tensorpipe/core";
+import { protocol, onTheWire, upstreamSession } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "./raw-socket.js";

@@ -1,15 +1,4 @@
-import {
-  CPU_DEVICE,
-  ErrorCode,
-  type OperationOptions,
-  type Pipe,
-  TensorPipeError,
-  asBytes,
-  closedError,
-  isTensorPipeError,
-  operationSignal,
-  raceSignal,
-} from "@tensorpipe/core";
+import { CPU_DEVICE, ErrorCode, type OperationOptions, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationSignal, raceSignal } from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 /** Options of recv(): a signal or a timeout. */

@@ -1,4 +1,4 @@
-import { type Descriptor, ErrorCode, TensorPipeError, protocolError } from "@tensorpipe/core";
+import { type Descriptor, ErrorCode, TensorPipeError, protocolError } from "@tensorpipe/core/backend";
 
 /** The CPU values a rendezvous carries: typed arrays, Buffers and DataViews. */
 export type RendezvousValue = ArrayBufferView;

@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core";
+import type { Context } from "@tensorpipe/core/backend";
 import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
 
 export {

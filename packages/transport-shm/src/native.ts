@@ -1,4 +1,4 @@
-import { type NativeFrameConnection, nativeAddonLoader } from "@tensorpipe/core";
+import { type NativeFrameConnection, nativeAddonLoader } from "@tensorpipe/core/backend";
 
 export interface NativeShmOptions {
   ringSize?: number;

@@ -1,19 +1,5 @@
 import { randomBytes } from "node:crypto";
-import {
-  type Connection,
-  type ListenOptions,
-  ErrorCode,
-  NativeConnection,
-  TensorPipeError,
-  connectNative,
-  type TransportContext,
-  type TransportListener,
-  VIABLE,
-  type Viability,
-  fromNativeError,
-  hostIdentity,
-  notViable,
-} from "@tensorpipe/core";
+import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, VIABLE, type Viability, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
 import { type NativeHandshakeBounds, type NativeShmOptions, loadAddon } from "./native.js";
 
 /** How long a listener's connection may take over the shm handshake when the listener is not told (ms). */

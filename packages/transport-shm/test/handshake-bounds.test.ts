@@ -6,7 +6,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { type Connection, ErrorCode } from "@tensorpipe/core";
+import { type Connection, ErrorCode } from "@tensorpipe/core/backend";
 import { afterEach, describe, expect, it } from "vitest";
 import { ShmTransport } from "../src/index.js";
 

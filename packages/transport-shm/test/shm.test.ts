@@ -2,7 +2,7 @@ import { execFile, spawn } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { type Connection, Context, ErrorCode } from "@tensorpipe/core";
+import { type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
 import { patterned } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { ShmTransport, registerShmTransport } from "../src/index.js";

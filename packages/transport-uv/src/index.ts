@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core";
+import type { Context } from "@tensorpipe/core/backend";
 import { UvTransport, type UvTransportOptions } from "./uv-transport.js";
 
 export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";

@@ -1,20 +1,7 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import {
-  type Connection,
-  ErrorCode,
-  NativeConnection,
-  TensorPipeError,
-  connectNative,
-  type TransportContext,
-  type TransportListener,
-  type Viability,
-  VIABLE,
-  fromNativeError,
-  notViable,
-  splitHostPort,
-} from "@tensorpipe/core";
+import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, type Viability, VIABLE, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
 import { loadAddon } from "./native.js";
 
 /** Options of the uv transport. */

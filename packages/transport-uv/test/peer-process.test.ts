@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { type Connection, ErrorCode } from "@tensorpipe/core";
+import { type Connection, ErrorCode } from "@tensorpipe/core/backend";
 import { afterEach, describe, expect, it } from "vitest";
 import { UvTransport } from "../src/index.js";
 

@@ -1,5 +1,5 @@
 import { Socket } from "node:net";
-import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core";
+import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
 import { afterEach, describe, expect, it } from "vitest";
 import { UvTransport, interfaceAddress, registerUvTransport } from "../src/index.js";
 

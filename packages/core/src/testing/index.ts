@@ -1,9 +1,14 @@
 /**
- * The conformance suites every transport and channel package runs against
- * itself (with vitest), and the helpers they use.
+ * For tests (`@tensorpipe/core/testing`): the conformance suites every
+ * transport and channel package runs against itself (with vitest), the
+ * helpers they use, and what a test needs to play a peer by hand: the wire
+ * protocol's messages, captured upstream sessions and the shared-secret
+ * handshake.
  */
 export { describeTransportConformance, type TransportConformanceOptions } from "./transport-conformance.js";
 export { describeChannelConformance, type ChannelConformanceOptions } from "./channel-conformance.js";
 export { fillPattern, patterned, hasPattern, prng } from "./patterns.js";
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
+export * as protocol from "../protocol.js";
+export { SharedSecretAuth, AUTH_ENTRY, type AuthSession } from "../auth.js";

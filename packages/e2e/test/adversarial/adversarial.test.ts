@@ -6,8 +6,8 @@
 import { spawn } from "node:child_process";
 import { connect as netConnect, type Socket } from "node:net";
 import { fileURLToPath } from "node:url";
-import { CPU_DEVICE, Context, ErrorCode, SharedSecretAuth, AUTH_ENTRY, protocol } from "@tensorpipe/core";
-import { onTheWire } from "@tensorpipe/core/testing";
+import { CPU_DEVICE, Context, ErrorCode } from "@tensorpipe/core";
+import { SharedSecretAuth, AUTH_ENTRY, protocol, onTheWire } from "@tensorpipe/core/testing";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { BasicChannelContext } from "@tensorpipe/channel-basic";

@@ -3,7 +3,7 @@
  * own tensor: what a hostile peer sends to have a listener read another
  * process for it. Used by the suite and by attacker.mjs.
  */
-import { NopWriter, VIABLE } from "@tensorpipe/core";
+import { NopWriter, VIABLE } from "@tensorpipe/core/backend";
 import { CmaChannelContext } from "@tensorpipe/channel-cma";
 
 export class ForgedCmaContext {

@@ -7,8 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { protocol } from "@tensorpipe/core";
-import { onTheWire } from "@tensorpipe/core/testing";
+import { protocol, onTheWire } from "@tensorpipe/core/testing";
 import { RawSocket } from "../raw-socket.js";
 
 /** A line the victim printed. */

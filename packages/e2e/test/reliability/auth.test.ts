@@ -1,6 +1,6 @@
 /** Opt-in shared-secret authentication, off by default (the interop tests check the default bytes). */
-import { AUTH_ENTRY, ErrorCode, SharedSecretAuth, type TensorPipeError, protocol } from "@tensorpipe/core";
-import { onTheWire } from "@tensorpipe/core/testing";
+import { ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { AUTH_ENTRY, SharedSecretAuth, protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "../raw-socket.js";

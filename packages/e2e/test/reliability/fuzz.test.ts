@@ -4,8 +4,8 @@
  * FUZZ_RUNS scales it (10^4 in CI; scripts/fuzz.sh runs the decoders at 10^6).
  */
 import { randomBytes } from "node:crypto";
-import { ErrorCode, NopWriter, type TensorPipeError, protocol } from "@tensorpipe/core";
-import { onTheWire, prng, upstreamSession } from "@tensorpipe/core/testing";
+import { ErrorCode, NopWriter, type TensorPipeError } from "@tensorpipe/core/backend";
+import { protocol, onTheWire, prng, upstreamSession } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/cli";
 import { RawSocket } from "../raw-socket.js";

@@ -6,7 +6,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import type { Connection, TransportContext } from "@tensorpipe/core";
+import type { Connection, TransportContext } from "@tensorpipe/core/backend";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { describe, expect, it } from "vitest";
