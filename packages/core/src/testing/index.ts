@@ -7,6 +7,11 @@
  */
 export { describeTransportConformance, type TransportConformanceOptions } from "./transport-conformance.js";
 export { describeChannelConformance, type ChannelConformanceOptions } from "./channel-conformance.js";
+export {
+  describeNegotiationConformance,
+  type NegotiationConformanceOptions,
+  type NegotiatedTransport,
+} from "./negotiation-conformance.js";
 export { fillPattern, patterned, hasPattern, prng } from "./patterns.js";
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
