@@ -1,4 +1,4 @@
-import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, DONE, type DeviceDescriptor, type TensorBuffer, VIABLE, type Viability, cpuBytes, writeFrame } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, DONE, type DeviceDescriptor, type TensorBuffer, VIABLE, type Viability, cpuBytes, writeFrame, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 
 /**
  * One end of a basic channel: each tensor is one frame on its own transport
@@ -67,9 +67,18 @@ export class BasicChannelContext implements ChannelContext {
 /** Upstream TensorPipe's priority for basic: the fallback below every other channel. */
 export const BASIC_PRIORITY = 0;
 
-/** Registers the basic channel with `context` (at upstream's priority unless told). */
-export function registerBasicChannel(context: Context, priority = BASIC_PRIORITY): BasicChannelContext {
-  const channel = new BasicChannelContext();
-  context.registerChannel(priority, "basic", channel);
-  return channel;
+/** Options of the basic channel: none yet (for the same shape as every backend's). */
+export interface BasicChannelOptions {}
+
+/** The basic channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<BasicChannelOptions, BasicChannelContext> = {
+  kind: "channel",
+  name: "basic",
+  priority: BASIC_PRIORITY,
+  create: () => new BasicChannelContext(),
+};
+
+/** Registers the basic channel with `context`, made with `options`, at its default priority unless told. */
+export function registerBasicChannel(context: Context, options?: BasicChannelOptions, priority = BASIC_PRIORITY): BasicChannelContext {
+  return registerBackend(context, backend, options, priority);
 }

@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core/backend";
+import { type Context, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 import { CmaChannelContext, type CmaChannelOptions } from "./cma-channel.js";
 
 export { CmaChannel, CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./cma-channel.js";
@@ -6,9 +6,15 @@ export { CmaChannel, CmaChannelContext, type CmaChannelOptions, defaultInlineMax
 /** Above basic: preferred whenever both ends share machine, user and pid namespace. */
 export const CMA_PRIORITY = 20;
 
-/** Registers the cma channel with `context` (at upstream's priority unless told). */
+/** The cma channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<CmaChannelOptions, CmaChannelContext> = {
+  kind: "channel",
+  name: "cma",
+  priority: CMA_PRIORITY,
+  create: (options) => new CmaChannelContext(options),
+};
+
+/** Registers the cma channel with `context`, made with `options`, at its default priority unless told. */
 export function registerCmaChannel(context: Context, options?: CmaChannelOptions, priority = CMA_PRIORITY): CmaChannelContext {
-  const channel = new CmaChannelContext(options);
-  context.registerChannel(priority, "cma", channel);
-  return channel;
+  return registerBackend(context, backend, options, priority);
 }

@@ -1,5 +1,5 @@
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
-import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Endpoint, type PipeInfo, type Viability, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Endpoint, type PipeInfo, type Viability, notViable, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaBasicChannel } from "./cuda-basic-channel.js";
 import { PinnedPool } from "./pinned-pool.js";
@@ -84,13 +84,15 @@ export class CudaBasicChannelContext implements ChannelContext {
 /** Upstream's order: above the CPU channels' priorities, below cuda-ipc and cuda-gdr. */
 export const CUDA_BASIC_PRIORITY = 100;
 
-/** Registers the cuda-basic channel with `context` (at upstream's priority unless told). */
-export function registerCudaBasicChannel(
-  context: Context,
-  options?: CudaBasicChannelOptions,
-  priority = CUDA_BASIC_PRIORITY,
-): CudaBasicChannelContext {
-  const channel = new CudaBasicChannelContext(options);
-  context.registerChannel(priority, "cuda-basic", channel);
-  return channel;
+/** The cuda-basic channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<CudaBasicChannelOptions, CudaBasicChannelContext> = {
+  kind: "channel",
+  name: "cuda-basic",
+  priority: CUDA_BASIC_PRIORITY,
+  create: (options) => new CudaBasicChannelContext(options),
+};
+
+/** Registers the cuda-basic channel with `context`, made with `options`, at its default priority unless told. */
+export function registerCudaBasicChannel(context: Context, options?: CudaBasicChannelOptions, priority = CUDA_BASIC_PRIORITY): CudaBasicChannelContext {
+  return registerBackend(context, backend, options, priority);
 }

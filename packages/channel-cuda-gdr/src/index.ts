@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, notViable, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 import { type CudaDeviceInfo, cudaInfo } from "@tensorpipe/cuda";
 import { CudaGdrChannel, type NicSet } from "./cuda-gdr-channel.js";
 import { type ProbedDevice, loadAddon } from "./native.js";
@@ -156,9 +156,15 @@ export class CudaGdrChannelContext implements ChannelContext {
 /** Above cuda-basic (staged through the host), below cuda-ipc (one machine). */
 export const CUDA_GDR_PRIORITY = 150;
 
-/** Registers the cuda-gdr channel with `context` (at upstream's priority unless told). */
+/** The cuda-gdr channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<CudaGdrChannelOptions, CudaGdrChannelContext> = {
+  kind: "channel",
+  name: "cuda-gdr",
+  priority: CUDA_GDR_PRIORITY,
+  create: (options) => new CudaGdrChannelContext(options),
+};
+
+/** Registers the cuda-gdr channel with `context`, made with `options`, at its default priority unless told. */
 export function registerCudaGdrChannel(context: Context, options?: CudaGdrChannelOptions, priority = CUDA_GDR_PRIORITY): CudaGdrChannelContext {
-  const channel = new CudaGdrChannelContext(options);
-  context.registerChannel(priority, "cuda-gdr", channel);
-  return channel;
+  return registerBackend(context, backend, options, priority);
 }

@@ -1,4 +1,4 @@
-import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, type Context, type DeviceDescriptor, type Viability, VIABLE, hostIdentity, notViable, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaIpcChannel } from "./cuda-ipc-channel.js";
 import { loadAddon } from "./native.js";
@@ -73,9 +73,18 @@ export class CudaIpcChannelContext implements ChannelContext {
 /** Above cuda-basic: one device-to-device copy instead of two staged ones. */
 export const CUDA_IPC_PRIORITY = 200;
 
-/** Registers the cuda-ipc channel with `context` (at upstream's priority unless told). */
-export function registerCudaIpcChannel(context: Context, priority = CUDA_IPC_PRIORITY): CudaIpcChannelContext {
-  const channel = new CudaIpcChannelContext();
-  context.registerChannel(priority, "cuda-ipc", channel);
-  return channel;
+/** Options of the cuda-ipc channel: none yet (for the same shape as every backend's). */
+export interface CudaIpcChannelOptions {}
+
+/** The cuda-ipc channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<CudaIpcChannelOptions, CudaIpcChannelContext> = {
+  kind: "channel",
+  name: "cuda-ipc",
+  priority: CUDA_IPC_PRIORITY,
+  create: () => new CudaIpcChannelContext(),
+};
+
+/** Registers the cuda-ipc channel with `context`, made with `options`, at its default priority unless told. */
+export function registerCudaIpcChannel(context: Context, options?: CudaIpcChannelOptions, priority = CUDA_IPC_PRIORITY): CudaIpcChannelContext {
+  return registerBackend(context, backend, options, priority);
 }

@@ -1,5 +1,5 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, type DeviceDescriptor, VIABLE, type Viability } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, type Context, CPU_DEVICE, type DeviceDescriptor, VIABLE, type Viability, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
 import { MptChannel } from "./mpt-channel.js";
 import { loadAddon } from "./native.js";
 
@@ -99,9 +99,15 @@ export class MptChannelContext implements ChannelContext {
 /** Above basic, below the same-machine channels. */
 export const MPT_PRIORITY = 10;
 
-/** Registers the mpt channel with `context` (at upstream's priority unless told). */
+/** The mpt channel for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: ChannelBackend<MptChannelOptions, MptChannelContext> = {
+  kind: "channel",
+  name: "mpt",
+  priority: MPT_PRIORITY,
+  create: (options) => new MptChannelContext(options),
+};
+
+/** Registers the mpt channel with `context`, made with `options`, at its default priority unless told. */
 export function registerMptChannel(context: Context, options?: MptChannelOptions, priority = MPT_PRIORITY): MptChannelContext {
-  const channel = new MptChannelContext(options);
-  context.registerChannel(priority, "mpt", channel);
-  return channel;
+  return registerBackend(context, backend, options, priority);
 }

@@ -1,10 +1,20 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type ChannelContext, Context, type ContextOptions, type TransportContext, type Viability, notViable } from "@tensorpipe/core/backend";
+import {
+  type ChannelContext,
+  Context,
+  type ContextOptions,
+  type TransportContext,
+  type Viability,
+  isBackendDescriptor,
+  notViable,
+} from "@tensorpipe/core/backend";
 
-/** Options the CLI passes on to the backends that take them. */
+/** Options the CLI passes on to the backends that take them (each takes what it knows). */
 export interface BackendOptions {
+  /** Modules of third-party backends to load besides the first-party ones (each exports `backend`). */
+  backends?: readonly string[];
   /** mpt lanes (default: its own). */
   lanes?: number;
   /** uv: the network interface to listen and connect on. */
@@ -13,71 +23,41 @@ export interface BackendOptions {
   peerTimeout?: number;
 }
 
-/** A first-party backend package: where it lives and how to make one. */
+/** A backend package as the CLI found it: what its `backend` export says it is. */
 export interface BackendSpec {
   /** Transport or channel. */
   kind: "transport" | "channel";
   /** The name it registers under. */
   name: string;
-  /** Its npm package. */
+  /** Its npm package (or the module it was loaded from). */
   packageName: string;
-  /** Upstream's ordering: higher wins negotiation. */
+  /** Its default priority: higher wins negotiation. */
   priority: number;
-  /** The memory its tensors live in (channels; default cpu): the CPU bench leaves GPU channels out. */
+  /** The memory its tensors live in (channels): the CPU bench leaves the others out. */
   memory?: "cpu" | "cuda";
-  /** Makes the backend from its loaded package. */
-  create(module: any, options: BackendOptions): TransportContext | ChannelContext;
 }
 
-/** Every first-party backend, at upstream's priorities. */
-export const BACKENDS: readonly BackendSpec[] = [
-  { kind: "transport", name: "shm", packageName: "@tensorpipe/transport-shm", priority: 10, create: (m) => new m.ShmTransport() },
-  {
-    kind: "transport",
-    name: "uv",
-    packageName: "@tensorpipe/transport-uv",
-    priority: 1,
-    create: (m, o) => new m.UvTransport({ interface: o.interface, peerTimeout: o.peerTimeout }),
-  },
-  {
-    kind: "channel",
-    name: "cuda-ipc",
-    packageName: "@tensorpipe/channel-cuda-ipc",
-    priority: 200,
-    memory: "cuda",
-    create: (m) => new m.CudaIpcChannelContext(),
-  },
-  {
-    kind: "channel",
-    name: "cuda-gdr",
-    packageName: "@tensorpipe/channel-cuda-gdr",
-    priority: 150,
-    memory: "cuda",
-    create: (m) => new m.CudaGdrChannelContext(),
-  },
-  {
-    kind: "channel",
-    name: "cuda-basic",
-    packageName: "@tensorpipe/channel-cuda-basic",
-    priority: 100,
-    memory: "cuda",
-    create: (m) => new m.CudaBasicChannelContext(),
-  },
-  { kind: "channel", name: "cma", packageName: "@tensorpipe/channel-cma", priority: 20, create: (m) => new m.CmaChannelContext() },
-  {
-    kind: "channel",
-    name: "mpt",
-    packageName: "@tensorpipe/channel-mpt",
-    priority: 10,
-    create: (m, o) => new m.MptChannelContext({ lanes: o.lanes }),
-  },
-  { kind: "channel", name: "basic", packageName: "@tensorpipe/channel-basic", priority: 0, create: (m) => new m.BasicChannelContext() },
+/**
+ * The first-party backend packages. Each exports `backend` (kind, name,
+ * default priority, create(options)); a third party's is named with
+ * `--backend <module>` (BackendOptions.backends) and found the same way.
+ */
+export const BACKEND_PACKAGES: readonly string[] = [
+  "@tensorpipe/transport-shm",
+  "@tensorpipe/transport-uv",
+  "@tensorpipe/channel-cuda-ipc",
+  "@tensorpipe/channel-cuda-gdr",
+  "@tensorpipe/channel-cuda-basic",
+  "@tensorpipe/channel-cma",
+  "@tensorpipe/channel-mpt",
+  "@tensorpipe/channel-basic",
 ];
 
-/** The first-party transports' names. */
-export const ALL_TRANSPORTS = BACKENDS.filter((b) => b.kind === "transport").map((b) => b.name);
-/** The first-party channels' names. */
-export const ALL_CHANNELS = BACKENDS.filter((b) => b.kind === "channel").map((b) => b.name);
+/** What a package not installed would be, by the first-party naming (transport-NAME, channel-NAME). */
+function guessedSpec(packageName: string): BackendSpec {
+  const m = /(transport|channel)-([^/]+)$/.exec(packageName);
+  return { kind: m?.[1] === "transport" ? "transport" : "channel", name: m?.[2] ?? packageName, packageName, priority: 0 };
+}
 
 /** A backend as found on this machine. */
 export interface FoundBackend {
@@ -126,30 +106,46 @@ function versionOf(packageName: string): string | undefined {
   return (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version?: string }).version;
 }
 
-/** Loads each backend package that is installed and asks it whether it can work here. */
-export async function findBackends(options: BackendOptions = {}, specs: readonly BackendSpec[] = BACKENDS): Promise<FoundBackend[]> {
+/** Loads each backend package that is installed (the first-party ones, then `options.backends`) and asks it whether it can work here. */
+export async function findBackends(options: BackendOptions = {}, packages: readonly string[] = allPackages(options)): Promise<FoundBackend[]> {
   const found: FoundBackend[] = [];
-  for (const spec of specs) {
-    let module: unknown;
+  for (const packageName of packages) {
+    let module: { backend?: unknown };
     try {
-      module = await import(spec.packageName);
+      module = (await import(packageName)) as { backend?: unknown };
     } catch (e) {
+      const spec = guessedSpec(packageName);
       found.push(
-        isMissing(e, spec.packageName)
-          ? { spec, installed: false, viability: notViable(`not installed (npm install ${spec.packageName})`) }
-          : { spec, installed: true, viability: notViable(`${spec.packageName} failed to load: ${(e as Error).message}`) },
+        isMissing(e, packageName)
+          ? { spec, installed: false, viability: notViable(`not installed (npm install ${packageName})`) }
+          : { spec, installed: true, viability: notViable(`${packageName} failed to load: ${(e as Error).message}`) },
       );
       continue;
     }
-    const version = versionOf(spec.packageName);
+    const version = versionOf(packageName);
+    if (!isBackendDescriptor(module.backend)) {
+      const spec = guessedSpec(packageName);
+      found.push({ spec, installed: true, version, viability: notViable(`${packageName} exports no \`backend\` (kind, name, priority, create)`) });
+      continue;
+    }
+    const backend = module.backend;
+    const spec: BackendSpec = { kind: backend.kind, name: backend.name, packageName, priority: backend.priority };
     try {
-      const instance = spec.create(module, options);
+      const instance = backend.create(options);
+      if (backend.kind === "channel") {
+        const devices = (instance as ChannelContext).deviceDescriptors();
+        spec.memory = devices.length > 0 && devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
+      }
       found.push({ spec, installed: true, version, instance, viability: instance.isViable() });
     } catch (e) {
       found.push({ spec, installed: true, version, viability: notViable((e as Error).message) });
     }
   }
   return found;
+}
+
+function allPackages(options: BackendOptions): string[] {
+  return [...BACKEND_PACKAGES, ...(options.backends ?? []).filter((b) => !BACKEND_PACKAGES.includes(b))];
 }
 
 export interface BackendChoice extends ContextOptions, BackendOptions {
@@ -159,16 +155,13 @@ export interface BackendChoice extends ContextOptions, BackendOptions {
   channels?: readonly string[];
 }
 
-/** A context with the installed backends asked for, at upstream's priorities. */
+/** A context with the installed backends asked for, at their default priorities. */
 export async function createContext(choice: BackendChoice = {}): Promise<Context> {
   const context = new Context(choice);
-  // Only the backends asked for are loaded and probed.
-  const specs = BACKENDS.filter((spec) => {
-    const wanted = spec.kind === "transport" ? choice.transports : choice.channels;
-    return !wanted || wanted.includes(spec.name);
-  });
-  for (const b of await findBackends(choice, specs)) {
+  for (const b of await findBackends(choice)) {
     if (!b.instance) continue;
+    const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
+    if (wanted && !wanted.includes(b.spec.name)) continue;
     if (b.spec.kind === "transport") context.registerTransport(b.spec.priority, b.spec.name, b.instance as TransportContext);
     else context.registerChannel(b.spec.priority, b.spec.name, b.instance as ChannelContext);
   }
@@ -186,13 +179,15 @@ export function listenUrls(context: Context, host = "127.0.0.1"): string[] {
   return urls;
 }
 
-/** "--transports uv,shm --channels basic --lanes 4" from argv. */
+/** "--transports uv,shm --channels basic --lanes 4 --backend my-transport" from argv. */
 export function backendsFromArgs(argv: readonly string[]): BackendChoice {
   const value = (flag: string) => {
     const i = argv.indexOf(flag);
     return i >= 0 ? argv[i + 1] : undefined;
   };
   const list = (flag: string) => value(flag)?.split(",").filter(Boolean);
+  // --backend may be given again and again.
+  const backends = argv.flatMap((a, i) => (a === "--backend" && argv[i + 1] ? [argv[i + 1]!] : []));
   const lanes = value("--lanes");
   const peerTimeout = value("--peer-timeout");
   return {
@@ -201,5 +196,6 @@ export function backendsFromArgs(argv: readonly string[]): BackendChoice {
     channels: list("--channels"),
     lanes: lanes === undefined ? undefined : Number(lanes),
     interface: value("--interface"),
+    ...(backends.length > 0 ? { backends } : {}),
   };
 }

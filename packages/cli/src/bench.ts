@@ -325,7 +325,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const transports = viable("transport", options.transports);
   const channels = viable("channel", options.channels);
 
-  const peerArgs = [...(options.noZmq ? [] : ["--zmq"]), ...(options.lanes ? ["--lanes", String(options.lanes)] : [])];
+  const peerArgs = [
+    ...(options.noZmq ? [] : ["--zmq"]),
+    ...(options.lanes ? ["--lanes", String(options.lanes)] : []),
+    ...(options.backends ?? []).flatMap((b) => ["--backend", b]),
+  ];
   const peer = await spawnPeer("127.0.0.1", peerArgs);
   const measured: Measured[] = [];
   try {

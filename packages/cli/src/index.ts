@@ -1,7 +1,5 @@
 export {
-  BACKENDS,
-  ALL_TRANSPORTS,
-  ALL_CHANNELS,
+  BACKEND_PACKAGES,
   type BackendSpec,
   type BackendOptions,
   type BackendChoice,

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 /**
  * The `tensorpipe` command.
- *   tensorpipe doctor [--json] [--interface NAME]
+ *   tensorpipe doctor [--json] [--interface NAME] [--backend MODULE ...]
  *   tensorpipe bench [--sizes 8,64K,1M,...] [--rounds N] [--quick] [--transports a,b] [--channels c,d]
- *                    [--lanes N] [--svg FILE] [--json FILE] [--no-zmq]
+ *                    [--lanes N] [--svg FILE] [--json FILE] [--no-zmq] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -17,6 +17,8 @@ commands:
            and the network interfaces and addresses
              --json               the report as JSON
              --interface NAME     ask uv about this interface
+             --backend MODULE     a third-party backend package too (it exports
+                                  \`backend\`); may be given again
   bench    spawn a peer process and measure every viable transport x channel
            pair over a matrix of sizes, against memcpy, node:net and zeromq.js
              --sizes LIST         default ${DEFAULT_SIZES.map(sizeLabel).join(",").replaceAll(" ", "")}
@@ -28,6 +30,7 @@ commands:
              --svg FILE           plot of GB/s against size (default tensorpipe-bench.svg)
              --json FILE          every figure as JSON
              --no-zmq             leave zeromq.js out
+             --backend MODULE     a third-party backend package too; may be given again
   help     this text
   version  the CLI's version`;
 
@@ -54,11 +57,14 @@ async function main(argv: string[]): Promise<number> {
   if (command === "doctor") {
     let values;
     try {
-      ({ values } = parseArgs({ args: rest, options: { json: { type: "boolean" }, interface: { type: "string" } } }));
+      ({ values } = parseArgs({
+        args: rest,
+        options: { json: { type: "boolean" }, interface: { type: "string" }, backend: { type: "string", multiple: true } },
+      }));
     } catch (e) {
       fail((e as Error).message);
     }
-    const report = await runDoctor({ interface: values.interface });
+    const report = await runDoctor({ interface: values.interface, backends: values.backend });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
     return report.usable ? 0 : 1;
   }
@@ -77,6 +83,7 @@ async function main(argv: string[]): Promise<number> {
           svg: { type: "string" },
           json: { type: "string" },
           "no-zmq": { type: "boolean" },
+          backend: { type: "string", multiple: true },
         },
       }));
     } catch (e) {
@@ -102,6 +109,7 @@ async function main(argv: string[]): Promise<number> {
       noZmq: values["no-zmq"],
       svgPath: values.svg ?? "tensorpipe-bench.svg",
       jsonPath: values.json,
+      backends: values.backend,
     });
     return 0;
   }

@@ -2,7 +2,13 @@ import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { BACKENDS, type BackendSpec, type DoctorReport, findBackends, formatDoctor, runDoctor } from "../src/index.js";
+import { BACKEND_PACKAGES, type DoctorReport, findBackends, formatDoctor, runDoctor } from "../src/index.js";
+
+/** Each first-party package's `backend` export. */
+async function firstParty() {
+  return Promise.all(BACKEND_PACKAGES.map(async (p) => ({ packageName: p, backend: (await import(p)).backend })));
+}
+const fixture = (name: string) => new URL(`fixtures/${name}`, import.meta.url).href;
 
 const run = promisify(execFile);
 const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
@@ -10,10 +16,12 @@ const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
 describe("tensorpipe doctor", () => {
   it("reports each backend as the backend itself judges it, with its package and version", async () => {
     const report = await runDoctor();
-    expect(report.backends.map((b) => b.name).sort()).toEqual(BACKENDS.map((b) => b.name).sort());
+    const packages = await firstParty();
+    expect(report.backends.map((b) => b.name).sort()).toEqual(packages.map((p) => p.backend.name).sort());
     for (const b of report.backends) {
-      const spec = BACKENDS.find((s) => s.name === b.name)!;
-      const own = spec.create(await import(spec.packageName), {}).isViable();
+      const { backend, packageName } = packages.find((p) => p.backend.name === b.name)!;
+      expect(b).toMatchObject({ kind: backend.kind, packageName });
+      const own = backend.create({}).isViable();
       expect(b).toMatchObject({ installed: true, version: "0.1.0", viable: own.viable });
       if (!own.viable) expect(b.reason).toBe(own.reason);
     }
@@ -28,21 +36,21 @@ describe("tensorpipe doctor", () => {
   });
 
   it("says a package is not installed and how to install it, and why a backend that throws is not viable", async () => {
-    const specs: BackendSpec[] = [
-      { kind: "channel", name: "ghost", packageName: "@tensorpipe/channel-ghost", priority: 1, create: () => ({}) as never },
-      {
-        kind: "transport",
-        name: "broken",
-        packageName: "@tensorpipe/core",
-        priority: 1,
-        create: () => {
-          throw new Error("no such device here");
-        },
-      },
-    ];
-    const [ghost, broken] = await findBackends({}, specs);
+    const [ghost, broken, none] = await findBackends({}, ["@tensorpipe/channel-ghost", fixture("broken-backend.mjs"), "@tensorpipe/core"]);
     expect(ghost).toMatchObject({ installed: false, viability: { viable: false, reason: "not installed (npm install @tensorpipe/channel-ghost)" } });
-    expect(broken).toMatchObject({ installed: true, viability: { viable: false, reason: "no such device here" } });
+    expect(broken).toMatchObject({ installed: true, spec: { kind: "transport", name: "broken" }, viability: { viable: false, reason: "no such device here" } });
+    expect(none).toMatchObject({ installed: true, viability: { viable: false, reason: expect.stringMatching(/exports no `backend`/) } });
+  });
+
+  it("takes a third party's backend with --backend, found by its `backend` export like the first-party ones", async () => {
+    const { stdout } = await run(process.execPath, [main, "doctor", "--backend", fixture("inline-channel.mjs"), "--json"]);
+    const report = JSON.parse(stdout) as DoctorReport;
+    expect(report.backends.find((b) => b.name === "inline")).toMatchObject({
+      kind: "channel",
+      installed: true,
+      viable: true,
+      devices: [{ device: "cpu:0", descriptor: "inline-v1" }],
+    });
   });
 
   it("prints the report as text and as JSON from the command line", async () => {

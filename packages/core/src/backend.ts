@@ -8,6 +8,13 @@
  */
 export * from "./index.js";
 export type { PipeParts, PipeOptions } from "./pipe.js";
+export {
+  type TransportBackend,
+  type ChannelBackend,
+  type BackendDescriptor,
+  isBackendDescriptor,
+  registerBackend,
+} from "./backend-descriptor.js";
 export type { Registered } from "./negotiation.js";
 export { type DebugLog, debugLog } from "./debug.js";
 export { cpuBytes } from "./device.js";

@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core/backend";
+import { type Context, type TransportBackend, registerBackend } from "@tensorpipe/core/backend";
 import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
 
 export {
@@ -11,9 +11,15 @@ export {
 /** Above uv: preferred whenever both ends share this machine. */
 export const SHM_PRIORITY = 10;
 
-/** Registers the shm transport as "shm"; skipped in negotiation where not viable. */
+/** The shm transport for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: TransportBackend<ShmTransportOptions, ShmTransport> = {
+  kind: "transport",
+  name: "shm",
+  priority: SHM_PRIORITY,
+  create: (options) => new ShmTransport(options),
+};
+
+/** Registers the shm transport with `context`, made with `options`, at its default priority unless told. */
 export function registerShmTransport(context: Context, options?: ShmTransportOptions, priority = SHM_PRIORITY): ShmTransport {
-  const transport = new ShmTransport(options);
-  context.registerTransport(priority, "shm", transport);
-  return transport;
+  return registerBackend(context, backend, options, priority);
 }

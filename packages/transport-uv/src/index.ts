@@ -1,4 +1,4 @@
-import type { Context } from "@tensorpipe/core/backend";
+import { type Context, type TransportBackend, registerBackend } from "@tensorpipe/core/backend";
 import { UvTransport, type UvTransportOptions } from "./uv-transport.js";
 
 export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";
@@ -6,9 +6,15 @@ export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAd
 /** Upstream TensorPipe's priority for uv: below shm (and ibv). */
 export const UV_PRIORITY = 1;
 
-/** Registers the uv transport under its upstream name, "uv". */
+/** The uv transport for registries (the CLI, a user's own): its kind, name, default priority and how to make one. */
+export const backend: TransportBackend<UvTransportOptions, UvTransport> = {
+  kind: "transport",
+  name: "uv",
+  priority: UV_PRIORITY,
+  create: (options) => new UvTransport(options),
+};
+
+/** Registers the uv transport with `context`, made with `options`, at its default priority unless told. */
 export function registerUvTransport(context: Context, options?: UvTransportOptions, priority = UV_PRIORITY): UvTransport {
-  const transport = new UvTransport(options);
-  context.registerTransport(priority, "uv", transport);
-  return transport;
+  return registerBackend(context, backend, options, priority);
 }
