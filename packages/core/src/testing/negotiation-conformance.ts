@@ -40,6 +40,9 @@ export type NegotiationConformanceOptions =
       transport: NegotiatedTransport;
     };
 
+/** The suite's own fallback channel's name: no backend under test has it. */
+const FALLBACK_CHANNEL = "negotiation-conformance-fallback";
+
 /** The fallback for channels: each tensor one frame on a connection of its own. */
 class InlineChannelContext implements ChannelContext {
   isViable(): Viability {
@@ -95,10 +98,10 @@ export function describeNegotiationConformance(options: NegotiationConformanceOp
         const { backend, fallback, priority } = options;
         ctx.registerTransport(ranksBelow ? -1 : 0, fallback.name, fallback.create());
         if (withBackend) ctx.registerTransport(ranksBelow ? -2 : priority, backend.name, shape(backend.create()) as TransportContext);
-        ctx.registerChannel(0, "inline", new InlineChannelContext());
+        ctx.registerChannel(0, FALLBACK_CHANNEL, new InlineChannelContext());
       } else {
         ctx.registerTransport(0, options.transport.name, options.transport.create());
-        ctx.registerChannel(options.priority - 1, "inline", new InlineChannelContext());
+        ctx.registerChannel(options.priority - 1, FALLBACK_CHANNEL, new InlineChannelContext());
         if (withBackend) ctx.registerChannel(ranksBelow ? options.priority - 2 : options.priority, name, shape(options.create()) as ChannelContext);
       }
       return ctx;
@@ -126,7 +129,7 @@ export function describeNegotiationConformance(options: NegotiationConformanceOp
     }
 
     const picked = (r: { transport: string; channel: string | undefined }) => (options.kind === "transport" ? r.transport : r.channel);
-    const fallbackName = options.kind === "transport" ? options.fallback.name : "inline";
+    const fallbackName = options.kind === "transport" ? options.fallback.name : FALLBACK_CHANNEL;
 
     it("is picked when both ends have it", async () => {
       expect(picked(await negotiate(context(true), context(true)))).toBe(name);

@@ -1,0 +1,52 @@
+/**
+ * A third party's backend, from the outside: examples/inline-channel is
+ * copied into a fresh project, installed with npm from the packed tarballs
+ * of @tensorpipe/core and @tensorpipe/transport-uv alone, compiled with
+ * tsc --strict against the published declarations (skipLibCheck off: they
+ * must compile too), and its tests (the published conformance and
+ * negotiation suites) run there. The project's dev tools, typescript,
+ * vitest and @types/node, are the repository's own, linked in: npm
+ * installs offline here.
+ */
+import { execFileSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, expect, it } from "vitest";
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url));
+const root = mkdtempSync(join(tmpdir(), "tp-example-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+it("builds strict from the tarballs and passes the conformance and negotiation suites", () => {
+  const packs = join(root, "packs");
+  const app = join(root, "inline-channel");
+  mkdirSync(packs);
+  const tarballs = ["core", "transport-uv"].map((name) => {
+    const before = new Set(readdirSync(packs));
+    execFileSync("pnpm", ["pack", "--pack-destination", packs], { cwd: join(repo, "packages", name), stdio: "pipe" });
+    return join(packs, readdirSync(packs).find((f) => !before.has(f))!);
+  });
+  cpSync(join(repo, "examples/inline-channel"), app, { recursive: true, filter: (src) => !/node_modules|dist/.test(src) });
+  const npm = realpathSync(execFileSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).trim());
+  execFileSync(process.execPath, [npm, "install", "--offline", "--no-audit", "--no-fund", "--no-save", ...tarballs], {
+    cwd: app,
+    env: { ...process.env, npm_config_cache: join(root, "npm-cache"), npm_config_update_notifier: "false" },
+    stdio: "pipe",
+  });
+  mkdirSync(join(app, "node_modules/@types"), { recursive: true });
+  for (const tool of ["typescript", "vitest", "@types/node"]) symlinkSync(realpathSync(join(repo, "node_modules", tool)), join(app, "node_modules", tool));
+  const tsc = (args: string[]) => execFileSync(process.execPath, [join(app, "node_modules/typescript/bin/tsc"), ...args], { cwd: app, encoding: "utf8" });
+  try {
+    tsc(["-p", app]);
+  } catch (e) {
+    throw new Error(`tsc --strict failed:\n${(e as { stdout: string }).stdout}`);
+  }
+  const out = execFileSync(process.execPath, [join(app, "node_modules/vitest/vitest.mjs"), "run", "--root", app], {
+    cwd: app,
+    encoding: "utf8",
+    env: { ...process.env, CI: "1", NO_COLOR: "1" },
+  }).replace(/\x1b\[[0-9;]*m/g, "");
+  expect(out).toMatch(/Tests\s+16 passed \(16\)/);
+}, 240_000);
