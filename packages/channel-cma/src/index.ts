@@ -1,7 +1,8 @@
 import { type Context, type ChannelBackend, registerBackend } from "@tensorpipe/core/backend";
-import { CmaChannelContext, type CmaChannelOptions } from "./cma-channel.js";
+import { CmaChannelContext, type CmaChannelOptions } from "./context.js";
 
-export { CmaChannel, CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./cma-channel.js";
+export { CmaChannel } from "./channel.js";
+export { CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./context.js";
 
 /** Above basic: preferred whenever both ends share machine, user and pid namespace. */
 export const CMA_PRIORITY = 20;

@@ -221,7 +221,6 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       // The transport knows the number; this side's option that sets it is named here.
       this.fail(
         new TensorPipeError(ErrorCode.PROTOCOL, `descriptor ${err.message}: raise ContextOptions.maxControlFrameLength on this side if that is meant`, {
-          where: err.where,
           cause: err,
         }),
       );

@@ -1,12 +1,12 @@
 import { type Context, type TransportBackend, registerBackend } from "@tensorpipe/core/backend";
-import { ShmTransport, type ShmTransportOptions } from "./shm-transport.js";
+import { ShmTransport, type ShmTransportOptions } from "./context.js";
 
 export {
   DEFAULT_SHM_HANDSHAKE_TIMEOUT,
   DEFAULT_SHM_MAX_PENDING_HANDSHAKES,
   ShmTransport,
   type ShmTransportOptions,
-} from "./shm-transport.js";
+} from "./context.js";
 
 /** Above uv: preferred whenever both ends share this machine. */
 export const SHM_PRIORITY = 10;

@@ -1,7 +1,7 @@
 import { type Context, type TransportBackend, registerBackend } from "@tensorpipe/core/backend";
-import { UvTransport, type UvTransportOptions } from "./uv-transport.js";
+import { UvTransport, type UvTransportOptions } from "./context.js";
 
-export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAddress } from "./uv-transport.js";
+export { DEFAULT_PEER_TIMEOUT, UvTransport, type UvTransportOptions, interfaceAddress } from "./context.js";
 
 /** Upstream TensorPipe's priority for uv: below shm (and ibv). */
 export const UV_PRIORITY = 1;

@@ -107,3 +107,30 @@ describe.each([
     expect(accepted[0]!.provePeerProcess!(process.pid).pid).toBe(process.pid);
   });
 });
+
+describe("uv provePeerProcess out of file descriptors", () => {
+  it("is ERR_TP_SYSTEM with EMFILE, not a refusal: it proved nothing either way", async () => {
+    // Both ends in one process, proving itself, once every descriptor is taken.
+    const script = `
+      import { openSync } from "node:fs";
+      import { UvTransport } from ${dist};
+      const t = new UvTransport();
+      const accepted = [];
+      const l = await t.listen("127.0.0.1:0", (c) => accepted.push(c));
+      const c = await t.connect(l.address());
+      while (accepted.length === 0) await new Promise((r) => setTimeout(r, 5));
+      const fds = [];
+      try { for (;;) fds.push(openSync("/dev/null", "r")); } catch {}
+      let out;
+      try { c.provePeerProcess(process.pid); out = { ok: true }; } catch (e) { out = { code: e.code, errno: e.errno, message: e.message }; }
+      console.log(JSON.stringify(out));
+      process.exit(0);`;
+    const child = spawn("bash", ["-c", `ulimit -n 64 && exec "$0" --input-type=module -e "$1"`, process.execPath, script], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout!.on("data", (d) => (out += d));
+    await once(child, "exit");
+    expect(JSON.parse(out)).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE", message: expect.stringMatching(/out of file descriptors/) });
+  });
+});

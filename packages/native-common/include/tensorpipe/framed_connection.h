@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tensorpipe/addon_data.h"
+#include "tensorpipe/descriptor_shortage.h"
 #include "tensorpipe/env_lifecycle.h"
 #include "tensorpipe/frame_io.h"
 #include "tensorpipe/napi_helpers.h"
@@ -145,6 +146,14 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     std::string why;
     if (!ProvePeerProcess(fd, static_cast<pid_t>(pid), &uids, &why)) {
       if (PeerHungUp(fd)) throw CodedError(env, "ERR_TP_PEER_CLOSED", "peer closed the connection");
+      // The proof needs descriptors of its own (netlink, /proc): without
+      // them it proved nothing either way.
+      if (int shortage = DescriptorShortage(fd)) {
+        Napi::Error err = UvError(env, uv_translate_sys_error(shortage), "provePeerProcess");
+        err.Set("message", Napi::String::New(env, std::string("cannot prove which process is the peer: this process is out of file descriptors (") +
+                                                      (shortage == EMFILE ? "EMFILE" : "ENFILE") + "); raise `ulimit -n`"));
+        throw err;
+      }
       throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "process " + std::to_string(static_cast<pid_t>(pid)) +
                                                             " is not the peer: " + why);
     }

@@ -1,51 +1,11 @@
-import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, NopReader, NopWriter, type PipeInfo, type TensorBuffer, type TransportMedium, TensorPipeError, VIABLE, type Viability, cpuBytes, fromNativeError, hostIdentity, notViable, protocolError, writeFrame } from "@tensorpipe/core/backend";
-import { type NativeAddon, loadAddon } from "./native.js";
+import { type Channel, type Connection, ErrorCode, NopReader, NopWriter, type TensorBuffer, TensorPipeError, cpuBytes, fromNativeError, protocolError, writeFrame } from "@tensorpipe/core/backend";
+import type { NativeAddon } from "./native.js";
 
-/** Options of the cma channel. */
-export interface CmaChannelOptions {
-  /**
-   * Copier threads that take the chunks of large tensors being received in
-   * turn, oldest read first: 1 to 64 (default: the cores, at most 4). One
-   * set serves every pipe of the thread (main or worker), started by its
-   * first large read with the largest number asked for, and joined when
-   * it goes.
-   */
-  parallelism?: number;
-  /**
-   * Tensors up to this size travel inline on the channel's connection: for
-   * them a copy through the transport beats process_vm_readv. Default: by
-   * the pipe's transport (defaultInlineMax). Both ends must agree: a pipe
-   * between ends set differently does not use cma.
-   */
-  inlineMax?: number;
-  /**
-   * Turn the 2 MiB pages inside large tensors into huge pages (off the
-   * loop, once per buffer) so that later copies of them run at memcpy
-   * speed (default true).
-   */
-  hugePages?: boolean;
-}
-
-interface Tuning {
+/** How a channel copies: what its context decided for it. */
+export interface Tuning {
   parallelism: number;
   inlineMax: number;
   hugePages: boolean;
-}
-
-const KiB = 1024;
-const MiB = 1024 * KiB;
-/** The most copier threads a Node thread may ask for. */
-const MAX_PARALLELISM = 64;
-
-/**
- * Up to where a copy through the transport beats process_vm_readv, which
- * pins every page it reads. Measured with `tensorpipe bench` on 2 cores:
- * over shm the ring is faster up to its 4 MiB (11.2 against 8.1 GB/s at
- * 4 MiB, 8.3 against 11.8 at 8 MiB); over TCP they meet at 128 KiB.
- */
-export function defaultInlineMax(medium: TransportMedium | undefined): number {
-  return medium === "shared-memory" ? 4 * MiB : 128 * KiB;
 }
 
 /** Where the receiver reads from: the sender's pid and address. */
@@ -78,10 +38,11 @@ const OK = new Uint8Array(0);
 
 /** What the sender is told of a failed read: a refusal says no more than that (no pids, no sockets of this machine). */
 function answerFor(e: Error): string {
-  if ((e as TensorPipeError).code === ErrorCode.PERMISSION_DENIED) {
+  const code = (e as TensorPipeError).code;
+  if (code === ErrorCode.PERMISSION_DENIED) {
     return `${ErrorCode.PERMISSION_DENIED}: the process announced is not this pipe's peer, or runs as another user`;
   }
-  return e.message || "failed";
+  return code ? `${code}: ${e.message}` : e.message || "failed";
 }
 const utf8 = new TextEncoder();
 
@@ -245,74 +206,4 @@ export class CmaChannel implements Channel {
     this.closed = true;
     if (this.peer && this.peer.pidfd >= 0) this.addon.unpinProcess(this.peer.pidfd);
   }
-}
-
-function identity(): string {
-  const id = hostIdentity();
-  return `cma:${id.bootId}:${id.pidNs}:${id.userNs}:${process.getuid?.() ?? -1}`;
-}
-
-/**
- * Cross-memory attach: tensors between processes of one machine, one user
- * and one pid namespace, copied once with process_vm_readv. A peer on
- * another machine, in another pid namespace or of another user has another
- * descriptor, so negotiation never picks cma for it.
- */
-export class CmaChannelContext implements ChannelContext {
-  private readonly tuning: Omit<Tuning, "inlineMax">;
-  private readonly inlineMax?: number;
-  private viability?: Viability;
-
-  constructor(options: CmaChannelOptions = {}) {
-    const parallelism = options.parallelism ?? Math.min(4, availableParallelism());
-    // Each is a thread of its own that lives as long as the Node thread.
-    if (!Number.isInteger(parallelism) || parallelism < 1 || parallelism > MAX_PARALLELISM) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `parallelism must be an integer from 1 to ${MAX_PARALLELISM}, got ${parallelism}`);
-    }
-    this.tuning = {
-      parallelism,
-      hugePages: options.hugePages ?? true,
-    };
-    this.inlineMax = options.inlineMax;
-  }
-
-  /** Whether the channel can work here, and if not why. */
-  isViable(): Viability {
-    if (!this.viability) {
-      if (process.platform !== "linux") this.viability = notViable("cma needs Linux (process_vm_readv)");
-      else {
-        const { addon, error } = loadAddon();
-        const problem = addon ? addon.probe() : `the cma addon did not load: ${error?.message}`;
-        this.viability = problem ? notViable(problem) : VIABLE;
-      }
-    }
-    return this.viability;
-  }
-
-  /**
-   * The inline threshold is in the descriptor: ends that would cut tensors
-   * differently (or a version that cut them at another size) never pair.
-   */
-  deviceDescriptors(): readonly DeviceDescriptor[] {
-    return [{ device: CPU_DEVICE, descriptor: `${identity()}:inline:${this.inlineMax ?? "auto"}` }];
-  }
-
-  /** How many transport connections each channel needs. */
-  numConnectionsNeeded(): number {
-    return 2;
-  }
-
-  canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
-    return localDescriptor === remoteDescriptor;
-  }
-
-  createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
-    const { addon } = loadAddon();
-    if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transportMedium);
-    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax });
-  }
-
-  /** Releases what the backend holds; called by Context.close(). */
-  async close(): Promise<void> {}
 }
