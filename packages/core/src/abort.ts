@@ -15,7 +15,9 @@ export function abortError(signal: AbortSignal, what: string): TensorPipeError {
   if (reason?.name === "TimeoutError") {
     return new TensorPipeError(ErrorCode.TIMEOUT, `${what} timed out`, { cause: reason });
   }
-  return new TensorPipeError(ErrorCode.ABORTED, `${what} was aborted`, { cause: reason });
+  // The reason the user gave is the cause, and said in the message too.
+  const said = reason instanceof Error ? `: ${reason.message}` : reason !== undefined ? `: ${String(reason)}` : "";
+  return new TensorPipeError(ErrorCode.ABORTED, `${what} was aborted${said}`, { cause: reason });
 }
 
 /** Merges `signal` and `timeout` into one signal (or none). */

@@ -12,6 +12,7 @@ import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
+import { badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
@@ -116,10 +117,10 @@ function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
 }
 
-function tensorLength(t: MessageTensor): number {
+function tensorLength(t: MessageTensor, i: number): number {
   const length = t.length ?? t.buffer.byteLength;
   if (!Number.isSafeInteger(length) || length < 0 || length > t.buffer.byteLength) {
-    throw invalid(`tensor length ${length} does not fit its ${t.buffer.byteLength}-byte buffer`);
+    throw invalid(`tensor ${i}: length must be a whole number of bytes from 0 to its buffer's ${t.buffer.byteLength}, got ${String(length)}`);
   }
   return length;
 }
@@ -308,22 +309,26 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
   private encodeDescriptor(message: Message): number {
+    checkMessageShape(message);
     const payloads = message.payloads;
     const tensors = message.tensors;
     const w = this.encoder.reset();
     let bytes = 0;
     writeDescriptorHead(w, message.metadata ?? "", payloads?.length ?? 0);
-    for (const p of payloads ?? []) {
-      if (!ArrayBuffer.isView(p?.data)) throw invalid("each payload needs data: an ArrayBufferView");
+    for (let i = 0; i < (payloads?.length ?? 0); i++) {
+      const p = payloads![i]!;
+      if (!ArrayBuffer.isView(p?.data)) throw badPayload(i, p);
       writePayloadDescriptor(w, p.data.byteLength, p.metadata ?? "");
       bytes += p.data.byteLength;
     }
     writeTensorCount(w, tensors?.length ?? 0);
     let missingTargets = 0;
-    for (const t of tensors ?? []) {
-      if (!t?.buffer) throw invalid("each tensor needs a buffer");
+    for (let i = 0; i < (tensors?.length ?? 0); i++) {
+      const t = tensors![i]!;
+      checkTensorBuffer(i, t);
+      if (t.targetDevice !== undefined) checkDevice(i, t.targetDevice);
       const sourceDevice = bufferDevice(t.buffer);
-      const length = tensorLength(t);
+      const length = tensorLength(t, i);
       if (t.targetDevice && !this.channelBetween(sourceDevice, t.targetDevice)) {
         throw new TensorPipeError(
           ErrorCode.NEGOTIATION,
@@ -341,6 +346,13 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       }
       writeTensorDescriptor(w, length, sourceDevice, t.targetDevice, t.metadata ?? "");
       bytes += length;
+    }
+    // Past the peer's limit (this side's, unless set otherwise there) it would end the pipe.
+    const encoded = w.finish().length;
+    if (encoded > this.options.maxDescriptorLength) {
+      throw invalid(
+        `message descriptor (metadata and per-entry metadata) is ${encoded} bytes, over the limit of ${this.options.maxDescriptorLength} (ContextOptions.maxControlFrameLength, at both ends): send large data as a payload or a tensor`,
+      );
     }
     this.encodedBytes = bytes;
     return missingTargets;
@@ -667,7 +679,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
-    if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended);
+    if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended, "ended");
   }
 
   /** What diagnostics_channel subscribers learn of a message: its sizes, and the channel of each tensor. */
@@ -721,24 +733,25 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return raceSignal(p, signal, what, (err) => this.fail(err));
   }
 
-  private fail(e: unknown, closedHere = false): void {
+  /** Ends the pipe: for an error, or closed here, or ended by the peer between messages (neither counts as an error). */
+  private fail(e: unknown, how: "error" | "closed here" | "ended" = "error"): void {
     if (this.failure) return;
     const err = this.describe(e);
     this.failure = err;
-    if (!closedHere) this.counters.countError(err.code);
+    if (how === "error") this.counters.countError(err.code);
     for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
     for (const s of this.tensorSends.splice(0)) s.done.reject(err);
     this.main.close(err);
     this.reply.close(err);
     for (const c of this.channels.values()) c.close(err);
     this.closedDeferred.resolve(err);
-    if (log.enabled) log("pipe to %s closed: %s", this.peer, closedHere ? "closed here" : describeError(err));
+    if (log.enabled) log("pipe to %s closed: %s", this.peer, how === "closed here" ? how : describeError(err));
     if (diagnostics.pipeClose.hasSubscribers) diagnostics.pipeClose.publish({ pipe: this, error: err });
   }
 
   /** Closes the pipe; pending operations reject with ERR_TP_CLOSED. */
   close(): void {
-    this.fail(closedError("pipe"), true);
+    this.fail(closedError("pipe"), "closed here");
   }
 }
 

@@ -1,0 +1,79 @@
+/**
+ * What write() says of a message it cannot send: which part is wrong, what
+ * it got, and how to fix it (ERR_TP_INVALID_ARG), instead of a TypeError
+ * from deep inside. The checks themselves are the cheap ones write() makes
+ * anyway; the words are built only for a message that fails them.
+ */
+import type { Device, DeviceBuffer } from "./device.js";
+import { ErrorCode, TensorPipeError } from "./errors.js";
+
+function invalid(message: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.INVALID_ARG, message);
+}
+
+/** What a value is, as a user would name it. */
+export function kindOf(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an Array";
+  if (value instanceof ArrayBuffer) return "an ArrayBuffer";
+  if (typeof SharedArrayBuffer !== "undefined" && value instanceof SharedArrayBuffer) return "a SharedArrayBuffer";
+  if (typeof value === "object") return `an object (${Object.keys(value as object).slice(0, 4).join(", ") || "no keys"})`;
+  return typeof value === "string" ? "a string" : `${typeof value} ${String(value)}`;
+}
+
+/** How to turn what was given into memory the library takes. */
+function fix(value: unknown): string {
+  if (value instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && value instanceof SharedArrayBuffer)) {
+    return ": wrap it in new Uint8Array(...)";
+  }
+  if (Array.isArray(value)) return ": make it a TypedArray, e.g. new Float32Array(values)";
+  return "";
+}
+
+/** Throws unless `message` is an object whose parts are of the right kinds. */
+export function checkMessageShape(message: unknown): void {
+  if (typeof message !== "object" || message === null || Array.isArray(message)) {
+    throw invalid(`write() takes a message object { metadata?, payloads?, tensors? }, got ${kindOf(message)}`);
+  }
+  const m = message as { metadata?: unknown; payloads?: unknown; tensors?: unknown };
+  if (m.metadata !== undefined && typeof m.metadata !== "string") throw invalid(`metadata must be a string, got ${kindOf(m.metadata)}`);
+  if (m.payloads !== undefined && !Array.isArray(m.payloads)) {
+    throw invalid(`payloads must be an array of { data, metadata? }, got ${kindOf(m.payloads)}`);
+  }
+  if (m.tensors !== undefined && !Array.isArray(m.tensors)) {
+    throw invalid(`tensors must be an array of { buffer, length?, targetDevice?, metadata? }, got ${kindOf(m.tensors)}`);
+  }
+}
+
+/** The error for payload `i`, whose data is not an ArrayBufferView. */
+export function badPayload(i: number, payload: unknown): TensorPipeError {
+  const data = (payload as { data?: unknown } | undefined)?.data;
+  if (typeof payload !== "object" || payload === null) return invalid(`payload ${i} must be an object { data, metadata? }, got ${kindOf(payload)}`);
+  return invalid(`payload ${i}: data must be a TypedArray or DataView; got ${kindOf(data)}${fix(data)}`);
+}
+
+/** Whether `b` is a device buffer as cudaBuffer() makes them. */
+function isDeviceBuffer(b: unknown): b is DeviceBuffer {
+  const d = (b as { device?: Partial<Device> } | undefined)?.device;
+  return typeof b === "object" && b !== null && typeof d?.type === "string" && Number.isInteger(d.index) && typeof (b as DeviceBuffer).byteLength === "number";
+}
+
+/** Throws unless tensor `i`'s buffer is memory the library takes. */
+export function checkTensorBuffer(i: number, tensor: unknown): void {
+  if (ArrayBuffer.isView(tensor)) {
+    throw invalid(`tensor ${i} must be an object { buffer, length?, targetDevice?, metadata? }, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
+  }
+  if (typeof tensor !== "object" || tensor === null) {
+    throw invalid(`tensor ${i} must be an object { buffer, length?, targetDevice?, metadata? }, got ${kindOf(tensor)}`);
+  }
+  const buffer = (tensor as { buffer?: unknown }).buffer;
+  if (ArrayBuffer.isView(buffer) || isDeviceBuffer(buffer)) return;
+  throw invalid(`tensor ${i}: buffer must be a TypedArray, DataView or CudaBuffer; got ${kindOf(buffer)}${fix(buffer)}`);
+}
+
+/** Throws unless `device` is a { type, index } device (a tensor's targetDevice). */
+export function checkDevice(i: number, device: unknown): void {
+  const d = device as Partial<Device> | undefined;
+  if (typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0) return;
+  throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${kindOf(device)}`);
+}

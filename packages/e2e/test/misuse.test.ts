@@ -1,0 +1,72 @@
+/**
+ * The mistakes a user makes in the first hour get a TensorPipeError that
+ * says what was wrong and how to fix it, and leave the pipe usable.
+ */
+import { CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/cli";
+
+describe("misuse of write() and read()", () => {
+  let server: Context;
+  let client: Context;
+  let here: Pipe;
+  let there: Pipe;
+
+  beforeAll(async () => {
+    server = await createContext({ transports: ["uv"], channels: ["basic"], maxControlFrameLength: 64 * 1024 });
+    client = await createContext({ transports: ["uv"], channels: ["basic"], maxControlFrameLength: 64 * 1024 });
+    const listener = await server.listen("uv://127.0.0.1:0");
+    [here, there] = await Promise.all([client.connect(listener.addresses()[0]!), listener.accept()]);
+  });
+  afterAll(async () => {
+    await client.close();
+    await server.close();
+  });
+
+  /** Still a working pipe: one message goes through. */
+  async function stillWorks(): Promise<void> {
+    await here.write({ metadata: "ok", tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] });
+    expect((await there.readMessage()).metadata).toBe("ok");
+  }
+
+  it.each([
+    ["no message", undefined, /write\(\) takes a message object/],
+    ["an array as the message", [], /write\(\) takes a message object \{ metadata\?, payloads\?, tensors\? \}, got an Array/],
+    ["a number as metadata", { metadata: 5 }, /metadata must be a string, got number 5/],
+    ["an ArrayBuffer as a tensor", { tensors: [{ buffer: new ArrayBuffer(8) }] }, /tensor 0: buffer must be a TypedArray, DataView or CudaBuffer; got an ArrayBuffer: wrap it in new Uint8Array/],
+    ["an array of numbers as a tensor", { tensors: [{ buffer: [1, 2, 3] }] }, /tensor 0: .* got an Array: make it a TypedArray, e\.g\. new Float32Array\(values\)/],
+    ["a tensor that is not an object", { tensors: [new Uint8Array(4)] }, /tensor 0 must be an object \{ buffer, length\?/],
+    ["a length past the buffer", { tensors: [{ buffer: new Uint8Array(4), length: 5 }] }, /tensor 0: length must be a whole number of bytes from 0 to its buffer's 4, got 5/],
+    ["a bad target device", { tensors: [{ buffer: new Uint8Array(4), targetDevice: "cpu" }] }, /tensor 0: targetDevice must be \{ type, index \}/],
+    ["an ArrayBuffer as a payload", { payloads: [{ data: new ArrayBuffer(8) }] }, /payload 0: data must be a TypedArray or DataView; got an ArrayBuffer: wrap it/],
+    ["tensors that are not an array", { tensors: new Uint8Array(4) }, /tensors must be an array/],
+  ])("%s is ERR_TP_INVALID_ARG saying how to fix it", async (_, message, text) => {
+    await expect(here.write(message as unknown as Message)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
+    await stillWorks();
+  });
+
+  it("metadata past the control-frame limit is refused at write(), naming the option, before it reaches the peer", async () => {
+    await expect(here.write({ metadata: "x".repeat(100 * 1024) })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/over the limit of 65536 \(ContextOptions\.maxControlFrameLength/),
+    });
+    await stillWorks();
+  });
+
+  it("a second readDescriptor() before read() is refused at once", async () => {
+    await here.write({ metadata: "one" });
+    await there.readDescriptor();
+    await expect(there.readDescriptor()).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/before read\(\)/) });
+    await there.read({ payloads: [], tensors: [] });
+    await stillWorks();
+  });
+
+  it("keeps the reason an abort was given as the cause, and says it", async () => {
+    const controller = new AbortController();
+    const reason = new Error("shutting down");
+    const waiting = there.readDescriptor({ signal: controller.signal });
+    controller.abort(reason);
+    await expect(waiting).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/shutting down/), cause: reason });
+    await stillWorks();
+  });
+});
