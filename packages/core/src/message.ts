@@ -90,8 +90,8 @@ export interface ReceivedMessage {
   }[];
   /** Each tensor, in fresh CPU memory. */
   tensors: {
-    /** The tensor's bytes. */
-    buffer: TensorBuffer;
+    /** The tensor's bytes, in fresh CPU memory: view them as the type they are, e.g. new Float32Array(buffer.buffer, buffer.byteOffset, length / 4). */
+    buffer: Uint8Array;
     /** How many bytes of `buffer` it fills. */
     length: number;
     /** The device it came from, at the sender. */

@@ -637,7 +637,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data as Uint8Array, metadata: p.metadata })),
       tensors: d.tensors.map((t, i) => ({
-        buffer: allocation.tensors[i]!.buffer,
+        buffer: allocation.tensors[i]!.buffer as Uint8Array,
         length: t.length,
         sourceDevice: t.sourceDevice,
         metadata: t.metadata,
