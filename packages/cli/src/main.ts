@@ -3,7 +3,7 @@
  * The `tensorpipe` command.
  *   tensorpipe doctor [--json] [--interface NAME] [--backend MODULE ...]
  *   tensorpipe bench [--sizes 8,64K,1M,...] [--rounds N] [--quick] [--transports a,b] [--channels c,d]
- *                    [--lanes N] [--svg FILE] [--json FILE] [--no-zmq] [--backend MODULE ...]
+ *                    [--lanes N] [--svg FILE] [--json FILE] [--no-zmq] [--backend MODULE ...] [--targets]
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -31,6 +31,7 @@ commands:
              --json FILE          every figure as JSON
              --no-zmq             leave zeromq.js out
              --backend MODULE     a third-party backend package too; may be given again
+             --targets            also the project's own targets, each met or not
   help     this text
   version  the CLI's version`;
 
@@ -84,6 +85,7 @@ async function main(argv: string[]): Promise<number> {
           json: { type: "string" },
           "no-zmq": { type: "boolean" },
           backend: { type: "string", multiple: true },
+          targets: { type: "boolean" },
         },
       }));
     } catch (e) {
@@ -110,6 +112,7 @@ async function main(argv: string[]): Promise<number> {
       svgPath: values.svg ?? "tensorpipe-bench.svg",
       jsonPath: values.json,
       backends: values.backend,
+      targets: values.targets,
     });
     return 0;
   }
