@@ -144,7 +144,26 @@ describe("the published packages", () => {
       expect(JSON.stringify(m.dependencies ?? {})).not.toContain("workspace:");
       expect(JSON.stringify(m.peerDependencies ?? {})).not.toContain("workspace:");
       expect(files.some((f) => f.includes("/test/") || f.startsWith("package/build/"))).toBe(false);
+      // What npm shows and checks: the Node it needs, and words to find it by.
+      expect(m.engines, name).toEqual({ node: ">=20" });
+      expect((m.keywords as string[] | undefined)?.length, name).toBeGreaterThan(0);
     }
+  });
+
+  it("state the glibc and libstdc++ the linux-x64 prebuilds need, as their symbol versions say", () => {
+    const versions = (prefix: string, text: string) => [...text.matchAll(new RegExp(`${prefix}_([0-9.]+)`, "g"))].map((m) => m[1]!);
+    const newest = (vs: string[]) => vs.sort((a, b) => a.localeCompare(b, undefined, { numeric: true })).at(-1)!;
+    const needed: Record<"GLIBC" | "GLIBCXX", string[]> = { GLIBC: [], GLIBCXX: [] };
+    for (const [name, addon] of Object.entries(NATIVE)) {
+      const out = join(root, `${addon}.node`);
+      writeFileSync(out, execFileSync("tar", ["xzOf", tarballs[name]!, `package/prebuilds/linux-x64/${addon}.node`]));
+      const symbols = execFileSync("objdump", ["-T", out], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+      needed.GLIBC.push(...versions("GLIBC", symbols));
+      needed.GLIBCXX.push(...versions("GLIBCXX", symbols));
+    }
+    const readme = readFileSync(join(packagesDir, "../README.md"), "utf8");
+    expect(readme).toContain(`glibc ${newest(needed.GLIBC)} and`);
+    expect(readme).toContain(`GLIBCXX_${newest(needed.GLIBCXX)}, or later`);
   });
 
   it("ship each native addon prebuilt for linux-x64, with its sources for a rebuild", () => {
