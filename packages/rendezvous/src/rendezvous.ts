@@ -1,14 +1,14 @@
 import { CPU_DEVICE, ErrorCode, type OperationOptions, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationSignal, raceSignal } from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
-/** Options of recv(): a signal or a timeout. */
-export interface RecvOptions extends OperationOptions {
+/** Options of recv(): a signal or a timeout, and where to receive. */
+export interface RecvOptions<T extends RendezvousValue = RendezvousValue> extends OperationOptions {
   /**
    * Memory to receive into: when the value has not arrived yet, its bytes
    * land here straight from the channel; when it has, they are copied here.
    * Must be exactly the value's size. recv() then resolves with `into`.
    */
-  into?: RendezvousValue;
+  into?: T;
 }
 
 interface Waiter {
@@ -89,7 +89,12 @@ export class Rendezvous {
     this.writes.add(write);
   }
 
-  /** The next value sent under `key`, as soon as it is here. */
+  /**
+   * The next value sent under `key`, as soon as it is here: of the kind
+   * sent (`recv<Float32Array>(key)` says which you expect), or `into`
+   * itself when given.
+   */
+  recv<T extends RendezvousValue = RendezvousValue>(key: string, options?: RecvOptions<T>): Promise<T>;
   recv(key: string, options: RecvOptions = {}): Promise<RendezvousValue> {
     if (typeof key !== "string") return Promise.reject(new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous key must be a string"));
     const queue = this.arrived.get(key);
