@@ -25,10 +25,13 @@ export interface MessageTensor {
   /** Bytes to send from the start of `buffer`; defaults to all of it. */
   length?: number;
   /**
-   * Where the receiver should put it. When absent the receiver decides in
-   * its allocation and answers with a DescriptorReply before the bytes move.
+   * Where the receiver should put it. When absent, a CPU tensor goes to the
+   * receiver's CPU and a device tensor is the receiver's to place. `null`
+   * leaves any tensor to the receiver: it names the device in its
+   * allocation and answers with a DescriptorReply before the bytes move (a
+   * round trip more, and a write that resolves only once the peer reads).
    */
-  targetDevice?: Device;
+  targetDevice?: Device | null;
   /** Free text, sent in the descriptor (default ""). */
   metadata?: string;
 }

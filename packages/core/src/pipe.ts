@@ -127,6 +127,12 @@ function tensorLength(t: MessageTensor, i: number): number {
 
 const noop = (): void => undefined;
 
+/** Where `t` goes at the peer: as given; the CPU for a CPU tensor given none; undefined for the peer to choose. */
+function targetOf(t: MessageTensor, source: Device): Device | undefined {
+  if (t.targetDevice !== undefined) return t.targetDevice ?? undefined;
+  return source === CPU_DEVICE ? CPU_DEVICE : undefined;
+}
+
 /** One end of a pipe: ordered messages each way. Made by Context.connect() and Listener.accept(); write() sends, readDescriptor() then read() receive into memory the caller provides. */
 export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** The transport negotiated ("uv", "shm", ...). */
@@ -326,16 +332,17 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     for (let i = 0; i < (tensors?.length ?? 0); i++) {
       const t = tensors![i]!;
       checkTensorBuffer(i, t);
-      if (t.targetDevice !== undefined) checkDevice(i, t.targetDevice);
+      if (t.targetDevice != null) checkDevice(i, t.targetDevice);
       const sourceDevice = bufferDevice(t.buffer);
       const length = tensorLength(t, i);
-      if (t.targetDevice && !this.channelBetween(sourceDevice, t.targetDevice)) {
+      const target = targetOf(t, sourceDevice);
+      if (target && !this.channelBetween(sourceDevice, target)) {
         throw new TensorPipeError(
           ErrorCode.NEGOTIATION,
-          `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(t.targetDevice)} at the peer`,
+          `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(target)} at the peer`,
         );
       }
-      if (!t.targetDevice) {
+      if (!target) {
         if (!this.canSendFrom(sourceDevice)) {
           throw new TensorPipeError(
             ErrorCode.NEGOTIATION,
@@ -344,7 +351,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         }
         missingTargets++;
       }
-      writeTensorDescriptor(w, length, sourceDevice, t.targetDevice, t.metadata ?? "");
+      writeTensorDescriptor(w, length, sourceDevice, target, t.metadata ?? "");
       bytes += length;
     }
     // Past the peer's limit (this side's, unless set otherwise there) it would end the pipe.
@@ -389,7 +396,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     let r = 0;
     for (const t of tensors) {
       const source = bufferDevice(t.buffer);
-      const target = t.targetDevice ?? replyDevices![r++]!;
+      const target = targetOf(t, source) ?? replyDevices![r++]!;
       const channel = this.channelBetween(source, target);
       if (!channel) {
         this.fail(
@@ -692,7 +699,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       let channel: Channel | undefined;
       if ("buffer" in t) {
         length = t.length ?? t.buffer.byteLength;
-        channel = t.targetDevice && this.channelBetween(bufferDevice(t.buffer), t.targetDevice);
+        const source = bufferDevice(t.buffer);
+        const target = targetOf(t, source);
+        channel = target && this.channelBetween(source, target);
       } else {
         length = t.length;
         channel = this.channelBetween(bufferDevice(allocation!.tensors[i]!.buffer), t.sourceDevice);

@@ -40,7 +40,7 @@ function surface(entry: string): string {
 }
 
 describe("the public surface of @tensorpipe/core", () => {
-  it.each(Object.entries(ENTRIES))("%s is what api/%s.api.txt records", (name, entry) => {
+  it.each(Object.entries(ENTRIES).map(([name, entry]) => ({ name, entry })))("$name is what api/$name.api.txt records", ({ name, entry }) => {
     const record = root(`api/${name}.api.txt`);
     const now = surface(entry);
     if (process.env.UPDATE_API === "1") writeFileSync(record, now);

@@ -61,6 +61,26 @@ describe("misuse of write() and read()", () => {
     await stillWorks();
   });
 
+  it("a CPU tensor written without targetDevice goes to the peer's CPU: the write resolves before anyone reads, no round trip", async () => {
+    const sent = here.write({ tensors: [{ buffer: new Float32Array([1, 2, 3]) }] });
+    await expect(Promise.race([sent.then(() => "written"), new Promise((r) => setTimeout(() => r("still waiting"), 2000))])).resolves.toBe("written");
+    const d = await there.readDescriptor();
+    expect(d.tensors[0]!.targetDevice).toEqual(CPU_DEVICE);
+    const into = new Float32Array(3);
+    await there.read({ payloads: [], tensors: [{ buffer: into }] });
+    expect([...into]).toEqual([1, 2, 3]);
+  });
+
+  it("targetDevice: null leaves the tensor to the reader, which answers before the bytes move", async () => {
+    let written = false;
+    const sent = here.write({ tensors: [{ buffer: new Uint8Array(4), targetDevice: null }] }).then(() => (written = true));
+    const d = await there.readDescriptor();
+    expect(d.tensors[0]!.targetDevice).toBeUndefined();
+    expect(written).toBe(false);
+    await there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] });
+    await sent;
+  });
+
   it("keeps the reason an abort was given as the cause, and says it", async () => {
     const controller = new AbortController();
     const reason = new Error("shutting down");

@@ -140,7 +140,8 @@ const edgeMessages: Message[] = [
       { buffer: new Uint8Array(0), metadata: "t4", targetDevice: CPU_DEVICE },
     ],
   },
-  { metadata: "R", tensors: [{ buffer: bytes(0x07, 0x8a, 0x0d, 0x90), metadata: "t0" }] },
+  // Left to the receiver (null), as the C++ client wrote it: no target device, a DescriptorReply.
+  { metadata: "R", tensors: [{ buffer: bytes(0x07, 0x8a, 0x0d, 0x90), metadata: "t0", targetDevice: null }] },
   {},
 ];
 

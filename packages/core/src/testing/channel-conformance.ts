@@ -127,9 +127,9 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
     it("lets the reader choose the target device when the writer did not (DescriptorReply)", async () => {
       const w = client.write({
         tensors: [
-          { buffer: patterned(1000, 1) },
+          { buffer: patterned(1000, 1), targetDevice: null },
           { buffer: patterned(10, 2), targetDevice: cpu },
-          { buffer: patterned(100_000, 3) },
+          { buffer: patterned(100_000, 3), targetDevice: null },
         ],
       });
       const d = await server.readDescriptor();
@@ -193,7 +193,8 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
     it("rejects every pending operation when the peer goes away", async () => {
       const pendingRead = server.readDescriptor();
       // Waits for a DescriptorReply the peer will never send.
-      const pendingWrite = server.write({ tensors: [{ buffer: patterned(10, 1) }] });
+      // Left to the reader: the write waits for its answer.
+      const pendingWrite = server.write({ tensors: [{ buffer: patterned(10, 1), targetDevice: null }] });
       const d = await client.readDescriptor();
       expect(d.tensors[0]!.length).toBe(10);
       client.close();
@@ -204,7 +205,8 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
 
     it("rejects pending operations with ERR_TP_CLOSED when closed locally", async () => {
       const pendingRead = server.readDescriptor();
-      const pendingWrite = server.write({ tensors: [{ buffer: patterned(10, 1) }] });
+      // Left to the reader: the write waits for its answer.
+      const pendingWrite = server.write({ tensors: [{ buffer: patterned(10, 1), targetDevice: null }] });
       server.close();
       await expect(pendingRead).rejects.toMatchObject({ code: ErrorCode.CLOSED });
       await expect(pendingWrite).rejects.toMatchObject({ code: ErrorCode.CLOSED });

@@ -20,7 +20,8 @@ describe.each([
     for (const [a, b] of pairs) {
       // Mid-transfer: large writes nobody reads yet, reads waiting on either side.
       pending.push(a.write({ tensors: [{ buffer: patterned(32 * 1024 * 1024, 1), targetDevice: CPU_DEVICE }] }));
-      pending.push(a.write({ tensors: [{ buffer: patterned(100, 2) }] }));
+      // Left to the reader (null): it waits for an answer that never comes.
+      pending.push(a.write({ tensors: [{ buffer: patterned(100, 2), targetDevice: null }] }));
       pending.push(a.readDescriptor(), a.readMessage());
     }
     const accepting = listener.accept();
