@@ -7,7 +7,7 @@
 # vitest and `tensorpipe bench` load (zeromq.js's glibc x64 addon alone),
 # leaving out the build-time tools (TypeScript, turbo, typedoc, prettier)
 # to stay under the tool's 64 MiB.
-# There: tar xJf .device/bundle.tar.xz && .device/node packages/e2e/dist/bench-cuda.js
+# There: tar xJf .device/bundle.tar.xz && .device/node packages/bench/dist/scripts/bench-cuda.js
 # or, with --tests: bash scripts/device-gpu-checks.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -29,9 +29,9 @@ for s in "${steps[@]}"; do
   case $s in
     machine) step machine 60 bash -c "nvidia-smi; ldconfig -p | grep -E 'libcuda|libibverbs'; echo LD_LIBRARY_PATH=\$LD_LIBRARY_PATH; nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv; nvcc --version | tail -2; uname -a; ldd --version | head -1; nproc; free -g; $node --version; $node packages/cli/dist/main.js doctor" ;;
     tests) step tests 150 "$node" node_modules/vitest/vitest.mjs run --project cuda --project channel-cuda-basic --project channel-cuda-ipc --project channel-cuda-gdr --reporter=verbose ;;
-    bench-cuda) step bench-cuda 240 "$node" packages/e2e/dist/bench-cuda.js --rounds 5 ;;
-    ipc-baseline) step ipc-baseline 120 bash -c 'for m in event sender-sync local; do for s in 8 1048576 268435456; do echo "$m $s $(packages/channel-cuda-ipc/build/Release/cuda_ipc_baseline $s 100 $m)"; done; done' ;;
-    bench) step bench 300 "$node" packages/cli/dist/main.js bench --rounds 3 --json "$out/bench.json" --svg "$out/bench.svg" ;;
+    bench-cuda) step bench-cuda 240 "$node" packages/bench/dist/scripts/bench-cuda.js --rounds 5 ;;
+    ipc-baseline) step ipc-baseline 120 bash -c 'for m in event sender-sync local; do for s in 8 1048576 268435456; do echo "$m $s $(packages/bench/build/Release/cuda_ipc_baseline $s 100 $m)"; done; done' ;;
+    bench) step bench 300 "$node" packages/bench/dist/main.js --rounds 3 --json "$out/bench.json" --svg "$out/bench.svg" ;;
     all-tests) step all-tests 420 "$node" node_modules/vitest/vitest.mjs run ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac

@@ -82,7 +82,7 @@ function isMissing(e: unknown, packageName: string): boolean {
 }
 
 /** The directory of an installed package (where its package.json is), or undefined. */
-export function packageRoot(packageName: string): string | undefined {
+function packageRoot(packageName: string): string | undefined {
   let entry: string;
   try {
     entry = fileURLToPath(import.meta.resolve(packageName));
@@ -177,25 +177,4 @@ export function listenUrls(context: Context, host = "127.0.0.1"): string[] {
     if (b.name === "shm") urls.push("shm://*");
   }
   return urls;
-}
-
-/** "--transports uv,shm --channels basic --lanes 4 --backend my-transport" from argv. */
-export function backendsFromArgs(argv: readonly string[]): BackendChoice {
-  const value = (flag: string) => {
-    const i = argv.indexOf(flag);
-    return i >= 0 ? argv[i + 1] : undefined;
-  };
-  const list = (flag: string) => value(flag)?.split(",").filter(Boolean);
-  // --backend may be given again and again.
-  const backends = argv.flatMap((a, i) => (a === "--backend" && argv[i + 1] ? [argv[i + 1]!] : []));
-  const lanes = value("--lanes");
-  const peerTimeout = value("--peer-timeout");
-  return {
-    peerTimeout: peerTimeout === undefined ? undefined : Number(peerTimeout),
-    transports: list("--transports"),
-    channels: list("--channels"),
-    lanes: lanes === undefined ? undefined : Number(lanes),
-    interface: value("--interface"),
-    ...(backends.length > 0 ? { backends } : {}),
-  };
 }

@@ -2,13 +2,17 @@
 /**
  * The `tensorpipe` command.
  *   tensorpipe doctor [--json] [--interface NAME] [--backend MODULE ...]
- *   tensorpipe bench [--sizes 8,64K,1M,...] [--rounds N] [--quick] [--transports a,b] [--channels c,d]
- *                    [--lanes N] [--svg FILE] [--json FILE] [--no-zmq] [--backend MODULE ...] [--targets]
+ *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N]
+ *                    [--json FILE] [--backend MODULE ...]
+ *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--interface NAME]
+ *                   [--peer-timeout MS] [--timeout MS] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
-import { DEFAULT_SIZES, parseSize, runBench, sizeLabel } from "./bench.js";
+import { type ParseArgsConfig, parseArgs } from "node:util";
+import { DEFAULT_SIZES, runBench } from "./bench.js";
 import { formatDoctor, runDoctor } from "./doctor.js";
+import { parseSize, sizeLabel } from "./figures.js";
+import { runPeer } from "./peer.js";
 
 const USAGE = `usage: tensorpipe <command> [options]
 
@@ -19,19 +23,26 @@ commands:
              --interface NAME     ask uv about this interface
              --backend MODULE     a third-party backend package too (it exports
                                   \`backend\`); may be given again
-  bench    spawn a peer process and measure every viable transport x channel
-           pair over a matrix of sizes, against memcpy, node:net and zeromq.js
+  bench    spawn \`tensorpipe peer\` and time round trips and one-way streams
+           over every viable transport x channel pair, over the pair
+           negotiation picks, and over node:net, at a range of sizes
              --sizes LIST         default ${DEFAULT_SIZES.map(sizeLabel).join(",").replaceAll(" ", "")}
-             --rounds N           rounds per cell, medians reported (default 3)
-             --quick              fewer iterations
+             --quick              fewer messages: seconds
              --transports LIST    only these transports (e.g. uv,shm)
              --channels LIST      only these channels (e.g. basic,cma)
              --lanes N            mpt lanes
-             --svg FILE           plot of GB/s against size (default tensorpipe-bench.svg)
              --json FILE          every figure as JSON
-             --no-zmq             leave zeromq.js out
              --backend MODULE     a third-party backend package too; may be given again
-             --targets            also the project's own targets, each met or not
+  peer     listen on every viable transport (and node:net), print the
+           addresses as one JSON line, echo messages until stdin closes
+             --host ADDR          the address to listen on for TCP (default 127.0.0.1)
+             --transports LIST    only these transports
+             --channels LIST      only these channels
+             --lanes N            mpt lanes
+             --interface NAME     uv: the network interface
+             --peer-timeout MS    uv: how long a silent peer may go unnoticed
+             --timeout MS         a deadline for each read and write
+             --backend MODULE     a third-party backend package too; may be given again
   help     this text
   version  the CLI's version`;
 
@@ -41,6 +52,22 @@ function fail(message: string): never {
 }
 
 const list = (s: string | undefined) => s?.split(",").map((x) => x.trim()).filter(Boolean);
+
+function parse<T extends ParseArgsConfig["options"]>(args: string[], options: T) {
+  try {
+    return parseArgs({ args, options, strict: true }).values;
+  } catch (e) {
+    fail((e as Error).message);
+  }
+}
+
+/** A flag's value as a positive integer, or undefined when not given. */
+function positive(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!(Number.isInteger(n) && n >= 1)) fail(`${flag} must be a positive integer, got ${value}`);
+  return n;
+}
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...given] = argv;
@@ -56,63 +83,58 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command === "doctor") {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: rest,
-        options: { json: { type: "boolean" }, interface: { type: "string" }, backend: { type: "string", multiple: true } },
-      }));
-    } catch (e) {
-      fail((e as Error).message);
-    }
+    const values = parse(rest, { json: { type: "boolean" }, interface: { type: "string" }, backend: { type: "string", multiple: true } });
     const report = await runDoctor({ interface: values.interface, backends: values.backend });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
     return report.usable ? 0 : 1;
   }
   if (command === "bench") {
-    let values;
-    try {
-      ({ values } = parseArgs({
-        args: rest,
-        options: {
-          sizes: { type: "string" },
-          rounds: { type: "string" },
-          quick: { type: "boolean" },
-          transports: { type: "string" },
-          channels: { type: "string" },
-          lanes: { type: "string" },
-          svg: { type: "string" },
-          json: { type: "string" },
-          "no-zmq": { type: "boolean" },
-          backend: { type: "string", multiple: true },
-          targets: { type: "boolean" },
-        },
-      }));
-    } catch (e) {
-      fail((e as Error).message);
-    }
+    const values = parse(rest, {
+      sizes: { type: "string" },
+      quick: { type: "boolean" },
+      transports: { type: "string" },
+      channels: { type: "string" },
+      lanes: { type: "string" },
+      json: { type: "string" },
+      backend: { type: "string", multiple: true },
+    });
     let sizes: number[] | undefined;
     try {
       sizes = list(values.sizes)?.map(parseSize);
     } catch (e) {
       fail((e as Error).message);
     }
-    const rounds = values.rounds === undefined ? undefined : Number(values.rounds);
-    if (rounds !== undefined && !(Number.isInteger(rounds) && rounds >= 1)) fail(`--rounds must be a positive integer, got ${values.rounds}`);
-    const lanes = values.lanes === undefined ? undefined : Number(values.lanes);
-    if (lanes !== undefined && !(Number.isInteger(lanes) && lanes >= 1)) fail(`--lanes must be a positive integer, got ${values.lanes}`);
     await runBench({
       sizes,
-      rounds,
       quick: values.quick,
       transports: list(values.transports),
       channels: list(values.channels),
-      lanes,
-      noZmq: values["no-zmq"],
-      svgPath: values.svg ?? "tensorpipe-bench.svg",
+      lanes: positive("--lanes", values.lanes),
       jsonPath: values.json,
       backends: values.backend,
-      targets: values.targets,
+    });
+    return 0;
+  }
+  if (command === "peer") {
+    const values = parse(rest, {
+      host: { type: "string" },
+      transports: { type: "string" },
+      channels: { type: "string" },
+      lanes: { type: "string" },
+      interface: { type: "string" },
+      "peer-timeout": { type: "string" },
+      timeout: { type: "string" },
+      backend: { type: "string", multiple: true },
+    });
+    await runPeer({
+      host: values.host,
+      transports: list(values.transports),
+      channels: list(values.channels),
+      lanes: positive("--lanes", values.lanes),
+      interface: values.interface,
+      peerTimeout: positive("--peer-timeout", values["peer-timeout"]),
+      timeout: positive("--timeout", values.timeout),
+      ...(values.backend ? { backends: values.backend } : {}),
     });
     return 0;
   }

@@ -1,26 +1,28 @@
 /**
- * The other process of the two-process tests and the benchmark. It listens
- * with TensorPipe and with plain node:net (the baselines), prints its
- * addresses as one JSON line, and serves until stdin closes:
+ * `tensorpipe peer`: the other process of `tensorpipe bench` (and of the
+ * repository's two-process tests and measurements). It listens with
+ * TensorPipe on every viable transport and with plain node:net (the
+ * baseline), prints its addresses as one JSON line, and serves until stdin
+ * closes:
  * - a pipe message with metadata "sink" is read into one of two reused
  *   buffers in turn and acknowledged with an empty "ack" message once it
  *   has landed; any other message is echoed;
  * - the node:net echo server echoes bytes; the node:net sink server is
- *   described where it is made;
- * - with --zmq and zeromq installed, its echo and sink sockets (zmq-baseline.ts).
+ *   described where it is made.
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe } from "@tensorpipe/core";
-import { backendsFromArgs, createContext, listenUrls } from "./backends.js";
-import { loadZmq, startZmqServers } from "./zmq-baseline.js";
+import { type BackendChoice, createContext, listenUrls } from "./backends.js";
 
-// peer.js HOST [--transports a,b] [--channels c,d] [--lanes n] [--interface if] [--peer-timeout ms] [--timeout ms] [--zmq]
-const host = process.argv[2] ?? "127.0.0.1";
-// With --timeout, every read and write of the peer has that deadline.
-const timeout = process.argv.includes("--timeout") ? Number(process.argv[process.argv.indexOf("--timeout") + 1]) : undefined;
-const ops = timeout === undefined ? undefined : { timeout };
+/** What `tensorpipe peer` listens with. */
+export interface PeerOptions extends BackendChoice {
+  /** The address to listen on for TCP (default 127.0.0.1). */
+  host?: string;
+  /** A deadline for each of its reads and writes, in ms. */
+  timeout?: number;
+}
 
-async function serve(pipe: Pipe): Promise<void> {
+async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<void> {
   // A failed read in flight and the readDescriptor after it both see the end.
   let over = false;
   const end = (e: unknown) => {
@@ -129,76 +131,75 @@ function ended(e: unknown): void {
   process.stdout.write(`${JSON.stringify({ event: "pipe-ended", code: err.code, message: err.message })}\n`);
 }
 
-const context = await createContext(backendsFromArgs(process.argv));
-const listener = await context.listen(listenUrls(context, host));
-listener.on("connectionError", (e) =>
-  process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
-);
-(async () => {
-  for await (const pipe of listener) void serve(pipe);
-})();
+/** Listens and serves until stdin closes. */
+export async function runPeer(options: PeerOptions = {}): Promise<void> {
+  const host = options.host ?? "127.0.0.1";
+  const ops = options.timeout === undefined ? undefined : { timeout: options.timeout };
+  const context = await createContext(options);
+  const listener = await context.listen(listenUrls(context, host));
+  listener.on("connectionError", (e) =>
+    process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
+  );
+  (async () => {
+    for await (const pipe of listener) void serve(pipe, ops);
+  })();
 
-const echo = createServer((s) => {
-  s.setNoDelay(true);
-  s.on("data", (d) => s.write(d));
-  s.on("error", () => undefined);
-}).listen(0, host);
+  const echo = createServer((s) => {
+    s.setNoDelay(true);
+    s.on("data", (d) => s.write(d));
+    s.on("error", () => undefined);
+  }).listen(0, host);
 
-// Reads a 16-byte header (total bytes, message size), then the bytes, and
-// answers one byte. Message size 0: only count them; otherwise copy each
-// message into one reused buffer, as a tensor has to land somewhere.
-const sink = createServer((s) => {
-  let header = Buffer.alloc(0);
-  let total = -1;
-  let messageSize = 0;
-  let got = 0;
-  let landing = Buffer.alloc(0);
-  s.on("data", (d: Buffer) => {
-    if (total < 0) {
-      header = Buffer.concat([header, d]);
-      if (header.length < 16) return;
-      total = Number(header.readBigUInt64LE(0));
-      messageSize = Number(header.readBigUInt64LE(8));
-      if (landing.length < messageSize) landing = Buffer.alloc(messageSize);
-      d = header.subarray(16);
-    }
-    if (messageSize > 0) {
-      let offset = 0;
-      while (offset < d.length) {
-        const at = (got + offset) % messageSize;
-        offset += d.copy(landing, at, offset, Math.min(d.length, offset + messageSize - at));
+  // Reads a 16-byte header (total bytes, message size), then the bytes, and
+  // answers one byte. Message size 0: only count them; otherwise copy each
+  // message into one reused buffer, as a tensor has to land somewhere.
+  const sink = createServer((s) => {
+    let header = Buffer.alloc(0);
+    let total = -1;
+    let messageSize = 0;
+    let got = 0;
+    let landing = Buffer.alloc(0);
+    s.on("data", (d: Buffer) => {
+      if (total < 0) {
+        header = Buffer.concat([header, d]);
+        if (header.length < 16) return;
+        total = Number(header.readBigUInt64LE(0));
+        messageSize = Number(header.readBigUInt64LE(8));
+        if (landing.length < messageSize) landing = Buffer.alloc(messageSize);
+        d = header.subarray(16);
       }
-    }
-    got += d.length;
-    if (got >= total) {
-      s.write(Buffer.from([1]));
-      total = -1;
-      got = 0;
-      header = Buffer.alloc(0);
-    }
-  });
-  s.on("error", () => undefined);
-}).listen(0, host);
+      if (messageSize > 0) {
+        let offset = 0;
+        while (offset < d.length) {
+          const at = (got + offset) % messageSize;
+          offset += d.copy(landing, at, offset, Math.min(d.length, offset + messageSize - at));
+        }
+      }
+      got += d.length;
+      if (got >= total) {
+        s.write(Buffer.from([1]));
+        total = -1;
+        got = 0;
+        header = Buffer.alloc(0);
+      }
+    });
+    s.on("error", () => undefined);
+  }).listen(0, host);
 
-await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
-const { zmq, reason: zmqMissing } = process.argv.includes("--zmq") ? await loadZmq() : { zmq: undefined, reason: "not asked for" };
-const zmqServers = zmq ? await startZmqServers(zmq, host) : undefined;
-const port = (s: typeof echo) => (s.address() as { port: number }).port;
-const info = {
-  url: listener.addresses().find((u) => u.startsWith("uv://")) ?? listener.addresses()[0],
-  urls: listener.addresses(),
-  echoPort: port(echo),
-  sinkPort: port(sink),
-  zmq: zmqServers ? { echo: zmqServers.echo, sink: zmqServers.sink } : { missing: zmqMissing },
-  pid: process.pid,
-};
-process.stdout.write(`${JSON.stringify(info)}\n`);
+  await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
+  const port = (s: typeof echo) => (s.address() as { port: number }).port;
+  const info = {
+    url: listener.addresses().find((u) => u.startsWith("uv://")) ?? listener.addresses()[0],
+    urls: listener.addresses(),
+    echoPort: port(echo),
+    sinkPort: port(sink),
+    pid: process.pid,
+  };
+  process.stdout.write(`${JSON.stringify(info)}\n`);
 
-process.stdin.resume();
-process.stdin.on("end", async () => {
+  process.stdin.resume();
+  await new Promise((resolve) => process.stdin.once("end", resolve));
   echo.close();
   sink.close();
-  zmqServers?.close();
   await context.close();
-  process.exit(0);
-});
+}

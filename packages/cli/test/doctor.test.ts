@@ -2,7 +2,8 @@ import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { BACKEND_PACKAGES, type DoctorReport, findBackends, formatDoctor, runDoctor } from "../src/index.js";
+import { BACKEND_PACKAGES, findBackends } from "../src/backends.js";
+import { type DoctorReport, formatDoctor, runDoctor } from "../src/doctor.js";
 
 /** Each first-party package's `backend` export. */
 async function firstParty() {
@@ -69,7 +70,7 @@ describe("tensorpipe doctor", () => {
   });
 
   it("exits 2 with the usage on a bad command or option", async () => {
-    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "0"]]) {
+    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--timeout", "soon"]]) {
       const failed = await run(process.execPath, [main, ...args]).then(
         () => undefined,
         (e: { code: number; stderr: string }) => e,

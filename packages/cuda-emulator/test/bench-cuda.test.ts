@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
-const bench = fileURLToPath(new URL("../../e2e/dist/bench-cuda.js", import.meta.url));
+const bench = fileURLToPath(new URL("../../bench/dist/scripts/bench-cuda.js", import.meta.url));
 
 // The GPU benchmark's whole path (two processes, every CUDA channel, the
 // bytes checked at the peer for each size) on the emulated GPUs; its

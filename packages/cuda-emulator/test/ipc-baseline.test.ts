@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
-const baseline = fileURLToPath(new URL("../../channel-cuda-ipc/build/Release/cuda_ipc_baseline", import.meta.url));
+const baseline = fileURLToPath(new URL("../../bench/build/Release/cuda_ipc_baseline", import.meta.url));
 
 // The C exchange bench-cuda's cuda-ipc figures are read against, in each of
 // its modes, on the emulated GPUs: two processes, handles across, a copy

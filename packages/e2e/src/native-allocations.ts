@@ -7,7 +7,7 @@
  *   LD_PRELOAD=malloc-count.so node packages/e2e/dist/native-allocations.js TRANSPORT CHANNEL ROUNDTRIPS
  */
 import { CPU_DEVICE } from "@tensorpipe/core";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { echoRoundTrips } from "./echo-round-trips.js";
 
 const [transport = "shm", channel = "basic", count = "5000"] = process.argv.slice(2);

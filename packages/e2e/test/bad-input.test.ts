@@ -8,7 +8,7 @@ import { type AddressInfo, type Server, createServer } from "node:net";
 import { type Context, ErrorCode, type Listener, type TensorPipeError } from "@tensorpipe/core";
 import { protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { RawSocket } from "./raw-socket.js";
 import { echoMetadata } from "./echo.js";
 

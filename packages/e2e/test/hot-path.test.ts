@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { echoRoundTrips } from "../src/echo-round-trips.js";
 

@@ -4,7 +4,7 @@
  */
 import { CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 
 describe("misuse of write() and read()", () => {
   let server: Context;

@@ -8,12 +8,11 @@ import type { ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type PeerProcess, spawnPeer } from "@tensorpipe/cli";
-import { TestNetwork } from "../src/test-network.js";
+import { type PeerProcess, TestNetwork, spawnPeer } from "@tensorpipe/bench";
 
 const why = TestNetwork.unavailable();
 if (why) console.log(`multi-host tests skipped: ${why}`);
-const clientScript = fileURLToPath(new URL("../dist/remote-client.js", import.meta.url));
+const clientScript = fileURLToPath(new URL("./scripts/remote-client.js", import.meta.resolve("@tensorpipe/bench")));
 
 /** Runs remote-client.js on a host; resolves with the JSON lines it printed. */
 function runClient(net: TestNetwork, host: string, job: object, onLine?: (o: Record<string, unknown>, child: ChildProcess) => void) {

@@ -4,7 +4,7 @@ import { connect } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { type Context, CPU_DEVICE, ErrorCode, type ListenerErrorMessage, type MessageSizesMessage, type Pipe, type PipeCloseMessage, type PipeOpenMessage } from "@tensorpipe/core";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { afterEach, describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -13,7 +13,7 @@ const e2eRoot = fileURLToPath(new URL("..", import.meta.url));
 // One pipe over uv and one over shm, each carrying one message, in a
 // process of its own: NODE_DEBUG is read when a process starts.
 const SCRIPT = `
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { CPU_DEVICE } from "@tensorpipe/core";
 for (const [transport, url] of [["uv", "uv://127.0.0.1:0"], ["shm", "shm://*"]]) {
   const server = await createContext({ transports: [transport], channels: ["basic", "cma"] });

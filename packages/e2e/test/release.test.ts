@@ -139,8 +139,16 @@ describe("the published packages", () => {
       const m = manifest(name);
       expect(m.type).toBe("module");
       expect(files).toContain("package/README.md");
-      expect(files).toContain("package/dist/index.js");
-      expect(files).toContain("package/dist/index.d.ts");
+      if (name === "cli") {
+        // A command only: nothing to import.
+        expect(m.bin).toEqual({ tensorpipe: "./dist/main.js" });
+        expect(m.exports).toEqual({ "./package.json": "./package.json" });
+      } else {
+        expect(files).toContain("package/dist/index.js");
+        expect(files).toContain("package/dist/index.d.ts");
+      }
+      // Measurement lives in the private bench package.
+      expect(files.filter((f) => /baseline|zmq|svg-plot|progress-bar/.test(f)), name).toEqual([]);
       expect(JSON.stringify(m.dependencies ?? {})).not.toContain("workspace:");
       expect(JSON.stringify(m.peerDependencies ?? {})).not.toContain("workspace:");
       expect(files.some((f) => f.includes("/test/") || f.startsWith("package/build/"))).toBe(false);
@@ -203,6 +211,13 @@ describe("the published packages", () => {
       else if (b.name.startsWith("cuda-") && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
       else expect(b, b.name).toMatchObject({ viable: true });
     }
+  }, 120_000);
+
+  it("run `tensorpipe bench` as installed: every pair here and node:net, timed against its own peer", () => {
+    const out = runInApp(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "bench", "--quick", "--sizes", "8,64K"]);
+    expect(out).toMatch(/negotiation picks shm\+cma/);
+    for (const series of ["uv+basic", "uv+mpt", "shm+cma", "default pair", "node:net"]) expect(out).toMatch(new RegExp(`^(64 KiB|8 B)? +${series.replace("+", "\\+")} +\\d+\\.\\d`, "m"));
+    expect(out).toMatch(/^  shm\+cma +\d+\.\d\dx GB\/s, \d+\.\d\dx round trip$/m);
   }, 120_000);
 
   // An arm64 machine, emulated: Debian's own arm64 Node (18) under

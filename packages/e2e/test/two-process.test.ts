@@ -1,7 +1,7 @@
 import { CPU_DEVICE, ErrorCode } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type BackendChoice, createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
+import { type BackendChoice, createContext, type PeerProcess, spawnPeer } from "@tensorpipe/bench";
 
 const paths: { name: string; choice: BackendChoice; transport: string; channel: string }[] = [
   { name: "the best both have", choice: {}, transport: "shm", channel: "cma" },

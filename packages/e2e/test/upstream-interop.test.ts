@@ -10,7 +10,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { CPU_DEVICE, type Context, type Message, type Pipe } from "@tensorpipe/core";
 import { protocol, onTheWire, upstreamSession } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { RawSocket } from "./raw-socket.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");

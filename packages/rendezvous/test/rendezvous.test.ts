@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { CPU_DEVICE, type Context, ErrorCode, type Pipe } from "@tensorpipe/core";
 import { patterned, hasPattern } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";

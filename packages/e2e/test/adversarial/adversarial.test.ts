@@ -12,7 +12,7 @@ import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
 import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { RawSocket } from "../raw-socket.js";
 import { ForgedCmaContext, type Secret, Victim, rawPipe, startBystander } from "./peers.js";
 

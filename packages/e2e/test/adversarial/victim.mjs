@@ -8,7 +8,7 @@
  */
 import { createInterface } from "node:readline";
 import { CPU_DEVICE } from "@tensorpipe/core";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);

@@ -2,7 +2,7 @@
 import { ErrorCode, type TensorPipeError } from "@tensorpipe/core";
 import { AUTH_ENTRY, SharedSecretAuth, protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { RawSocket } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 

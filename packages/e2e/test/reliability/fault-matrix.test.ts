@@ -7,7 +7,7 @@
 import { CPU_DEVICE, ErrorCode, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { afterAll, describe, expect, it } from "vitest";
-import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
+import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/bench";
 
 const pairs = [
   ["uv", "basic"],

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { ErrorCode, NopWriter, type TensorPipeError } from "@tensorpipe/core/backend";
 import { protocol, onTheWire, prng, upstreamSession } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { RawSocket } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 

@@ -2,7 +2,7 @@
 import { CPU_DEVICE } from "@tensorpipe/core";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { afterAll, describe, expect, it } from "vitest";
-import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/cli";
+import { createContext, type PeerProcess, spawnPeer } from "@tensorpipe/bench";
 
 describe.each([
   ["uv", "basic"],

@@ -2,7 +2,7 @@
 import { CPU_DEVICE, ErrorCode } from "@tensorpipe/core";
 import { patterned } from "@tensorpipe/core/testing";
 import { describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 
 describe.each([
   ["uv", "basic"],

@@ -3,7 +3,7 @@
 // connect): it listens or connects, then streams both ways until the pipe
 // fails, and reports each step to its parent.
 import { parentPort, workerData } from "node:worker_threads";
-import { createContext } from "@tensorpipe/cli";
+import { createContext } from "@tensorpipe/bench";
 import { streamUntilFailure } from "./stream.mjs";
 
 const { role, url, transport, channel, bytes, exitAfterMs } = workerData;

@@ -1,0 +1,90 @@
+/**
+ * Contexts for the measurements and the tests: the first-party backends,
+ * imported here, and third-party ones named by module, each made and
+ * registered through its `backend` descriptor at its default priority.
+ */
+import { backend as basic } from "@tensorpipe/channel-basic";
+import { backend as cma } from "@tensorpipe/channel-cma";
+import { backend as cudaBasic } from "@tensorpipe/channel-cuda-basic";
+import { backend as cudaGdr } from "@tensorpipe/channel-cuda-gdr";
+import { backend as cudaIpc } from "@tensorpipe/channel-cuda-ipc";
+import { backend as mpt } from "@tensorpipe/channel-mpt";
+import {
+  type BackendDescriptor,
+  type ChannelContext,
+  Context,
+  type ContextOptions,
+  type TransportContext,
+  type Viability,
+  isBackendDescriptor,
+  notViable,
+} from "@tensorpipe/core/backend";
+import { backend as shm } from "@tensorpipe/transport-shm";
+import { backend as uv } from "@tensorpipe/transport-uv";
+
+/** Every first-party backend, highest default priority first within each kind. */
+export const FIRST_PARTY: readonly BackendDescriptor[] = [shm, uv, cudaIpc, cudaGdr, cudaBasic, cma, mpt, basic];
+
+/** Which backends a context gets, and the options they take. */
+export interface BackendChoice extends ContextOptions {
+  /** Transports to register (default: all); non-viable ones are skipped by negotiation. */
+  transports?: readonly string[];
+  /** Channels to register (default: all). */
+  channels?: readonly string[];
+  /** Modules of third-party backends to load too (each exports `backend`). */
+  backends?: readonly string[];
+  /** mpt lanes. */
+  lanes?: number;
+  /** uv: the network interface to listen and connect on. */
+  interface?: string;
+  /** uv: how long a silent peer may go unnoticed, in ms. */
+  peerTimeout?: number;
+}
+
+/** A backend made here, and whether it can work. */
+export interface MadeBackend {
+  /** Its descriptor. */
+  descriptor: BackendDescriptor;
+  /** What `create` made, unless it threw. */
+  instance?: TransportContext | ChannelContext;
+  /** Whether it can work here. */
+  viability: Viability;
+  /** For channels: the memory its tensors live in. */
+  memory?: "cpu" | "cuda";
+}
+
+/** Each backend of the choice made and asked whether it can work here. */
+export async function makeBackends(choice: BackendChoice = {}): Promise<MadeBackend[]> {
+  const descriptors = [...FIRST_PARTY];
+  for (const module of choice.backends ?? []) {
+    const { backend } = (await import(module)) as { backend?: unknown };
+    if (!isBackendDescriptor(backend)) throw new Error(`${module} exports no \`backend\` (kind, name, priority, create)`);
+    descriptors.push(backend);
+  }
+  return descriptors
+    .filter((d) => {
+      const wanted = d.kind === "transport" ? choice.transports : choice.channels;
+      return !wanted || wanted.includes(d.name);
+    })
+    .map((descriptor) => {
+      try {
+        const instance = descriptor.create(choice);
+        const devices = descriptor.kind === "channel" ? (instance as ChannelContext).deviceDescriptors() : [];
+        const memory = descriptor.kind === "transport" ? undefined : devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
+        return { descriptor, instance, viability: instance.isViable(), ...(memory ? { memory } : {}) };
+      } catch (e) {
+        return { descriptor, viability: notViable((e as Error).message) };
+      }
+    });
+}
+
+/** A context with the backends asked for (default: all), at their default priorities. */
+export async function createContext(choice: BackendChoice = {}): Promise<Context> {
+  const context = new Context(choice);
+  for (const { descriptor, instance } of await makeBackends(choice)) {
+    if (!instance) continue;
+    if (descriptor.kind === "transport") context.registerTransport(descriptor.priority, descriptor.name, instance as TransportContext);
+    else context.registerChannel(descriptor.priority, descriptor.name, instance as ChannelContext);
+  }
+  return context;
+}
