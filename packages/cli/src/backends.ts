@@ -35,6 +35,8 @@ export interface BackendSpec {
   priority: number;
   /** The memory its tensors live in (channels): the CPU bench leaves the others out. */
   memory?: "cpu" | "cuda";
+  /** Transports: a URL to listen on for `host`, where the backend says. */
+  listenUrl?: (host: string) => string;
 }
 
 /**
@@ -130,6 +132,7 @@ export async function findBackends(options: BackendOptions = {}, packages: reado
     }
     const backend = module.backend;
     const spec: BackendSpec = { kind: backend.kind, name: backend.name, packageName, priority: backend.priority };
+    if (backend.kind === "transport" && backend.listenUrl) spec.listenUrl = (host) => backend.listenUrl!(host);
     try {
       const instance = backend.create(options);
       if (backend.kind === "channel") {
@@ -156,9 +159,9 @@ export interface BackendChoice extends ContextOptions, BackendOptions {
 }
 
 /** A context with the installed backends asked for, at their default priorities. */
-export async function createContext(choice: BackendChoice = {}): Promise<Context> {
+export async function createContext(choice: BackendChoice = {}, found?: readonly FoundBackend[]): Promise<Context> {
   const context = new Context(choice);
-  for (const b of await findBackends(choice)) {
+  for (const b of found ?? (await findBackends(choice))) {
     if (!b.instance) continue;
     const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
     if (wanted && !wanted.includes(b.spec.name)) continue;
@@ -168,13 +171,7 @@ export async function createContext(choice: BackendChoice = {}): Promise<Context
   return context;
 }
 
-/** Listen URLs for every viable transport of `context`, on `host` for TCP. */
-export function listenUrls(context: Context, host = "127.0.0.1"): string[] {
-  const urls: string[] = [];
-  for (const b of context.backends()) {
-    if (b.kind !== "transport" || !b.viability.viable) continue;
-    if (b.name === "uv") urls.push(`uv://${host.includes(":") ? `[${host}]` : host}:0`);
-    if (b.name === "shm") urls.push("shm://*");
-  }
-  return urls;
+/** A URL to listen on for every viable transport found that says one, on `host` for those that take an address. */
+export function listenUrls(found: readonly FoundBackend[], host = "127.0.0.1"): string[] {
+  return found.flatMap((b) => (b.spec.listenUrl && b.viability.viable ? [b.spec.listenUrl(host)] : []));
 }

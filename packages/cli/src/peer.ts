@@ -12,7 +12,7 @@
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe } from "@tensorpipe/core";
-import { type BackendChoice, createContext, listenUrls } from "./backends.js";
+import { type BackendChoice, createContext, findBackends, listenUrls } from "./backends.js";
 
 /** What `tensorpipe peer` listens with. */
 export interface PeerOptions extends BackendChoice {
@@ -135,8 +135,12 @@ function ended(e: unknown): void {
 export async function runPeer(options: PeerOptions = {}): Promise<void> {
   const host = options.host ?? "127.0.0.1";
   const ops = options.timeout === undefined ? undefined : { timeout: options.timeout };
-  const context = await createContext(options);
-  const listener = await context.listen(listenUrls(context, host));
+  const found = (await findBackends(options)).filter((b) => {
+    const wanted = b.spec.kind === "transport" ? options.transports : options.channels;
+    return !wanted || wanted.includes(b.spec.name);
+  });
+  const context = await createContext(options, found);
+  const listener = await context.listen(listenUrls(found, host));
   listener.on("connectionError", (e) =>
     process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
   );

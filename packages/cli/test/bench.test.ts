@@ -65,3 +65,13 @@ describe("tensorpipe peer", () => {
     expect(await exited).toBe(0);
   });
 });
+
+describe("a third-party transport (--backend)", () => {
+  const fixture = new URL("fixtures/loopback-transport.mjs", import.meta.url).href;
+
+  it("is listened on by `tensorpipe peer` at the URL it says, and timed by `tensorpipe bench`", async () => {
+    const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "8", "--transports", "loopback", "--channels", "basic", "--backend", fixture]);
+    expect(stdout).toMatch(/negotiation picks loopback\+basic/);
+    expect(stdout).toMatch(/^8 B +loopback\+basic +\d+\.\d +\d+\.\d +\d+\.\d{3}$/m);
+  });
+});

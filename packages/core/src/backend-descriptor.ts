@@ -18,6 +18,12 @@ export interface TransportBackend<Options extends object = object, Made extends 
   readonly priority: number;
   /** Makes one; options it does not know are ignored. */
   create(options?: Options): Made;
+  /**
+   * A URL to listen on with it, on `host` where it takes a network address
+   * (`uv://127.0.0.1:0`, `shm://`): what `tensorpipe peer` listens on.
+   * Without it a tool knows no address for it and listens with the others.
+   */
+  listenUrl?(host: string): string;
 }
 
 /** A channel package's `backend`. */

@@ -17,6 +17,7 @@ export const backend: TransportBackend<ShmTransportOptions, ShmTransport> = {
   name: "shm",
   priority: SHM_PRIORITY,
   create: (options) => new ShmTransport(options),
+  listenUrl: () => "shm://*",
 };
 
 /** Registers the shm transport with `context`, made with `options`, at its default priority unless told. */

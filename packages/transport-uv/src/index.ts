@@ -12,6 +12,7 @@ export const backend: TransportBackend<UvTransportOptions, UvTransport> = {
   name: "uv",
   priority: UV_PRIORITY,
   create: (options) => new UvTransport(options),
+  listenUrl: (host) => `uv://${host.includes(":") ? `[${host}]` : host}:0`,
 };
 
 /** Registers the uv transport with `context`, made with `options`, at its default priority unless told. */
