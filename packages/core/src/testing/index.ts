@@ -6,7 +6,7 @@
  * handshake.
  */
 export { describeTransportConformance, type TransportConformanceOptions } from "./transport-conformance.js";
-export { describeChannelConformance, type ChannelConformanceOptions } from "./channel-conformance.js";
+export { CPU_MEMORY, type ChannelConformanceOptions, type ConformanceMemory, describeChannelConformance } from "./channel-conformance.js";
 export {
   describeNegotiationConformance,
   type NegotiationConformanceOptions,
