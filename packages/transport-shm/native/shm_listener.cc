@@ -336,6 +336,10 @@ Napi::Value ShmListener::Close(const Napi::CallbackInfo& info) {
 void ShmListener::CloseSocket() {
   if (closed_) return;
   closed_ = true;
+  // The descriptor closes a loop turn later, once the poll handle has; a
+  // connect until then would be taken into the backlog and reset. Shut down,
+  // the socket refuses it (ECONNREFUSED) as a closed one does.
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   std::list<ShmConnection*> starting;
   starting.swap(starting_);
   for (ShmConnection* c : starting) {

@@ -1,0 +1,68 @@
+/**
+ * docs/failure-semantics.md's table "the same event, the same code": each
+ * event provoked over every transport, the code checked exactly.
+ */
+import { ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/bench";
+
+const URLS = { uv: "uv://127.0.0.1:0", shm: "shm://" } as const;
+const big = new Uint8Array(64 << 20).fill(3);
+
+describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", (transport) => {
+  let contexts: Context[] = [];
+  let listener: Listener;
+  afterEach(async () => {
+    await Promise.all(contexts.map((c) => c.close()));
+    contexts = [];
+  });
+
+  /** Two ends of a pipe, in two contexts. */
+  async function pipe(): Promise<{ here: Pipe; peer: Pipe }> {
+    const [a, b] = [await createContext({ transports: [transport], channels: ["basic"] }), await createContext({ transports: [transport], channels: ["basic"] })];
+    contexts.push(a, b);
+    listener = await a.listen(URLS[transport]);
+    const [here, peer] = await Promise.all([b.connect(listener.addresses()[0]!), listener.accept()]);
+    return { here, peer };
+  }
+
+  it("the peer closes between messages: ERR_TP_PEER_CLOSED for the pending read and the writes after", async () => {
+    const { here, peer } = await pipe();
+    const read = here.readDescriptor();
+    peer.close();
+    await expect(read).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    await expect(here.write({ metadata: "late" })).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
+
+  it("the peer closes in the middle of a message: ERR_TP_CONNECTION_RESET (truncated frame) for the reader", async () => {
+    const { here, peer } = await pipe();
+    const written = peer.write({ tensors: [{ buffer: big }] }).catch((e: unknown) => e);
+    const d = await here.readDescriptor();
+    const read = here.read({ payloads: [], tensors: [{ buffer: new Uint8Array(d.tensors[0]!.length) }] });
+    await new Promise((r) => setTimeout(r, 2));
+    peer.close();
+    await expect(read).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/truncated frame/) });
+    expect(await written).toMatchObject({ code: ErrorCode.CLOSED });
+  });
+
+  it("this side closes: ERR_TP_CLOSED for what was pending and what comes after", async () => {
+    const { here } = await pipe();
+    const read = here.readDescriptor();
+    here.close();
+    await expect(read).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    await expect(here.write({})).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+  });
+
+  it("a read's timeout expires: ERR_TP_TIMEOUT; an abort: ERR_TP_ABORTED", async () => {
+    const { here } = await pipe();
+    await expect(here.readDescriptor({ timeout: 20 })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
+    await expect(here.readDescriptor({ signal: AbortSignal.abort() })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+  });
+
+  it("nobody listens at the address: ERR_TP_CONNECTION_REFUSED", async () => {
+    await pipe();
+    const address = listener.addresses()[0]!;
+    await listener.close();
+    await expect(contexts[1]!.connect(address)).rejects.toMatchObject({ code: ErrorCode.CONNECTION_REFUSED });
+  });
+});
