@@ -158,13 +158,19 @@ export interface BackendChoice extends ContextOptions, BackendOptions {
   channels?: readonly string[];
 }
 
-/** A context with the installed backends asked for, at their default priorities. */
+/** The backends of `found` that `choice` asks for (all, where it names none of a kind). */
+export function chosen(found: readonly FoundBackend[], choice: BackendChoice): FoundBackend[] {
+  return found.filter((b) => {
+    const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
+    return !wanted || wanted.includes(b.spec.name);
+  });
+}
+
+/** A context with the installed backends asked for (of `found`, where given), at their default priorities. */
 export async function createContext(choice: BackendChoice = {}, found?: readonly FoundBackend[]): Promise<Context> {
   const context = new Context(choice);
-  for (const b of found ?? (await findBackends(choice))) {
+  for (const b of chosen(found ?? (await findBackends(choice)), choice)) {
     if (!b.instance) continue;
-    const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
-    if (wanted && !wanted.includes(b.spec.name)) continue;
     if (b.spec.kind === "transport") context.registerTransport(b.spec.priority, b.spec.name, b.instance as TransportContext);
     else context.registerChannel(b.spec.priority, b.spec.name, b.instance as ChannelContext);
   }

@@ -127,7 +127,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
 /** A pipe to the peer over these backends, or why there is none. */
 async function pipeSeries(options: BenchOptions, urls: readonly string[], transports: string[], channels: string[]): Promise<Series | { reason: string }> {
   // shm where both ends have it, as negotiation would pick it.
-  const url = urls.find((u) => transports.includes(u.slice(0, u.indexOf(":"))) && u.startsWith("shm:")) ?? urls.find((u) => transports.includes(u.slice(0, u.indexOf(":"))));
+  const offered = urls.filter((u) => transports.includes(u.slice(0, u.indexOf(":"))));
+  const url = offered.find((u) => u.startsWith("shm:")) ?? offered[0];
   if (!url) return { reason: `the peer does not listen on ${transports.join(" or ")}` };
   const context: Context = await createContext({ ...options, transports, channels });
   let pipe: Pipe;

@@ -12,7 +12,7 @@
  */
 import { createServer } from "node:net";
 import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe } from "@tensorpipe/core";
-import { type BackendChoice, createContext, findBackends, listenUrls } from "./backends.js";
+import { type BackendChoice, chosen, createContext, findBackends, listenUrls } from "./backends.js";
 
 /** What `tensorpipe peer` listens with. */
 export interface PeerOptions extends BackendChoice {
@@ -135,10 +135,7 @@ function ended(e: unknown): void {
 export async function runPeer(options: PeerOptions = {}): Promise<void> {
   const host = options.host ?? "127.0.0.1";
   const ops = options.timeout === undefined ? undefined : { timeout: options.timeout };
-  const found = (await findBackends(options)).filter((b) => {
-    const wanted = b.spec.kind === "transport" ? options.transports : options.channels;
-    return !wanted || wanted.includes(b.spec.name);
-  });
+  const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
   const listener = await context.listen(listenUrls(found, host));
   listener.on("connectionError", (e) =>
