@@ -28,3 +28,12 @@ describeChannelConformance({
   listenUrl: () => "uv://127.0.0.1:0",
   largeTensorBytes: 64 * 1024 * 1024,
 });
+
+describeChannelConformance({
+  name: "cma",
+  create: () => new CmaChannelContext(),
+  createTransport: () => new ShmTransport(),
+  transportName: "shm",
+  listenUrl: () => "shm://*",
+  peerProcess: new URL("./fixtures/conformance-peer.mjs", import.meta.url),
+});

@@ -1,27 +1,11 @@
-import { type ConformanceMemory, describeChannelConformance } from "@tensorpipe/core/testing";
-import { type CudaBuffer, allocateCuda, copyToDevice, copyToHost, cudaViability, freeCuda } from "@tensorpipe/cuda";
+import { describeChannelConformance } from "@tensorpipe/core/testing";
+import { cudaViability } from "@tensorpipe/cuda";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { describe } from "vitest";
+import { cudaMemory } from "../../cuda/test/fixtures/conformance-memory.mjs";
 import { backend } from "../src/index.js";
 
 const MiB = 1024 * 1024;
-
-/** GPU 0's memory, filled and checked through copies to and from the host. */
-const cudaMemory: ConformanceMemory = {
-  device: { type: "cuda", index: 0 },
-  async from(host) {
-    const buffer = allocateCuda(host.length);
-    if (host.length > 0) await copyToDevice(buffer, host);
-    return buffer;
-  },
-  alloc: (bytes) => allocateCuda(bytes),
-  async toHost(buffer, bytes) {
-    const host = new Uint8Array(bytes);
-    if (bytes > 0) await copyToHost(host, buffer as CudaBuffer);
-    return host;
-  },
-  free: (buffer) => freeCuda(buffer as CudaBuffer),
-};
 
 // The channel suite every channel passes, on GPU memory: on a GPU, or on
 // the emulator (the cuda-emulated project); skipped where neither is.

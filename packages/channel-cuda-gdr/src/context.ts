@@ -13,6 +13,13 @@ export interface CudaGdrChannelOptions {
   devices?: readonly string[];
   /** GID table entry to address ports by (RoCE needs the right one; default 0). */
   gidIndex?: number;
+  /**
+   * Whether viability requires the kernel module that lets NICs reach GPU
+   * memory (nvidia-peermem or nv_peer_mem; default true). False where
+   * something else provides it: memory registration then says whether it
+   * works.
+   */
+  peerMemoryCheck?: boolean;
 }
 
 /** A port the channel can use: the device's first active one. */
@@ -100,7 +107,7 @@ export class CudaGdrChannelContext implements ChannelContext {
     const cuda = cudaInfo();
     if (!cuda.viability.viable) return { viability: cuda.viability, ports };
     if (cuda.devices.length === 0) return { viability: notViable("the CUDA driver sees no GPU"), ports };
-    if (!PEER_MEMORY_MODULES.some((m) => existsSync(m))) {
+    if (this.options.peerMemoryCheck !== false && !PEER_MEMORY_MODULES.some((m) => existsSync(m))) {
       return {
         viability: notViable("RDMA devices cannot reach GPU memory: the nvidia-peermem kernel module is not loaded (modprobe nvidia-peermem)"),
         ports,

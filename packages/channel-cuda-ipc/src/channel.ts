@@ -1,10 +1,28 @@
 import { type Channel, type Connection, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import { cudaTensor, streamReady } from "@tensorpipe/cuda";
-import { IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest } from "./ipc-request.js";
+import { IPC_REQUEST_BYTES, type IpcRequest, decodeIpcFrame, encodeIpcAnswer, encodeIpcRequest } from "./ipc-request.js";
 import type { NativeAddon } from "./native.js";
 
 /** The longest answer a receiver sends back (the text of what failed). */
 const MAX_ANSWER_BYTES = 4096;
+const MAX_FRAME_BYTES = Math.max(IPC_REQUEST_BYTES, 1 + MAX_ANSWER_BYTES);
+
+/** A promise with its settling functions, for frames that arrive before or after they are asked for. */
+interface Waiter<T> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: Error): void;
+}
+
+function waiter<T>(): Waiter<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: Error) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
 
 /**
  * One end of a cuda-ipc channel. Sending a tensor waits, here, until the
@@ -12,10 +30,20 @@ const MAX_ANSWER_BYTES = 4096;
  * sends its allocation's IPC handle over the channel's connection; the
  * receiver copies straight from the sender's GPU memory into its own, then
  * answers, and only then does the send settle (the sender may reuse its
- * memory). Zero-length tensors cross nothing.
+ * memory). Zero-length tensors cross nothing. Both ends send at once on the
+ * one connection: a single reader sorts the peer's requests (taken by
+ * receives in order) from its answers (to sends, in order).
  */
 export class CudaIpcChannel implements Channel {
   private answers: Promise<unknown> = Promise.resolve();
+  /** The peer's requests that no receive has taken yet. */
+  private readonly arrived: IpcRequest[] = [];
+  /** Receives waiting for the peer's next request. */
+  private readonly takers: Waiter<IpcRequest>[] = [];
+  /** Sends waiting for the peer's answer, oldest first. */
+  private readonly unanswered: Waiter<string | undefined>[] = [];
+  /** What ended the connection, once it has. */
+  private failure: Error | undefined;
   /** The last request written or waiting to be: requests go in send order. */
   private requests: Promise<void> = Promise.resolve();
   /** Sends whose request waits for its tensor's stream. */
@@ -26,7 +54,43 @@ export class CudaIpcChannel implements Channel {
     private readonly connection: Connection,
     private readonly addon: NativeAddon,
     private readonly contextId: number,
-  ) {}
+  ) {
+    this.readNext();
+  }
+
+  private readNext(): void {
+    this.connection.read(MAX_FRAME_BYTES).then(
+      (bytes) => {
+        try {
+          this.take(bytes);
+        } catch (e) {
+          this.fail(e as Error);
+          this.connection.close(e as Error);
+          return;
+        }
+        this.readNext();
+      },
+      (e: Error) => this.fail(e),
+    );
+  }
+
+  private take(bytes: Uint8Array): void {
+    const frame = decodeIpcFrame(bytes);
+    if (frame.kind === "request") {
+      const taker = this.takers.shift();
+      if (taker) taker.resolve(frame.request);
+      else this.arrived.push(frame.request);
+      return;
+    }
+    const send = this.unanswered.shift();
+    if (!send) throw protocolError("cuda-ipc: the peer answered a tensor that was never sent");
+    send.resolve(frame.failure);
+  }
+
+  private fail(error: Error): void {
+    this.failure = error;
+    for (const w of [...this.takers.splice(0), ...this.unanswered.splice(0)]) w.reject(error);
+  }
 
   /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
@@ -61,11 +125,12 @@ export class CudaIpcChannel implements Channel {
         .finally(() => this.waiting--);
     }
     this.requests = written.catch(() => undefined);
-    const answered = this.connection.read(MAX_ANSWER_BYTES);
-    return Promise.all([written, answered]).then(([, answer]) => {
-      if (answer.byteLength > 0) {
-        throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${Buffer.from(answer).toString("utf8")}`);
-      }
+    // Requests go out in send order, so answers come back in it.
+    const answered = waiter<string | undefined>();
+    if (this.failure) answered.reject(this.failure);
+    else this.unanswered.push(answered);
+    return Promise.all([written, answered.promise]).then(([, failure]) => {
+      if (failure !== undefined) throw new TensorPipeError(ErrorCode.SYSTEM, `the peer could not copy the tensor: ${failure}`);
     });
   }
 
@@ -78,8 +143,7 @@ export class CudaIpcChannel implements Channel {
       return Promise.reject(e);
     }
     if (length === 0) return Promise.resolve();
-    const request = this.connection.read(IPC_REQUEST_BYTES).then((bytes) => {
-      const r = decodeIpcRequest(bytes);
+    const request = this.nextRequest().then((r) => {
       if (r.length !== length) throw protocolError(`cuda-ipc: peer sent a tensor of ${r.length} bytes for a receive of ${length}`);
       return r;
     });
@@ -103,13 +167,22 @@ export class CudaIpcChannel implements Channel {
         return;
       }
       const outcome = await copied.then(
-        () => new Uint8Array(0),
-        (e: Error) => new Uint8Array(Buffer.from(e.message.slice(0, MAX_ANSWER_BYTES / 4), "utf8")),
+        () => encodeIpcAnswer(),
+        (e: Error) => encodeIpcAnswer(e.message.slice(0, MAX_ANSWER_BYTES / 4)),
       );
       await this.connection.write([outcome]).catch(() => undefined);
     };
     this.answers = this.answers.then(answer);
     return copied;
+  }
+
+  private nextRequest(): Promise<IpcRequest> {
+    const r = this.arrived.shift();
+    if (r) return Promise.resolve(r);
+    if (this.failure) return Promise.reject(this.failure);
+    const taker = waiter<IpcRequest>();
+    this.takers.push(taker);
+    return taker.promise;
   }
 
   /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */

@@ -2,7 +2,6 @@ import { type ChannelBackend, type Context, registerBackend } from "@tensorpipe/
 import { CudaIpcChannelContext, type CudaIpcChannelOptions } from "./context.js";
 
 export { CudaIpcChannel } from "./channel.js";
-export { IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest, type IpcRequest } from "./ipc-request.js";
 export { CudaIpcChannelContext, type CudaIpcChannelOptions } from "./context.js";
 
 /** Above cuda-basic: one device-to-device copy instead of two staged ones. */

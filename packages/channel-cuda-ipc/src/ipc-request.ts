@@ -1,13 +1,17 @@
 import { protocolError } from "@tensorpipe/core/backend";
 
 /**
- * What the sender tells the receiver for each tensor, as one frame, once
- * the tensor is ready to be read: the allocation's IPC handle (64 bytes),
- * the tensor's offset in the allocation and its length (u64 LE each). The
- * receiver answers with a frame of its own once it has copied: empty, or
- * the UTF-8 text of what failed.
+ * A cuda-ipc connection carries both ends' sends at once, so each frame
+ * starts with its kind. A request, sent once the tensor is ready to be
+ * read: the kind (0), the allocation's IPC handle (64 bytes), the tensor's
+ * offset in the allocation and its length (u64 LE each). An answer, sent
+ * by the receiver once it has copied: the kind (1), then nothing, or the
+ * UTF-8 text of what failed.
  */
-export const IPC_REQUEST_BYTES = 64 + 8 + 8;
+const REQUEST = 0;
+const ANSWER = 1;
+
+export const IPC_REQUEST_BYTES = 1 + 64 + 8 + 8;
 
 /** What a sender tells the receiver to open its tensor with. */
 export interface IpcRequest {
@@ -19,24 +23,47 @@ export interface IpcRequest {
   length: number;
 }
 
-/** An IpcRequest's 80 bytes. */
+/** An IpcRequest's frame. */
 export function encodeIpcRequest(r: IpcRequest): Uint8Array {
   const out = new Uint8Array(IPC_REQUEST_BYTES);
-  out.set(r.memHandle, 0);
+  out[0] = REQUEST;
+  out.set(r.memHandle, 1);
   const view = new DataView(out.buffer);
-  view.setBigUint64(64, BigInt(r.offset), true);
-  view.setBigUint64(72, BigInt(r.length), true);
+  view.setBigUint64(65, BigInt(r.offset), true);
+  view.setBigUint64(73, BigInt(r.length), true);
   return out;
 }
 
-/** Decodes an IpcRequest; ERR_TP_PROTOCOL on bad bytes. */
+/** An answer's frame: `failure` is what went wrong, absent when the copy is done. */
+export function encodeIpcAnswer(failure?: string): Uint8Array {
+  const text = failure === undefined ? new Uint8Array(0) : Buffer.from(failure, "utf8");
+  const out = new Uint8Array(1 + text.byteLength);
+  out[0] = ANSWER;
+  out.set(text, 1);
+  return out;
+}
+
+/** A frame read from the peer: a request, or an answer with its failure text if any. */
+export type IpcFrame = { kind: "request"; request: IpcRequest } | { kind: "answer"; failure?: string };
+
+/** Decodes a frame; ERR_TP_PROTOCOL on bad bytes. */
+export function decodeIpcFrame(bytes: Uint8Array): IpcFrame {
+  if (bytes[0] === ANSWER) {
+    return bytes.byteLength === 1 ? { kind: "answer" } : { kind: "answer", failure: Buffer.from(bytes.subarray(1)).toString("utf8") };
+  }
+  return { kind: "request", request: decodeIpcRequest(bytes) };
+}
+
+/** Decodes a request's frame; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeIpcRequest(bytes: Uint8Array): IpcRequest {
-  if (bytes.byteLength !== IPC_REQUEST_BYTES) throw protocolError(`cuda-ipc request of ${bytes.byteLength} bytes, not ${IPC_REQUEST_BYTES}`);
+  if (bytes.byteLength !== IPC_REQUEST_BYTES || bytes[0] !== REQUEST) {
+    throw protocolError(`cuda-ipc: a frame of ${bytes.byteLength} bytes of kind ${bytes[0]}, not a request (${IPC_REQUEST_BYTES} bytes of kind ${REQUEST})`);
+  }
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const offset = view.getBigUint64(64, true);
-  const length = view.getBigUint64(72, true);
+  const offset = view.getBigUint64(65, true);
+  const length = view.getBigUint64(73, true);
   if (offset > BigInt(Number.MAX_SAFE_INTEGER) || length > BigInt(Number.MAX_SAFE_INTEGER)) {
     throw protocolError("cuda-ipc request offset or length out of range");
   }
-  return { memHandle: bytes.slice(0, 64), offset: Number(offset), length: Number(length) };
+  return { memHandle: bytes.slice(1, 65), offset: Number(offset), length: Number(length) };
 }

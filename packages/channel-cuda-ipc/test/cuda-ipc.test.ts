@@ -5,7 +5,8 @@ import { hasPattern } from "@tensorpipe/core/testing";
 import { allocateCuda, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { describe, expect, it } from "vitest";
-import { CudaIpcChannelContext, IPC_REQUEST_BYTES, decodeIpcRequest, encodeIpcRequest, registerCudaIpcChannel } from "../src/index.js";
+import { CudaIpcChannelContext, registerCudaIpcChannel } from "../src/index.js";
+import { IPC_REQUEST_BYTES, decodeIpcFrame, decodeIpcRequest, encodeIpcAnswer, encodeIpcRequest } from "../src/ipc-request.js";
 
 const viability = new CudaIpcChannelContext().isViable();
 const gpu = viability.viable;
@@ -18,7 +19,16 @@ describe("cuda-ipc channel anywhere", () => {
     const bytes = encodeIpcRequest(r);
     expect(bytes.byteLength).toBe(IPC_REQUEST_BYTES);
     expect(decodeIpcRequest(bytes)).toEqual(r);
+    expect(decodeIpcFrame(bytes)).toEqual({ kind: "request", request: r });
     expect(() => decodeIpcRequest(bytes.subarray(1))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
+    expect(() => decodeIpcFrame(new Uint8Array([7, ...bytes.subarray(1)]))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
+  });
+
+  it("tells answers from requests by their first byte", () => {
+    expect(decodeIpcFrame(encodeIpcAnswer())).toEqual({ kind: "answer" });
+    expect(decodeIpcFrame(encodeIpcAnswer("copy failed"))).toEqual({ kind: "answer", failure: "copy failed" });
+    // An answer of a request's length is still an answer.
+    expect(decodeIpcFrame(encodeIpcAnswer("x".repeat(IPC_REQUEST_BYTES - 1))).kind).toBe("answer");
   });
 
   it("never pairs GPUs of two machines, nor descriptors it cannot read, and never throws deciding", () => {

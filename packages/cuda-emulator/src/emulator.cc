@@ -803,4 +803,18 @@ CUresult cuIpcOpenEventHandle(Event** out, IpcHandle handle) {
   return kSuccess;
 }
 
+// What nvidia-peermem gives a real NIC, for the emulated one (the ibverbs
+// emulator): the memory behind [ptr, ptr + n) of one allocation, as a new
+// descriptor of it and the offset there, so that it stays valid while the
+// NIC holds it, as a registration pins GPU memory. -1 where no allocation
+// holds the range.
+int tensorpipe_emulator_peer_memory(uint64_t ptr, size_t n, uint64_t* offset) {
+  State& st = S();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const Allocation* a = AllocationAt(static_cast<CUdeviceptr>(ptr));
+  if (a == nullptr || ptr + n > a->base + a->size || ptr + n < ptr) return -1;
+  *offset = ptr - a->base;
+  return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+}
+
 }  // extern "C"

@@ -6,7 +6,8 @@
  * handshake.
  */
 export { describeTransportConformance, type TransportConformanceOptions } from "./transport-conformance.js";
-export { CPU_MEMORY, type ChannelConformanceOptions, type ConformanceMemory, describeChannelConformance } from "./channel-conformance.js";
+export { type ChannelConformanceOptions, describeChannelConformance } from "./channel-conformance.js";
+export { CPU_MEMORY, type ConformanceMemory, type ConformancePeer } from "./conformance-side.js";
 export {
   describeNegotiationConformance,
   type NegotiationConformanceOptions,
