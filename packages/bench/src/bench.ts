@@ -10,7 +10,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { findCBaselines } from "./c-baseline.js";
-import { type BackendChoice, makeBackends } from "./context.js";
+import { type BackendChoice, probeBackends } from "./context.js";
 import { ParallelMemcpy } from "./memcpy-baseline.js";
 import { ProgressBar, type ProgressStream } from "./progress-bar.js";
 import { plot, ratiosOf, report } from "./report.js";
@@ -55,7 +55,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
   const rounds = options.rounds ?? (options.quick ? 1 : 3);
 
   const skipped: BenchResult["skipped"] = [];
-  const found = await makeBackends(options);
+  const found = await probeBackends(options);
   const viable = (kind: "transport" | "channel") =>
     found
       .filter((b) => {

@@ -10,7 +10,7 @@ import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import type { MadeBackend } from "./context.js";
+import type { ProbedBackend } from "./context.js";
 
 const run = promisify(execFile);
 
@@ -62,7 +62,7 @@ export interface CBaselinesHere {
  * the others with why not (among them those whose backend, as `backends`
  * found it, is not viable here: the C program would fail the same way).
  */
-export function findCBaselines(backends: readonly MadeBackend[], specs: readonly CBaselineSpec[] = C_BASELINES): CBaselinesHere {
+export function findCBaselines(backends: readonly ProbedBackend[], specs: readonly CBaselineSpec[] = C_BASELINES): CBaselinesHere {
   const found: CBaseline[] = [];
   const skipped: CBaselinesHere["skipped"] = [];
   for (const spec of specs) {

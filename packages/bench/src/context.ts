@@ -41,48 +41,60 @@ export interface BackendChoice extends ContextOptions {
   peerTimeout?: number;
 }
 
-/** A backend made here, and whether it can work. */
-export interface MadeBackend {
+/** A backend as probed here: whether it can work, and what memory it serves. */
+export interface ProbedBackend {
   /** Its descriptor. */
   descriptor: BackendDescriptor;
-  /** What `create` made, unless it threw. */
-  instance?: TransportContext | ChannelContext;
   /** Whether it can work here. */
   viability: Viability;
   /** For channels: the memory its tensors live in. */
   memory?: "cpu" | "cuda";
 }
 
-/** Each backend of the choice made and asked whether it can work here. */
-export async function makeBackends(choice: BackendChoice = {}): Promise<MadeBackend[]> {
+/** The descriptors of the choice: the first-party ones and those of `choice.backends`, filtered by name. */
+async function chosenDescriptors(choice: BackendChoice): Promise<BackendDescriptor[]> {
   const descriptors = [...FIRST_PARTY];
   for (const module of choice.backends ?? []) {
     const { backend } = (await import(module)) as { backend?: unknown };
     if (!isBackendDescriptor(backend)) throw new Error(`${module} exports no \`backend\` (kind, name, priority, create)`);
     descriptors.push(backend);
   }
-  return descriptors
-    .filter((d) => {
-      const wanted = d.kind === "transport" ? choice.transports : choice.channels;
-      return !wanted || wanted.includes(d.name);
-    })
-    .map((descriptor) => {
-      try {
-        const instance = descriptor.create(choice);
-        const devices = descriptor.kind === "channel" ? (instance as ChannelContext).deviceDescriptors() : [];
-        const memory = descriptor.kind === "transport" ? undefined : devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
-        return { descriptor, instance, viability: instance.isViable(), ...(memory ? { memory } : {}) };
-      } catch (e) {
-        return { descriptor, viability: notViable((e as Error).message) };
-      }
-    });
+  return descriptors.filter((d) => {
+    const wanted = d.kind === "transport" ? choice.transports : choice.channels;
+    return !wanted || wanted.includes(d.name);
+  });
+}
+
+/** Each backend of the choice made, asked whether it can work here, and closed again. */
+export async function probeBackends(choice: BackendChoice = {}): Promise<ProbedBackend[]> {
+  const probed: ProbedBackend[] = [];
+  for (const descriptor of await chosenDescriptors(choice)) {
+    let instance: TransportContext | ChannelContext | undefined;
+    try {
+      instance = descriptor.create(choice);
+      const devices = descriptor.kind === "channel" ? (instance as ChannelContext).deviceDescriptors() : [];
+      const memory = descriptor.kind === "transport" ? undefined : devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
+      probed.push({ descriptor, viability: instance.isViable(), ...(memory ? { memory } : {}) });
+    } catch (e) {
+      probed.push({ descriptor, viability: notViable((e as Error).message) });
+    } finally {
+      await instance?.close();
+    }
+  }
+  return probed;
 }
 
 /** A context with the backends asked for (default: all), at their default priorities. */
 export async function createContext(choice: BackendChoice = {}): Promise<Context> {
   const context = new Context(choice);
-  for (const { descriptor, instance } of await makeBackends(choice)) {
-    if (!instance) continue;
+  for (const descriptor of await chosenDescriptors(choice)) {
+    let instance: TransportContext | ChannelContext;
+    try {
+      instance = descriptor.create(choice);
+    } catch {
+      // Left out, as negotiation leaves out one that is not viable.
+      continue;
+    }
     if (descriptor.kind === "transport") context.registerTransport(descriptor.priority, descriptor.name, instance as TransportContext);
     else context.registerChannel(descriptor.priority, descriptor.name, instance as ChannelContext);
   }

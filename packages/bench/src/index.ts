@@ -3,7 +3,7 @@
  * the first-party backends, the peer process, the bench and its parts.
  * This package is private: nothing here is published.
  */
-export { type BackendChoice, type MadeBackend, FIRST_PARTY, createContext, makeBackends } from "./context.js";
+export { type BackendChoice, type ProbedBackend, FIRST_PARTY, createContext, probeBackends } from "./context.js";
 export { type PeerEvent, type PeerProcess, type SpawnOptions, type JsonChild, spawnJsonChild, spawnPeer } from "./spawn-peer.js";
 export { type BenchOptions, runBench } from "./bench.js";
 export type { BenchResult, Cell, HeadToHead, SeriesResult } from "./result.js";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { type BenchResult, README_LOOP, makeBackends, median, runBench, warmRoundTrips } from "../src/index.js";
+import { type BenchResult, README_LOOP, probeBackends, median, runBench, warmRoundTrips } from "../src/index.js";
 
 const run = promisify(execFile);
 const main = fileURLToPath(new URL("../dist/main.js", import.meta.url));
@@ -26,7 +26,7 @@ describe("the project's bench", () => {
       progress: { write: (s) => progress.push(s) },
       targets: true,
     });
-    const found = await makeBackends();
+    const found = await probeBackends();
     const viable = (kind: string) => found.filter((b) => b.descriptor.kind === kind && b.memory !== "cuda" && b.viability.viable).map((b) => b.descriptor.name);
     const pairs = viable("transport").flatMap((t) => viable("channel").map((c) => `${t}+${c}`));
     expect(result.sizes).toEqual([8, 64 * 1024]);

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { VIABLE, notViable } from "@tensorpipe/core/backend";
-import type { MadeBackend } from "../src/context.js";
+import type { ProbedBackend } from "../src/context.js";
 import { CBaseline, C_BASELINES, C_SERIES, type CRoundTrips, findCBaselines } from "../src/c-baseline.js";
 
 // The C programs the bench holds the backends against.
@@ -69,7 +69,7 @@ describe.each(C_BASELINES)("$name", (spec) => {
 });
 
 describe("the C programs that can run here", () => {
-  const backend = (name: string, viable: boolean): MadeBackend => ({
+  const backend = (name: string, viable: boolean): ProbedBackend => ({
     descriptor: { kind: name === "cma" ? "channel" : "transport", name, priority: 0, create: () => undefined as never },
     viability: viable ? VIABLE : notViable("no process_vm_readv in this test"),
   });

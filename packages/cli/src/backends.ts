@@ -5,6 +5,7 @@ import {
   type ChannelContext,
   Context,
   type ContextOptions,
+  type DeviceDescriptor,
   type TransportContext,
   type Viability,
   isBackendDescriptor,
@@ -69,10 +70,34 @@ export interface FoundBackend {
   installed: boolean;
   /** Its package's version. */
   version?: string;
-  /** The backend, when its package loaded. */
-  instance?: TransportContext | ChannelContext;
+  /** Makes the backend, when its package loaded: each context gets its own. */
+  create?: () => TransportContext | ChannelContext;
   /** Whether it can work here. */
   viability: Viability;
+  /** Transports that can work here: the domain they connect within. */
+  domain?: string;
+  /** Channels that can work here: the devices they serve, with their descriptors. */
+  devices?: readonly DeviceDescriptor[];
+  /** mpt: where its lanes run, when not on threads why. */
+  lanes?: string;
+}
+
+/**
+ * What a backend says of itself, asked once of an instance that is then
+ * closed, so that probing holds nothing (threads, sockets, devices).
+ */
+async function probe(spec: BackendSpec, instance: TransportContext | ChannelContext): Promise<Pick<FoundBackend, "viability" | "domain" | "devices" | "lanes">> {
+  try {
+    const viability = instance.isViable();
+    if (spec.kind === "transport") return { viability, ...(viability.viable ? { domain: (instance as TransportContext).domainDescriptor() } : {}) };
+    const devices = (instance as ChannelContext).deviceDescriptors();
+    spec.memory = devices.length > 0 && devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
+    if (!viability.viable) return { viability };
+    const threads = (instance as { threadsUnavailable?: () => string | null }).threadsUnavailable?.();
+    return { viability, devices, ...(threads === undefined ? {} : { lanes: threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}` }) };
+  } finally {
+    await instance.close();
+  }
 }
 
 function isMissing(e: unknown, packageName: string): boolean {
@@ -133,13 +158,9 @@ export async function findBackends(options: BackendOptions = {}, packages: reado
     const backend = module.backend;
     const spec: BackendSpec = { kind: backend.kind, name: backend.name, packageName, priority: backend.priority };
     if (backend.kind === "transport" && backend.listenUrl) spec.listenUrl = (host) => backend.listenUrl!(host);
+    const create = () => backend.create(options);
     try {
-      const instance = backend.create(options);
-      if (backend.kind === "channel") {
-        const devices = (instance as ChannelContext).deviceDescriptors();
-        spec.memory = devices.length > 0 && devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
-      }
-      found.push({ spec, installed: true, version, instance, viability: instance.isViable() });
+      found.push({ spec, installed: true, version, create, ...(await probe(spec, create())) });
     } catch (e) {
       found.push({ spec, installed: true, version, viability: notViable((e as Error).message) });
     }
@@ -170,9 +191,9 @@ export function chosen(found: readonly FoundBackend[], choice: BackendChoice): F
 export async function createContext(choice: BackendChoice = {}, found?: readonly FoundBackend[]): Promise<Context> {
   const context = new Context(choice);
   for (const b of chosen(found ?? (await findBackends(choice)), choice)) {
-    if (!b.instance) continue;
-    if (b.spec.kind === "transport") context.registerTransport(b.spec.priority, b.spec.name, b.instance as TransportContext);
-    else context.registerChannel(b.spec.priority, b.spec.name, b.instance as ChannelContext);
+    if (!b.create) continue;
+    if (b.spec.kind === "transport") context.registerTransport(b.spec.priority, b.spec.name, b.create() as TransportContext);
+    else context.registerChannel(b.spec.priority, b.spec.name, b.create() as ChannelContext);
   }
   return context;
 }

@@ -5,7 +5,6 @@
 import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
 import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
-import type { ChannelContext, TransportContext } from "@tensorpipe/core/backend";
 import { type BackendOptions, findBackends } from "./backends.js";
 
 /** One backend as `tensorpipe doctor` reports it. */
@@ -107,17 +106,9 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
       viable: b.viability.viable,
       reason: b.viability.viable ? undefined : b.viability.reason,
     };
-    if (b.instance && b.viability.viable) {
-      if (b.spec.kind === "transport") entry.domain = (b.instance as TransportContext).domainDescriptor();
-      else {
-        entry.devices = (b.instance as ChannelContext).deviceDescriptors().map((d) => ({
-          device: `${d.device.type}:${d.device.index}`,
-          descriptor: d.descriptor,
-        }));
-        const threads = (b.instance as { threadsUnavailable?: () => string | null }).threadsUnavailable?.();
-        if (threads !== undefined) entry.note = threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}`;
-      }
-    }
+    if (b.domain !== undefined) entry.domain = b.domain;
+    if (b.devices) entry.devices = b.devices.map((d) => ({ device: `${d.device.type}:${d.device.index}`, descriptor: d.descriptor }));
+    if (b.lanes) entry.note = b.lanes;
     return entry;
   });
   const interfaces: DoctorInterface[] = Object.entries(networkInterfaces()).map(([name, entries]) => ({

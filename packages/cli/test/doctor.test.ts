@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { BACKEND_PACKAGES, findBackends } from "../src/backends.js";
+import { BACKEND_PACKAGES, createContext, findBackends } from "../src/backends.js";
 import { type DoctorReport, formatDoctor, runDoctor } from "../src/doctor.js";
 
 /** Each first-party package's `backend` export. */
@@ -41,6 +41,20 @@ describe("tensorpipe doctor", () => {
     expect(ghost).toMatchObject({ installed: false, viability: { viable: false, reason: "not installed (npm install @tensorpipe/channel-ghost)" } });
     expect(broken).toMatchObject({ installed: true, spec: { kind: "transport", name: "broken" }, viability: { viable: false, reason: "no such device here" } });
     expect(none).toMatchObject({ installed: true, viability: { viable: false, reason: expect.stringMatching(/exports no `backend`/) } });
+  });
+
+  it("closes every backend it makes: probing holds none, and each context closes its own", async () => {
+    const counted = fixture("counted-transport.mjs");
+    const { live } = (await import(counted)) as { live: Set<unknown> };
+    const found = await findBackends({ backends: [counted] });
+    expect(found.find((b) => b.spec.name === "counted")?.viability).toEqual({ viable: true });
+    expect(live.size).toBe(0);
+    await runDoctor({ backends: [counted] });
+    expect(live.size).toBe(0);
+    const contexts = [await createContext({ backends: [counted] }, found), await createContext({ backends: [counted] }, found)];
+    expect(live.size).toBe(2);
+    await Promise.all(contexts.map((c) => c.close()));
+    expect(live.size).toBe(0);
   });
 
   it("takes a third party's backend with --backend, found by its `backend` export like the first-party ones", async () => {
