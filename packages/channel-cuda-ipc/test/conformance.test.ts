@@ -1,11 +1,8 @@
 import { describeChannelConformance } from "@tensorpipe/core/testing";
 import { cudaViability } from "@tensorpipe/cuda";
-import { UvTransport } from "@tensorpipe/transport-uv";
 import { describe } from "vitest";
-import { cudaMemory } from "../../cuda/test/fixtures/conformance-memory.mjs";
+import { cudaSuite } from "../../cuda/test/fixtures/cuda-conformance.mjs";
 import { backend } from "../src/index.js";
-
-const MiB = 1024 * 1024;
 
 // The channel suite every channel passes, on GPU memory, with the
 // connecting end in a second process: on a GPU, or on the emulator (the
@@ -14,12 +11,7 @@ describe.skipIf(!cudaViability().viable)("cuda-ipc on GPU memory", () => {
   describeChannelConformance({
     name: "cuda-ipc",
     create: () => backend.create(),
-    createTransport: () => new UvTransport(),
-    transportName: "uv",
-    listenUrl: () => "uv://127.0.0.1:0",
-    memory: cudaMemory,
-    largeTensorBytes: 20 * MiB + 3,
-    inFlight: 50,
+    ...cudaSuite,
     peerProcess: new URL("./fixtures/conformance-peer.mjs", import.meta.url),
   });
 });
