@@ -36,6 +36,10 @@ constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 // The transport's defaults: bytes per direction, and how long at most a
 // waiting side polls the ring before it sleeps on its eventfd.
 constexpr uint64_t kDefaultRingSize = 4 << 20;
+// A ring's pages are mapped in the background once this many bytes went
+// through it since they were last given back: a connection that carries a
+// few frames costs the pages those frames touched, no more.
+constexpr uint64_t kPopulateAfter = 256 << 10;
 constexpr uint64_t kDefaultSpinMicros = 200;
 
 // A waiting side yields its core between looks at the ring when its peer

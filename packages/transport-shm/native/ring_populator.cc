@@ -15,10 +15,6 @@ namespace tensorpipe_js {
 namespace {
 // Per hold of a ring's lock: what its connection may wait for when it closes.
 constexpr uint64_t kChunk = 256 * 1024;
-// How old a connection is before its rings are populated: 1000 pipes opened
-// and closed one after another took 9 s instead of 1.8 when every ring was
-// populated at once.
-constexpr std::chrono::milliseconds kDelay(20);
 }  // namespace
 
 std::shared_ptr<RingPopulation> RingPopulator::Add(char* base, uint64_t length, bool forWriting) {
@@ -33,7 +29,7 @@ std::shared_ptr<RingPopulation> RingPopulator::Add(char* base, uint64_t length, 
     started_ = true;
     lifecycle_.Own(this);
   }
-  auto population = std::make_shared<RingPopulation>(base, length, forWriting, std::chrono::steady_clock::now() + kDelay);
+  auto population = std::make_shared<RingPopulation>(base, length, forWriting);
   queue_.push_back(population);
   lock.unlock();
   work_.notify_one();
@@ -45,7 +41,6 @@ void RingPopulator::Run() {
   for (;;) {
     work_.wait(lock, [this] { return closing_ || !queue_.empty(); });
     if (closing_) return;
-    if (work_.wait_until(lock, queue_.front()->due, [this] { return closing_; })) return;
     std::shared_ptr<RingPopulation> p = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();

@@ -1,5 +1,5 @@
-// Maps the pages of an environment's rings, on a thread of its own, soon
-// after each connection opens. A ring's memfd gets its pages on first use,
+// Maps the pages of an environment's rings, on a thread of its own, once
+// frames flow through them (kPopulateAfter). A ring's memfd gets its pages on first use,
 // and the kernel allocating, zeroing and mapping one took 2.2 us here, 4-6
 // us inside a Node write, and the reader's mapping faulted again for each;
 // small messages take millions of round trips to write a whole ring once,
@@ -8,7 +8,6 @@
 // 20 ms a pipe.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,13 +26,10 @@ struct RingPopulation {
   char* base;
   uint64_t length;
   bool forWriting;
-  // Not before then: a connection closed sooner costs no work.
-  std::chrono::steady_clock::time_point due;
   bool cancelled = false;
   std::mutex mutex;
 
-  RingPopulation(char* b, uint64_t n, bool w, std::chrono::steady_clock::time_point d)
-      : base(b), length(n), forWriting(w), due(d) {}
+  RingPopulation(char* b, uint64_t n, bool w) : base(b), length(n), forWriting(w) {}
   // Once this returns, the populator does not touch the mapping again.
   void Cancel() {
     std::lock_guard<std::mutex> lock(mutex);

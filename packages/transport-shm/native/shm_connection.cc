@@ -24,7 +24,8 @@ namespace tensorpipe_js {
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '1'};
+// Version 2: one wake-up eventfd a side (version 1 had two).
+constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '2'};
 constexpr uint64_t kMinRing = 4096;
 constexpr uint64_t kMaxRing = 1ull << 30;
 
@@ -83,7 +84,7 @@ Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& op
 // Checks who the peer is, makes this side's inbox and sends it over.
 int ShmConnection::Begin() {
   uv_loop_t* loop = GetAddonData(Env())->loop();
-  for (uv_poll_t** p : {&socketPoll_, &readablePoll_, &writablePoll_}) {
+  for (uv_poll_t** p : {&socketPoll_, &wakePoll_}) {
     *p = new uv_poll_t;
     (*p)->data = this;
   }
@@ -113,14 +114,13 @@ int ShmConnection::Begin() {
   }
   new (inboxMap_) RingHeader();
   inbox_ = RingView(inboxMap_, options_.ringSize);
-  inboxReadableFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  inboxWritableFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (inboxReadableFd_ < 0 || inboxWritableFd_ < 0) return uv_translate_sys_error(errno);
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) return uv_translate_sys_error(errno);
 
   Hello hello;
   std::memcpy(hello.magic, kMagic, sizeof(kMagic));
   hello.ringSize = options_.ringSize;
-  int fds[3] = {inboxMemfd_, inboxReadableFd_, inboxWritableFd_};
+  int fds[2] = {inboxMemfd_, wakeFd_};
   char control[CMSG_SPACE(sizeof(fds))];
   std::memset(control, 0, sizeof(control));
   struct iovec iov = {&hello, sizeof(hello)};
@@ -143,7 +143,7 @@ int ShmConnection::Begin() {
   CloseFd(&inboxMemfd_);
 
   uv_poll_init(loop, socketPoll_, sock_);
-  uv_poll_init(loop, readablePoll_, inboxReadableFd_);
+  uv_poll_init(loop, wakePoll_, wakeFd_);
   openHandles_ = 2;
   return uv_poll_start(socketPoll_, UV_READABLE | UV_DISCONNECT, OnSocketEvent);
 }
@@ -159,7 +159,7 @@ void ShmConnection::OnSocket() {
   Napi::HandleScope scope(env);
   if (state_ == State::kStarting) {
     Hello hello;
-    int received[3] = {-1, -1, -1};
+    int received[2] = {-1, -1};
     int count = 0;
     char control[CMSG_SPACE(sizeof(received))];
     struct iovec iov = {&hello, sizeof(hello)};
@@ -183,7 +183,7 @@ void ShmConnection::OnSocket() {
       for (size_t i = 0; i < nfds; i++) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-        if (count < 3) received[count] = fd;
+        if (count < 2) received[count] = fd;
         else ::close(fd);
         count++;
       }
@@ -201,8 +201,8 @@ void ShmConnection::OnSocket() {
     if (n == 0) problem = "peer closed the connection during the shm handshake";
     else if (n != static_cast<ssize_t>(sizeof(hello)) || std::memcmp(hello.magic, kMagic, sizeof(kMagic)) != 0)
       problem = "peer is not a tensorpipe-js shm endpoint";
-    else if (count != 3 || (msg.msg_flags & MSG_CTRUNC))
-      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 3";
+    else if (count != 2 || (msg.msg_flags & MSG_CTRUNC))
+      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 2";
     else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
       problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
     // -1 (EINVAL) for anything but a memfd: a plain file could be cut short.
@@ -210,8 +210,8 @@ void ShmConnection::OnSocket() {
       problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
     else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
       problem = "peer's ring memory does not have the size it announced";
-    else if (!IsEventfd(received[1]) || !IsEventfd(received[2]))
-      problem = "peer's wake-up descriptors are not eventfds";
+    else if (!IsEventfd(received[1]))
+      problem = "peer's wake-up descriptor is not an eventfd";
     if (problem.empty()) {
       outboxMapSize_ = kRingHeaderSize + hello.ringSize;
       outboxMap_ = mmap(nullptr, outboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, received[0], 0);
@@ -221,8 +221,7 @@ void ShmConnection::OnSocket() {
       }
     }
     CloseFd(&received[0]);
-    outboxReadableFd_ = received[1];
-    outboxWritableFd_ = received[2];
+    peerWakeFd_ = received[1];
     if (!problem.empty()) {
       const char* code = n == 0 ? "ERR_TP_PEER_CLOSED" : "ERR_TP_PROTOCOL";
       HandshakeFailed(CodedError(env, code, problem).Value());
@@ -231,10 +230,9 @@ void ShmConnection::OnSocket() {
     outbox_ = RingView(outboxMap_, hello.ringSize);
     // No more than this side's own ring takes: a peer's ring that is not
     // allocated yet does not get this process to allocate 1 GiB.
-    uint64_t limit = kRingHeaderSize + std::max(options_.ringSize, kDefaultRingSize);
-    RingPopulator& populator = AddonEnv::Get<ShmEnv>(env)->populator;
-    inboxPopulation_ = populator.Add(static_cast<char*>(inboxMap_), inboxMapSize_, false);
-    outboxPopulation_ = populator.Add(static_cast<char*>(outboxMap_), std::min<uint64_t>(outboxMapSize_, limit), true);
+    outboxPopulated_ = std::min<uint64_t>(outboxMapSize_, kRingHeaderSize + std::max(options_.ringSize, kDefaultRingSize));
+    sweeper_ = &AddonEnv::Get<ShmEnv>(env)->sweeper;
+    sweeper_->Add(this);
     FinishHandshake();
     return;
   }
@@ -260,8 +258,6 @@ void ShmConnection::LeaveWatcher() {
 
 void ShmConnection::FinishHandshake() {
   LeaveWatcher();
-  uv_poll_init(GetAddonData(Env())->loop(), writablePoll_, outboxWritableFd_);
-  openHandles_++;
   state_ = State::kOpen;
   Napi::Env env = Env();
   Napi::FunctionReference ready = std::move(onReady_);
@@ -316,10 +312,37 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
     op.Advance(n);
   }
   if (outboxHead_ != before) {
-    bool peerSlept = outbox_.PublishHead(outboxHead_, outboxReadableFd_);
+    bool peerSlept = outbox_.PublishHead(outboxHead_, peerWakeFd_);
     if (waiting_ && !peerSlept) AwaitAnswer(uv_hrtime());
+    if (!outboxPopulation_ && outboxHead_ - outboxReleasedAt_ >= kPopulateAfter) Populate();
   }
   return true;
+}
+
+void ShmConnection::Populate() {
+  outboxPopulation_ = AddonEnv::Get<ShmEnv>(Env())->populator.Add(static_cast<char*>(outboxMap_), outboxPopulated_, true);
+}
+
+void ShmConnection::Sweep() {
+  if (state_ != State::kOpen) return;
+  // Nothing read since the last look: the peer may give the pages back, and
+  // the next traffic maps them anew.
+  if (inboxTail_ == inboxSweptAt_) {
+    if (inboxPopulation_) inboxPopulation_->Cancel();
+    inboxPopulation_.reset();
+    inboxQuietAt_ = inboxTail_;
+  }
+  inboxSweptAt_ = inboxTail_;
+  bool unwritten = outboxHead_ == outboxSweptAt_;
+  outboxSweptAt_ = outboxHead_;
+  if (!unwritten || outboxHead_ == outboxReleasedAt_) return;
+  // The peer still has bytes to read, or this side waits for room.
+  if (!writes_.empty() || outbox_.header()->tail.load(std::memory_order_acquire) != outboxHead_) return;
+  if (outboxPopulation_) outboxPopulation_->Cancel();
+  outboxPopulation_.reset();
+  // Advice: where the kernel refuses, the pages stay, as they would have.
+  madvise(outbox_.data(), outboxMapSize_ - kRingHeaderSize, MADV_REMOVE);
+  outboxReleasedAt_ = outboxHead_;
 }
 
 void ShmConnection::FlushWrites() {
@@ -345,22 +368,23 @@ void ShmConnection::FlushWrites() {
 void ShmConnection::ArmWrite() {
   if (state_ != State::kOpen) return;
   if (writes_.empty()) {
-    if (writablePolling_) uv_poll_stop(writablePoll_);
     writablePolling_ = false;
+    WatchWakeFd();
     return;
   }
-  if (outbox_.WriterSleeps(outboxHead_)) SignalEventfd(outboxWritableFd_);
-  if (!writablePolling_) uv_poll_start(writablePoll_, UV_READABLE, OnWritableEvent);
+  if (outbox_.WriterSleeps(outboxHead_)) SignalEventfd(wakeFd_);
   writablePolling_ = true;
+  WatchWakeFd();
 }
 
-void ShmConnection::OnWritableEvent(uv_poll_t* handle, int status, int events) {
-  auto* c = static_cast<ShmConnection*>(handle->data);
-  if (c->state_ != State::kOpen) return;
-  FromLoop(c->Env(), [&] {
-    DrainEventfd(c->outboxWritableFd_);
-    c->FlushWrites();
-  });
+// The wake-up eventfd is in the loop's epoll set while a read sleeps or a
+// write waits for room: the peer signals it for either.
+void ShmConnection::WatchWakeFd() {
+  bool want = readablePolling_ || writablePolling_;
+  if (want == wakeWatched_) return;
+  if (want) uv_poll_start(wakePoll_, UV_READABLE, OnWakeEvent);
+  else uv_poll_stop(wakePoll_);
+  wakeWatched_ = want;
 }
 
 ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
@@ -388,7 +412,10 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   }
   if (consumed > 0) {
     inboxTail_ += consumed;
-    inbox_.PublishTail(inboxTail_, inboxWritableFd_);
+    inbox_.PublishTail(inboxTail_, peerWakeFd_);
+    if (!inboxPopulation_ && inboxTail_ - inboxQuietAt_ >= kPopulateAfter) {
+      inboxPopulation_ = AddonEnv::Get<ShmEnv>(Env())->populator.Add(static_cast<char*>(inboxMap_), inboxMapSize_, false);
+    }
   }
   return p;
 }
@@ -438,9 +465,9 @@ void ShmConnection::AwaitAnswer(uint64_t now) {
 // Tells the peer, then looks again so that data written in between is not
 // missed (it is then signalled to ourselves).
 void ShmConnection::Sleep() {
-  if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(inboxReadableFd_);
-  if (!readablePolling_) uv_poll_start(readablePoll_, UV_READABLE, OnReadableEvent);
+  if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(wakeFd_);
   readablePolling_ = true;
+  WatchWakeFd();
 }
 
 void ShmConnection::OnSpin(uv_idle_t* handle) {
@@ -474,8 +501,8 @@ void ShmConnection::EndWait(bool bytesCame) {
 // and taking it out and putting it back at every wait cost two epoll_ctl
 // calls a wake-up (five a message for a 16 MiB cma stream's sender).
 void ShmConnection::StopSleeping() {
-  if (readablePolling_) uv_poll_stop(readablePoll_);
   readablePolling_ = false;
+  WatchWakeFd();
 }
 
 thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
@@ -524,27 +551,35 @@ void ShmConnection::HoldLoopForInput() {
   } while (uv_hrtime() - start < kHoldLoopNanos);
 }
 
-void ShmConnection::OnReadableEvent(uv_poll_t* handle, int status, int events) {
+// The peer made room for a waiting write, or wrote for a sleeping read, or
+// both: each that waits looks.
+void ShmConnection::OnWakeEvent(uv_poll_t* handle, int status, int events) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (c->state_ != State::kOpen) return;
-  DrainEventfd(c->inboxReadableFd_);
-  // A wake-up with nothing to read (a peer that only signals): the wait
-  // sleeps on, and polls for nothing; each would cost a spell of polling.
-  if (!c->HasInput() && c->waiting_) {
-    if (!c->spinning_) c->Sleep();
+  DrainEventfd(c->wakeFd_);
+  if (c->writablePolling_) FromLoop(c->Env(), [&] { c->FlushWrites(); });
+  if (c->state_ == State::kOpen && c->readablePolling_) c->OnReadable();
+}
+
+void ShmConnection::OnReadable() {
+  // A wake-up with nothing to read (a peer that only signals, or one that
+  // made room for a write): the wait sleeps on, and polls for nothing; each
+  // would cost a spell of polling.
+  if (!HasInput() && waiting_) {
+    if (!spinning_) Sleep();
     return;
   }
-  FromLoop(c->Env(), [&] {
-    c->EndWait(c->HasInput());
-    c->PumpReads();
+  FromLoop(Env(), [&] {
+    EndWait(HasInput());
+    PumpReads();
   });
 }
 
 void ShmConnection::StopIo() {
-  for (uv_poll_t* p : {readablePoll_, writablePoll_, socketPoll_}) {
+  for (uv_poll_t* p : {wakePoll_, socketPoll_}) {
     if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_poll_stop(p);
   }
-  readablePolling_ = writablePolling_ = false;
+  readablePolling_ = writablePolling_ = wakeWatched_ = false;
   StopSpinning();
 }
 
@@ -572,31 +607,34 @@ void ShmConnection::CloseAll() {
   onReady_.Reset();
   StopSpinning();
   int open = openHandles_;
-  uv_poll_t* polls[3] = {socketPoll_, readablePoll_, writablePoll_};
-  for (int i = 0; i < 3; i++) {
+  uv_poll_t* polls[2] = {socketPoll_, wakePoll_};
+  for (int i = 0; i < 2; i++) {
     if (i < open) uv_close(reinterpret_cast<uv_handle_t*>(polls[i]), OnHandleClosed);
     else delete polls[i];
   }
-  socketPoll_ = readablePoll_ = writablePoll_ = nullptr;
+  socketPoll_ = wakePoll_ = nullptr;
   if (spinIdle_ != nullptr) {
     openHandles_++;
     open++;
     uv_close(reinterpret_cast<uv_handle_t*>(spinIdle_), OnHandleClosed);
     spinIdle_ = nullptr;
   }
-  if (open == 0) FreeDescriptorsAndMappings();
+  // Closing a poll takes its descriptor out of the loop's epoll set at
+  // once: descriptors and mappings go now, so that close() leaves none.
+  FreeDescriptorsAndMappings();
+  if (open == 0) Released();
 }
 
 void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
   auto* c = static_cast<ShmConnection*>(handle->data);
   if (handle->type == UV_IDLE) delete reinterpret_cast<uv_idle_t*>(handle);
   else delete reinterpret_cast<uv_poll_t*>(handle);
-  if (--c->openHandles_ == 0) c->FreeDescriptorsAndMappings();
+  if (--c->openHandles_ == 0) c->Released();
 }
 
-// Once libuv lets go of every handle: descriptors and mappings go too.
 void ShmConnection::FreeDescriptorsAndMappings() {
-  for (int* fd : {&sock_, &inboxMemfd_, &inboxReadableFd_, &inboxWritableFd_, &outboxReadableFd_, &outboxWritableFd_}) {
+  if (sweeper_) sweeper_->Remove(this);
+  for (int* fd : {&sock_, &inboxMemfd_, &wakeFd_, &peerWakeFd_}) {
     CloseFd(fd);
   }
   for (std::shared_ptr<RingPopulation>* p : {&inboxPopulation_, &outboxPopulation_}) {
@@ -606,7 +644,6 @@ void ShmConnection::FreeDescriptorsAndMappings() {
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
   if (outboxMap_) munmap(outboxMap_, outboxMapSize_);
   inboxMap_ = outboxMap_ = nullptr;
-  Released();
 }
 
 Napi::Value ShmConnection::LocalAddress(const Napi::CallbackInfo& info) {

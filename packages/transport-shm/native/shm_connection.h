@@ -17,6 +17,7 @@
 #include "polling_spells.h"
 #include "ring.h"
 #include "ring_populator.h"
+#include "ring_sweeper.h"
 #include "tensorpipe/framed_connection.h"
 
 namespace tensorpipe_js {
@@ -34,11 +35,12 @@ struct ShmOptions {
 
 // The shm addon's data in one environment.
 struct ShmEnv : AddonData {
-  explicit ShmEnv(napi_env env) : AddonData(env), populator(lifecycle) {}
+  explicit ShmEnv(napi_env env) : AddonData(env), populator(lifecycle), sweeper(lifecycle) {}
   RingPopulator populator;
+  RingSweeper sweeper;
 };
 
-class ShmConnection : public FramedConnection<ShmConnection> {
+class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
  public:
   static Napi::Function Define(Napi::Env env);
   // Takes ownership of a connected Unix socket and starts the handshake;
@@ -46,7 +48,10 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static Napi::Object Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady);
 
   explicit ShmConnection(const Napi::CallbackInfo& info) : FramedConnection(info, "tensorpipe.ShmConnection") {}
-  ~ShmConnection() override { LeaveWatcher(); }
+  ~ShmConnection() override {
+    LeaveWatcher();
+    if (sweeper_) sweeper_->Remove(this);
+  }
   void CloseAll();
 
  private:
@@ -75,8 +80,9 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   void HandshakeFailed(Napi::Value error);
   void OnSocket();
   static void OnSocketEvent(uv_poll_t* handle, int status, int events);
-  static void OnReadableEvent(uv_poll_t* handle, int status, int events);
-  static void OnWritableEvent(uv_poll_t* handle, int status, int events);
+  static void OnWakeEvent(uv_poll_t* handle, int status, int events);
+  void OnReadable();
+  void WatchWakeFd();
   static void OnSpin(uv_idle_t* handle);
   bool HasInput() const { return inbox_.header()->head.load(std::memory_order_acquire) != inboxTail_; }
   void HoldLoopForInput();
@@ -101,6 +107,11 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   int SocketFd() const { return sock_; }
 
   bool CopyOut(FrameWrite& op);
+  // The ring to the peer: its pages mapped in the background once frames
+  // flow (not before: an idle connection costs no memory), given back once
+  // it has gone idle (Sweep).
+  void Populate();
+  void Sweep() override;
   void FlushWrites();
   void ArmWrite();
   Napi::Value WriteFailure();
@@ -116,9 +127,17 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   size_t inboxMapSize_ = 0;
   RingView inbox_;
   uint64_t inboxTail_ = 0;
+  // The ring's pages being mapped for reading once frames flow, and the
+  // tail when it was last quiet (at the start, or a sweep that saw no read)
+  // and at the last sweep.
+  std::shared_ptr<RingPopulation> inboxPopulation_;
+  uint64_t inboxQuietAt_ = 0;
+  uint64_t inboxSweptAt_ = 0;
   int inboxMemfd_ = -1;
-  int inboxReadableFd_ = -1;  // peer signals: data for me
-  int inboxWritableFd_ = -1;  // I signal: room for the peer
+  // The peer signals mine when it wrote for a sleeping read here or made
+  // room for a write waiting here; I signal its for the same.
+  int wakeFd_ = -1;
+  int peerWakeFd_ = -1;
 
   // The peer's inbox: mine to write. I own its head.
   void* outboxMap_ = nullptr;
@@ -126,15 +145,18 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   RingView outbox_;
   uint64_t outboxHead_ = 0;
   uint64_t outboxTailSeen_ = 0;
-  // The rings' pages being mapped in the background (RingPopulator).
-  std::shared_ptr<RingPopulation> inboxPopulation_;
+  // The ring's pages being mapped in the background (RingPopulator), and
+  // how much of it: no more than this side's own ring takes.
   std::shared_ptr<RingPopulation> outboxPopulation_;
-  int outboxReadableFd_ = -1;  // I signal: data for the peer
-  int outboxWritableFd_ = -1;  // peer signals: room for me
+  uint64_t outboxPopulated_ = 0;
+  // The head when the ring's pages were last given back (or at the start),
+  // and at the last sweep.
+  uint64_t outboxReleasedAt_ = 0;
+  uint64_t outboxSweptAt_ = 0;
+  RingSweeper* sweeper_ = nullptr;
 
   uv_poll_t* socketPoll_ = nullptr;
-  uv_poll_t* readablePoll_ = nullptr;
-  uv_poll_t* writablePoll_ = nullptr;
+  uv_poll_t* wakePoll_ = nullptr;
   uv_idle_t* spinIdle_ = nullptr;
   // The read's wait: when it began, and when it last wrote to an awake
   // peer (0: not since it began). The spell in force is the answer's from
@@ -152,8 +174,10 @@ class ShmConnection : public FramedConnection<ShmConnection> {
   static thread_local std::vector<ShmConnection*> spinningOnThisThread_;
   static thread_local ShmConnection* loopHolder_;
 
+  // A read sleeps, a write waits for room; the wake-up eventfd is watched.
   bool readablePolling_ = false;
   bool writablePolling_ = false;
+  bool wakeWatched_ = false;
   int openHandles_ = 0;
 
   std::deque<std::unique_ptr<PendingWrite>> writes_;

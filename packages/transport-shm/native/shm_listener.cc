@@ -27,7 +27,8 @@ constexpr uint64_t kAcceptRetryMs = 100;
 // a real one greets as it connects.
 constexpr uint64_t kSilentGraceMs = 250;
 
-// The descriptors a connection takes until its handshake is done.
+// The descriptors a connection takes until its handshake is done, at most:
+// its socket and eventfd with its memfd until sent, or the peer's two after.
 constexpr int kHandshakeDescriptors = 4;
 
 // Connections accepted on one turn of the loop at most.

@@ -1,0 +1,53 @@
+// Gives back the memory of rings that went idle, so that an idle pipe costs
+// a few pages however busy it once was: once a second, on the loop, each
+// connection whose ring to its peer is empty and unwritten since the last
+// look punches the ring's pages out (MADV_REMOVE frees the memfd's pages
+// for both processes); the next frames fault fresh ones in. The writer
+// does it because it alone decides what goes into the ring next. A reader
+// that read nothing since the last look forgets its ring's population, so
+// that the next traffic maps the pages anew.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "tensorpipe/env_lifecycle.h"
+
+namespace tensorpipe_js {
+
+// What the sweeper looks at: a connection that owns a ring's head.
+class SweptRing {
+ public:
+  virtual ~SweptRing() = default;
+  // Called on the loop, once per sweep.
+  virtual void Sweep() = 0;
+
+ private:
+  friend class RingSweeper;
+  size_t sweepIndex_ = static_cast<size_t>(-1);
+};
+
+class RingSweeper : public EnvResource {
+ public:
+  // How often idle rings are looked for: a ring is given back between one
+  // and two periods after its last frame.
+  static constexpr uint64_t kPeriodMs = 1000;
+
+  explicit RingSweeper(EnvLifecycle& lifecycle) : lifecycle_(lifecycle) {}
+
+  void Add(SweptRing* ring);
+  void Remove(SweptRing* ring);
+  void Teardown() override;
+
+ private:
+  static void OnTimer(uv_timer_t* timer);
+
+  EnvLifecycle& lifecycle_;
+  uv_timer_t* timer_ = nullptr;
+  std::vector<SweptRing*> rings_;
+  bool closing_ = false;
+};
+
+}  // namespace tensorpipe_js
