@@ -167,8 +167,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    */
   private dropSilentPastCap(): void {
     if (this.silent.size < this.maxPendingHandshakes) return;
-    const [oldest, since] = this.silent.entries().next().value!;
-    if (performance.now() - since < SILENT_GRACE_MS) return;
+    const oldest = this.oldestSilent();
+    if (!oldest) return;
     this.silent.delete(oldest);
     oldest.close(
       new TensorPipeError(
@@ -199,9 +199,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.sweep = setTimeout(
       () => {
         this.sweep = undefined;
-        const now = performance.now();
-        for (const [c, t] of this.silent) {
-          if (now - t < SILENT_GRACE_MS) break;
+        for (let c = this.oldestSilent(); c; c = this.oldestSilent()) {
           this.silent.delete(c);
           c.close(
             new TensorPipeError(ErrorCode.TIMEOUT, "connection dropped: it sent nothing while this process was out of file descriptors", {
@@ -214,6 +212,20 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       Math.max(0, since + SILENT_GRACE_MS - performance.now()),
     );
     this.sweep.unref();
+  }
+
+  /**
+   * The oldest connection past its grace that has truly sent nothing: one
+   * whose first frame waits unread (a loop busy with a burst of accepts)
+   * has spoken, and is left to be read.
+   */
+  private oldestSilent(): Connection | undefined {
+    const now = performance.now();
+    for (const [c, since] of this.silent) {
+      if (now - since < SILENT_GRACE_MS) return undefined;
+      if (!c.hasPendingInput?.()) return c;
+    }
+    return undefined;
   }
 
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */

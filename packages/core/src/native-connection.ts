@@ -37,6 +37,8 @@ export interface NativeFrameConnection {
   detach?(): DetachedSocket;
   /** See Connection.provePeerProcess: [real, effective, saved, fs] uids, or throws ERR_TP_PERMISSION_DENIED. */
   provePeerProcess?(pid: number): [number, number, number, number];
+  /** See Connection.hasPendingInput. */
+  hasPendingInput?(): boolean;
 }
 
 // One log per transport ("tensorpipe:uv", "tensorpipe:shm", ...).
@@ -181,6 +183,10 @@ export class NativeConnection implements Connection {
     this.failure = closedError(`${this.transport} connection (handed over to a channel)`);
     this.closedDeferred.resolve(undefined);
     return socket;
+  }
+
+  hasPendingInput(): boolean {
+    return !this.failure && (this.native.hasPendingInput?.() ?? false);
   }
 
   provePeerProcess(pid: number): PeerProcess {

@@ -152,6 +152,13 @@ export interface Connection {
    * channel that acts on a peer's pid (cma).
    */
   provePeerProcess?(pid: number): PeerProcess;
+  /**
+   * Whether the peer has sent bytes that no read has taken yet: a listener
+   * under a burst of connections does not take its own backlog for peers
+   * that say nothing. Optional: a connection without it counts as silent
+   * until its first frame is read.
+   */
+  hasPendingInput?(): boolean;
 }
 
 /** Told of the next frame by Connection.readFrame(): an error, or the frame (lent: valid until this returns). */

@@ -104,6 +104,7 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   void ArmRead();
   void StopIo();
   bool HasUnreadBytes() const { return false; }
+  bool HasPendingInput() const { return inboxMap_ != nullptr && HasInput(); }
   int SocketFd() const { return sock_; }
 
   bool CopyOut(FrameWrite& op);

@@ -1,6 +1,7 @@
 #include "uv_connection.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -243,6 +244,14 @@ Napi::Value UvConnection::LocalAddress(const Napi::CallbackInfo& info) {
 
 Napi::Value UvConnection::RemoteAddress(const Napi::CallbackInfo& info) {
   return AddressOf(info.Env(), handle_, true);
+}
+
+// Bytes staged here, or waiting in the kernel for the loop to read them.
+bool UvConnection::HasPendingInput() {
+  if (HasUnreadBytes()) return true;
+  int fd = SocketFd();
+  int n = 0;
+  return fd >= 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
 }  // namespace tensorpipe_js

@@ -49,6 +49,7 @@ class UvConnection : public FramedConnection<UvConnection> {
   void ArmRead();
   void StopIo();
   bool HasUnreadBytes() const { return stagingBegin_ != stagingEnd_; }
+  bool HasPendingInput();
   int SocketFd();
 
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);

@@ -8,6 +8,7 @@
 //   void ArmRead();                   // wait for bytes while reads wait
 //   void StopIo();                    // stop waiting for anything (failed)
 //   bool HasUnreadBytes() const;      // bytes of an unfinished frame are here
+//   bool HasPendingInput() const;     // the peer sent bytes no read has taken
 //   void CloseAll();                  // close everything (JS close, teardown)
 //   Napi::Value Write(const Napi::CallbackInfo&), LocalAddress, RemoteAddress
 //   int SocketFd();                   // the connected socket, -1 if none (closed)
@@ -53,6 +54,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
         Napi::ObjectWrap<T>::InstanceMethod("remoteAddress", &T::RemoteAddress),
         Napi::ObjectWrap<T>::InstanceMethod("onFailure", &T::OnFailure),
         Napi::ObjectWrap<T>::InstanceMethod("provePeerProcess", &T::ProvePeerProcessOf),
+        Napi::ObjectWrap<T>::InstanceMethod("hasPendingInput", &T::HasPendingInputOf),
     };
     methods.insert(methods.end(), extra.begin(), extra.end());
     return Napi::ObjectWrap<T>::DefineClass(env, name, methods);
@@ -128,6 +130,13 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   // provePeerProcess(pid) -> [real, effective, saved, fs] uids of process
   // `pid`, once the kernel's records show it holds the other end of the
   // socket (peer_process.h); else throws ERR_TP_PERMISSION_DENIED.
+  // hasPendingInput(): whether the peer sent bytes that no read has taken
+  // yet, so that a listener does not take a busy loop's backlog for a
+  // silent peer.
+  Napi::Value HasPendingInputOf(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), state_ == State::kOpen && self().HasPendingInput());
+  }
+
   Napi::Value ProvePeerProcessOf(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (info.Length() < 1 || !info[0].IsNumber()) {
