@@ -4,6 +4,7 @@ import { parseUrl } from "./address.js";
 import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
+import { DialGate } from "./dial-gate.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
@@ -100,6 +101,8 @@ export class Context {
   private readonly channels = new Map<string, Registered<ChannelContext>>();
   private readonly listeners = new Set<Listener>();
   private readonly pipes = new Set<Pipe>();
+  /** Handshakes dialled at once (DialGate); connects past them wait, their timeouts running. */
+  private readonly dials = new DialGate(32);
   /** What ended pipes carried. */
   private readonly ended = new PipeCounters();
   private pipesOpened = 0;
@@ -205,8 +208,14 @@ export class Context {
     const abandon = (err: TensorPipeError) => {
       for (const c of opened) c.close(err);
     };
-    const handshake = async (): Promise<Pipe> =>
-      this.adopt(await dial(this.handshakeSettings, url, transport, address, signal, opened));
+    const handshake = async (): Promise<Pipe> => {
+      const leave = await this.dials.enter(signal);
+      try {
+        return this.adopt(await dial(this.handshakeSettings, url, transport, address, signal, opened));
+      } finally {
+        leave();
+      }
+    };
     return raceSignal(handshake(), signal, `connect to ${url}`, abandon).catch((e) => {
       const err = fromNativeError(e, url);
       if (log.enabled) log("connect to %s failed: %s", url, describeError(err));

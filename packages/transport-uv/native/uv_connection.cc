@@ -61,7 +61,10 @@ void SetLiveness(uv_tcp_t* handle, uint32_t ms) {
 }  // namespace
 
 void UvConnection::Start(uint32_t peerTimeoutMs) {
-  staging_.resize(kStagingSize);
+  // Not zeroed: only the bytes that arrive touch its pages, so that an
+  // idle connection costs the page its last frames used, not 64 KiB.
+  staging_.reset(new char[kStagingSize]);
+  stagingSize_ = kStagingSize;
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
   SetLiveness(handle_, peerTimeoutMs);
@@ -75,7 +78,8 @@ void UvConnection::CloseAll() {
   reading_ = false;
   // Freed now, not when the JS object is collected: closed connections
   // must not hold native memory the garbage collector cannot see.
-  std::vector<char>().swap(staging_);
+  staging_.reset();
+  stagingSize_ = 0;
   stagingBegin_ = stagingEnd_ = 0;
   uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
 }
@@ -127,7 +131,7 @@ void UvConnection::OnWrite(uv_write_t* req, int status) {
 
 UvConnection::Progress UvConnection::Consume(FrameRead& op) {
   size_t used = 0;
-  Progress p = op.Feed(staging_.data() + stagingBegin_, stagingEnd_ - stagingBegin_, &used, &protocolError_);
+  Progress p = op.Feed(staging_.get() + stagingBegin_, stagingEnd_ - stagingBegin_, &used, &protocolError_);
   stagingBegin_ += used;
   if (stagingBegin_ == stagingEnd_) stagingBegin_ = stagingEnd_ = 0;
   return p;
@@ -139,7 +143,7 @@ UvConnection::Progress UvConnection::Consume(FrameRead& op) {
 // reading stops reading, which pushes back on the peer through TCP.
 void UvConnection::ArmRead() {
   if (state_ != State::kOpen) return;
-  bool want = !reads_.empty() || stagingEnd_ - stagingBegin_ < staging_.size();
+  bool want = !reads_.empty() || stagingEnd_ - stagingBegin_ < stagingSize_;
   auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
   if (want && !reading_) {
     int r = uv_read_start(stream, OnAlloc, OnRead);
@@ -171,13 +175,13 @@ void UvConnection::OnAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
       return;
     }
   }
-  if (c->stagingBegin_ > 0 && c->staging_.size() - c->stagingEnd_ < kDirectThreshold) {
-    std::memmove(c->staging_.data(), c->staging_.data() + c->stagingBegin_, c->stagingEnd_ - c->stagingBegin_);
+  if (c->stagingBegin_ > 0 && c->stagingSize_ - c->stagingEnd_ < kDirectThreshold) {
+    std::memmove(c->staging_.get(), c->staging_.get() + c->stagingBegin_, c->stagingEnd_ - c->stagingBegin_);
     c->stagingEnd_ -= c->stagingBegin_;
     c->stagingBegin_ = 0;
   }
   c->direct_ = false;
-  *buf = MakeBuf(c->staging_.data() + c->stagingEnd_, c->staging_.size() - c->stagingEnd_);
+  *buf = MakeBuf(c->staging_.get() + c->stagingEnd_, c->stagingSize_ - c->stagingEnd_);
 }
 
 void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
@@ -211,7 +215,7 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
   if (copy < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
   size_t ahead = stagingEnd_ - stagingBegin_;
   Napi::Uint8Array readAhead = Napi::Uint8Array::New(env, ahead);
-  if (ahead > 0) std::memcpy(readAhead.Data(), staging_.data() + stagingBegin_, ahead);
+  if (ahead > 0) std::memcpy(readAhead.Data(), staging_.get() + stagingBegin_, ahead);
   Napi::Object out = Napi::Object::New(env);
   out.Set("fd", Napi::Number::New(env, copy));
   out.Set("readAhead", readAhead);

@@ -64,7 +64,8 @@ class UvConnection : public FramedConnection<UvConnection> {
   size_t writesInFlight_ = 0;
   // Read-ahead and small frames go through here; large bodies go straight
   // into their destination.
-  std::vector<char> staging_;
+  std::unique_ptr<char[]> staging_;
+  size_t stagingSize_ = 0;
   size_t stagingBegin_ = 0;
   size_t stagingEnd_ = 0;
 };
