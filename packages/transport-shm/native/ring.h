@@ -19,6 +19,11 @@ namespace tensorpipe_js {
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever written (by the writer)
   std::atomic<uint32_t> writerCore;        // 1 + the core it last published from; 0: not yet
+  // The position at the ring's first byte: position p is at byte
+  // (p - base) % size. The writer moves it to its head while the ring is
+  // empty (RewindIfEmpty), so that frames start over at the first byte and
+  // a connection touches as many pages as it holds in flight, not the ring.
+  std::atomic<uint64_t> base;
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed (by the reader)
   std::atomic<uint32_t> readerCore;
   alignas(64) std::atomic<uint32_t> readerWaiting;
@@ -36,10 +41,11 @@ constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 // The transport's defaults: bytes per direction, and how long at most a
 // waiting side polls the ring before it sleeps on its eventfd.
 constexpr uint64_t kDefaultRingSize = 4 << 20;
-// A ring's pages are mapped in the background once this many bytes went
-// through it since they were last given back: a connection that carries a
-// few frames costs the pages those frames touched, no more.
-constexpr uint64_t kPopulateAfter = 256 << 10;
+// A writer starts over at the ring's first byte once its head is this far
+// into the ring and the reader has taken everything; it looks at most once
+// per kRewindEvery bytes written (a look pulls the reader's cache line).
+constexpr uint64_t kRewindAfter = 64 << 10;
+constexpr uint64_t kRewindEvery = 16 << 10;
 constexpr uint64_t kDefaultSpinMicros = 200;
 
 // A waiting side yields its core between looks at the ring when its peer
@@ -101,9 +107,30 @@ class RingView {
   char* data() const { return data_; }
   uint64_t size() const { return size_; }
 
+  // Where position `pos` is in the ring.
+  uint64_t OffsetOf(uint64_t pos) const { return (pos - base_) & (size_ - 1); }
+
+  // Writer: starts the ring over at its first byte, at `head`, when the
+  // reader has taken everything (the tail, read again, is `head`).
+  // `tailSeen` takes the tail read.
+  void RewindIfEmpty(uint64_t head, uint64_t* tailSeen) {
+    uint64_t tail = header_->tail.load(std::memory_order_acquire);
+    *tailSeen = tail;
+    if (tail != head) return;
+    base_ = head;
+    // Published with the next head (release): a reader that sees bytes
+    // past it reads them where they are.
+    header_->base.store(head, std::memory_order_relaxed);
+  }
+
+  // Reader: the writer's base, after a load of its head that found bytes
+  // (those bytes were all written from this base). The peer's word, but
+  // any base keeps every offset inside the ring.
+  void TakeBase() { base_ = header_->base.load(std::memory_order_relaxed); }
+
   // Copies `n` bytes into the ring at absolute position `pos`, wrapping.
   void CopyIn(uint64_t pos, const char* src, uint64_t n) const {
-    uint64_t at = pos & (size_ - 1);
+    uint64_t at = OffsetOf(pos);
     uint64_t first = n < size_ - at ? n : size_ - at;
     std::memcpy(data_ + at, src, first);
     if (n > first) std::memcpy(data_, src + first, n - first);
@@ -175,7 +202,7 @@ class RingView {
 
   // The (up to two) contiguous segments of [pos, pos + n).
   void Segments(uint64_t pos, uint64_t n, const char** a, uint64_t* an, const char** b, uint64_t* bn) const {
-    uint64_t at = pos & (size_ - 1);
+    uint64_t at = OffsetOf(pos);
     *a = data_ + at;
     *an = n < size_ - at ? n : size_ - at;
     *b = data_;
@@ -186,6 +213,7 @@ class RingView {
   RingHeader* header_ = nullptr;
   char* data_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t base_ = 0;
 };
 
 }  // namespace tensorpipe_js

@@ -3,9 +3,7 @@
 // connection whose ring to its peer is empty and unwritten since the last
 // look punches the ring's pages out (MADV_REMOVE frees the memfd's pages
 // for both processes); the next frames fault fresh ones in. The writer
-// does it because it alone decides what goes into the ring next. A reader
-// that read nothing since the last look forgets its ring's population, so
-// that the next traffic maps the pages anew.
+// does it because it alone decides what goes into the ring next.
 #pragma once
 
 #include <uv.h>

@@ -228,9 +228,6 @@ void ShmConnection::OnSocket() {
       return;
     }
     outbox_ = RingView(outboxMap_, hello.ringSize);
-    // No more than this side's own ring takes: a peer's ring that is not
-    // allocated yet does not get this process to allocate 1 GiB.
-    outboxPopulated_ = std::min<uint64_t>(outboxMapSize_, kRingHeaderSize + std::max(options_.ringSize, kDefaultRingSize));
     sweeper_ = &AddonEnv::Get<ShmEnv>(env)->sweeper;
     sweeper_->Add(this);
     FinishHandshake();
@@ -297,6 +294,11 @@ Napi::Value ShmConnection::Write(const Napi::CallbackInfo& info) {
 // Copies as much of `op` as the peer's ring has room for. False: the peer
 // moved its tail where no honest reader could.
 bool ShmConnection::CopyOut(FrameWrite& op) {
+  // A write that starts on an emptied ring starts at its first byte.
+  if (outboxHead_ >= rewindLookAt_ && outbox_.OffsetOf(outboxHead_) >= kRewindAfter && op.Left() == op.total) {
+    outbox_.RewindIfEmpty(outboxHead_, &outboxTailSeen_);
+    rewindLookAt_ = outboxHead_ + kRewindEvery;
+  }
   uint64_t room;
   if (!outbox_.Room(outboxHead_, op.Left(), &outboxTailSeen_, &room)) {
     protocolError_ = "peer's ring tail moved out of range";
@@ -314,32 +316,17 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
   if (outboxHead_ != before) {
     bool peerSlept = outbox_.PublishHead(outboxHead_, peerWakeFd_);
     if (waiting_ && !peerSlept) AwaitAnswer(uv_hrtime());
-    if (!outboxPopulation_ && outboxHead_ - outboxReleasedAt_ >= kPopulateAfter) Populate();
   }
   return true;
 }
 
-void ShmConnection::Populate() {
-  outboxPopulation_ = AddonEnv::Get<ShmEnv>(Env())->populator.Add(static_cast<char*>(outboxMap_), outboxPopulated_, true);
-}
-
 void ShmConnection::Sweep() {
   if (state_ != State::kOpen) return;
-  // Nothing read since the last look: the peer may give the pages back, and
-  // the next traffic maps them anew.
-  if (inboxTail_ == inboxSweptAt_) {
-    if (inboxPopulation_) inboxPopulation_->Cancel();
-    inboxPopulation_.reset();
-    inboxQuietAt_ = inboxTail_;
-  }
-  inboxSweptAt_ = inboxTail_;
   bool unwritten = outboxHead_ == outboxSweptAt_;
   outboxSweptAt_ = outboxHead_;
   if (!unwritten || outboxHead_ == outboxReleasedAt_) return;
   // The peer still has bytes to read, or this side waits for room.
   if (!writes_.empty() || outbox_.header()->tail.load(std::memory_order_acquire) != outboxHead_) return;
-  if (outboxPopulation_) outboxPopulation_->Cancel();
-  outboxPopulation_.reset();
   // Advice: where the kernel refuses, the pages stay, as they would have.
   madvise(outbox_.data(), outboxMapSize_ - kRingHeaderSize, MADV_REMOVE);
   outboxReleasedAt_ = outboxHead_;
@@ -398,6 +385,7 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   Progress p = Progress::kNeedMore;
   uint64_t consumed = 0;
   if (avail > 0) {
+    inbox_.TakeBase();
     const char* a;
     const char* b;
     uint64_t an, bn;
@@ -413,9 +401,6 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   if (consumed > 0) {
     inboxTail_ += consumed;
     inbox_.PublishTail(inboxTail_, peerWakeFd_);
-    if (!inboxPopulation_ && inboxTail_ - inboxQuietAt_ >= kPopulateAfter) {
-      inboxPopulation_ = AddonEnv::Get<ShmEnv>(Env())->populator.Add(static_cast<char*>(inboxMap_), inboxMapSize_, false);
-    }
   }
   return p;
 }
@@ -636,10 +621,6 @@ void ShmConnection::FreeDescriptorsAndMappings() {
   if (sweeper_) sweeper_->Remove(this);
   for (int* fd : {&sock_, &inboxMemfd_, &wakeFd_, &peerWakeFd_}) {
     CloseFd(fd);
-  }
-  for (std::shared_ptr<RingPopulation>* p : {&inboxPopulation_, &outboxPopulation_}) {
-    if (*p) (*p)->Cancel();
-    p->reset();
   }
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);
   if (outboxMap_) munmap(outboxMap_, outboxMapSize_);

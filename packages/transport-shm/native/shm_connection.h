@@ -16,7 +16,6 @@
 
 #include "polling_spells.h"
 #include "ring.h"
-#include "ring_populator.h"
 #include "ring_sweeper.h"
 #include "tensorpipe/framed_connection.h"
 
@@ -35,8 +34,7 @@ struct ShmOptions {
 
 // The shm addon's data in one environment.
 struct ShmEnv : AddonData {
-  explicit ShmEnv(napi_env env) : AddonData(env), populator(lifecycle), sweeper(lifecycle) {}
-  RingPopulator populator;
+  explicit ShmEnv(napi_env env) : AddonData(env), sweeper(lifecycle) {}
   RingSweeper sweeper;
 };
 
@@ -108,10 +106,7 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   int SocketFd() const { return sock_; }
 
   bool CopyOut(FrameWrite& op);
-  // The ring to the peer: its pages mapped in the background once frames
-  // flow (not before: an idle connection costs no memory), given back once
-  // it has gone idle (Sweep).
-  void Populate();
+  // The ring to the peer gives its pages back once it has gone idle.
   void Sweep() override;
   void FlushWrites();
   void ArmWrite();
@@ -128,12 +123,6 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   size_t inboxMapSize_ = 0;
   RingView inbox_;
   uint64_t inboxTail_ = 0;
-  // The ring's pages being mapped for reading once frames flow, and the
-  // tail when it was last quiet (at the start, or a sweep that saw no read)
-  // and at the last sweep.
-  std::shared_ptr<RingPopulation> inboxPopulation_;
-  uint64_t inboxQuietAt_ = 0;
-  uint64_t inboxSweptAt_ = 0;
   int inboxMemfd_ = -1;
   // The peer signals mine when it wrote for a sleeping read here or made
   // room for a write waiting here; I signal its for the same.
@@ -146,10 +135,8 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   RingView outbox_;
   uint64_t outboxHead_ = 0;
   uint64_t outboxTailSeen_ = 0;
-  // The ring's pages being mapped in the background (RingPopulator), and
-  // how much of it: no more than this side's own ring takes.
-  std::shared_ptr<RingPopulation> outboxPopulation_;
-  uint64_t outboxPopulated_ = 0;
+  // Where the next look for an emptied ring to start over is due (RewindIfEmpty).
+  uint64_t rewindLookAt_ = 0;
   // The head when the ring's pages were last given back (or at the start),
   // and at the last sweep.
   uint64_t outboxReleasedAt_ = 0;

@@ -8,7 +8,7 @@
  * and p99, the aggregate throughput (both ways), and the system time per
  * message of both processes. Ends with the targets of the scale series.
  *
- *   node packages/bench/dist/scripts/many-pipes.js [--counts 1,10,100,1000] [--transports shm,uv] [--json]
+ *   node packages/bench/dist/scripts/many-pipes.js [--counts 1,10,100,1000] [--transports shm,uv] [--channels cma,basic] [--json]
  */
 import { readFileSync, readdirSync } from "node:fs";
 import { type Socket, connect } from "node:net";
@@ -83,8 +83,8 @@ async function exchange(ends: ((data: Uint8Array) => Promise<void>)[], size: num
 const rounds = (pipes: number, size: number) => Math.max(2, Math.round((size === 4 * KiB ? 4000 : 400) / pipes));
 
 /** One transport with `count` pipes to the peer. */
-async function pipesRow(transport: string, count: number, peerUrl: string, peerPid: number): Promise<ScaleRow> {
-  const context = await createContext({ transports: [transport] });
+async function pipesRow(transport: string, channels: readonly string[] | undefined, count: number, peerUrl: string, peerPid: number): Promise<ScaleRow> {
+  const context = await createContext({ transports: [transport], ...(channels ? { channels } : {}) });
   try {
     const before = processState(peerPid);
     const t0 = performance.now();
@@ -150,7 +150,7 @@ async function netRow(count: number, port: number, peerPid: number): Promise<Sca
 }
 
 /** Every row: each transport and node:net at each count, with a fresh peer per row. */
-export async function manyPipes(counts: readonly number[], transports: readonly string[]): Promise<ScaleRow[]> {
+export async function manyPipes(counts: readonly number[], transports: readonly string[], channels?: readonly string[]): Promise<ScaleRow[]> {
   const rows: ScaleRow[] = [];
   for (const count of counts) {
     for (const series of [...transports, "node:net"]) {
@@ -158,7 +158,7 @@ export async function manyPipes(counts: readonly number[], transports: readonly 
       try {
         const url = peer.urls.find((u) => u.startsWith(`${series}://`));
         if (series === "node:net") rows.push(await netRow(count, peer.echoPort, peer.pid));
-        else if (url) rows.push(await pipesRow(series, count, url, peer.pid));
+        else if (url) rows.push(await pipesRow(series, channels, count, url, peer.pid));
       } finally {
         await peer.stop();
       }
@@ -226,5 +226,6 @@ const args = scriptArgs(import.meta.url);
 if (args) {
   const counts = args.value("--counts", "1,10,100,1000").split(",").map(Number);
   const transports = args.value("--transports", "shm,uv").split(",");
-  print(args, await manyPipes(counts, transports));
+  const channels = args.has("--channels") ? args.value("--channels", "").split(",") : undefined;
+  print(args, await manyPipes(counts, transports, channels));
 }
