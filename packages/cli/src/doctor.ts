@@ -78,6 +78,8 @@ export interface DoctorReport {
   };
   /** Yama's ptrace_scope, which decides whether cma may read a peer's memory. */
   ptraceScope?: number;
+  /** What bounds how many pipes this process can hold. */
+  limits: DoctorLimits;
   /** Whether at least one transport and one channel can work. */
   usable: boolean;
 }
@@ -137,8 +139,50 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
     interfaces,
     hostname: host,
     ptraceScope: readNumber("/proc/sys/kernel/yama/ptrace_scope"),
+    limits: readLimits(),
     usable: viable("transport") && viable("channel"),
   };
+}
+
+/** What bounds how many pipes a process can hold here. */
+export interface DoctorLimits {
+  /** Open files this process may have (RLIMIT_NOFILE, which Node raises to the hard limit), and the hard limit. */
+  openFiles?: { soft: number; hard: number };
+  /** Memory the kernel says is available (MemAvailable), MiB. */
+  availableMiB?: number;
+  /** This cgroup's memory limit (memory.max), MiB, where there is one. */
+  cgroupMiB?: number;
+}
+
+/**
+ * Descriptors a pipe holds at each end, by transport, with the default
+ * channels (cma's connections on one machine): docs in the README's
+ * "How many pipes".
+ */
+export const DESCRIPTORS_PER_PIPE: Readonly<Record<string, number>> = { shm: 12, uv: 4 };
+
+function readLimits(): DoctorLimits {
+  const limits: DoctorLimits = {};
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const [soft, hard] = line?.split(/\s+/).slice(3, 5).map(Number) ?? [];
+    if (Number.isFinite(soft) && Number.isFinite(hard)) limits.openFiles = { soft: soft!, hard: hard! };
+  } catch {
+    // not Linux
+  }
+  try {
+    const kib = Number(/MemAvailable:\s+(\d+)/.exec(readFileSync("/proc/meminfo", "utf8"))?.[1]);
+    if (Number.isFinite(kib)) limits.availableMiB = Math.floor(kib / 1024);
+  } catch {
+    // not Linux
+  }
+  try {
+    const max = readFileSync("/sys/fs/cgroup/memory.max", "utf8").trim();
+    if (/^\d+$/.test(max)) limits.cgroupMiB = Math.floor(Number(max) / 2 ** 20);
+  } catch {
+    // no cgroup v2 limit here
+  }
+  return limits;
 }
 
 /** The report as a person reads it. */
@@ -172,6 +216,16 @@ export function formatDoctor(r: DoctorReport): string[] {
   else if (loopback) lines.push(`  hostname ${r.hostname.name} resolves to loopback ${r.hostname.address}, which peers on other machines cannot reach: ${suggestion}`);
   else lines.push(`  hostname ${r.hostname.name} resolves to ${r.hostname.address}${r.hostname.interface ? ` (${r.hostname.interface})` : ""}: the address to give peers on other machines`);
   if (r.ptraceScope !== undefined) lines.push(`  kernel.yama.ptrace_scope = ${r.ptraceScope} (decides whether cma may read a peer's memory)`);
+  lines.push("", "limits (how many pipes this process can hold)");
+  const files = r.limits.openFiles;
+  if (files) {
+    const pipes = Object.entries(DESCRIPTORS_PER_PIPE).map(([t, n]) => `${Math.floor(files.soft / n)} over ${t} (${n} a pipe)`);
+    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ")}; more with ulimit -n`);
+  }
+  if (r.limits.availableMiB !== undefined) {
+    const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";
+    lines.push(`  memory: ${r.limits.availableMiB} MiB available${cgroup}: an idle pipe holds under 100 KiB, a busy one what it has in flight (over shm up to 2 x ringSize)`);
+  }
   lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
   return lines;
 }

@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
@@ -36,6 +37,17 @@ describe("tensorpipe doctor", () => {
     expect(lo?.internal).toBe(true);
   });
 
+  it("reports what bounds how many pipes this process can hold: open files and memory, as the kernel says", async () => {
+    const report = await runDoctor();
+    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"))!;
+    const [soft, hard] = line.split(/\s+/).slice(3, 5).map(Number);
+    expect(report.limits.openFiles).toEqual({ soft, hard });
+    expect(report.limits.availableMiB).toBeGreaterThan(0);
+    const text = formatDoctor(report).join("\n");
+    expect(text).toContain(`open files: ${soft} (hard ${hard}): about ${Math.floor(soft! / 12)} over shm (12 a pipe), ${Math.floor(soft! / 4)} over uv (4 a pipe)`);
+    expect(text).toMatch(/memory: \d+ MiB available/);
+  });
+
   it("says a package is not installed and how to install it, and why a backend that throws is not viable", async () => {
     const [ghost, broken, none] = await findBackends({}, ["@tensorpipe/channel-ghost", fixture("broken-backend.mjs"), "@tensorpipe/core"]);
     expect(ghost).toMatchObject({ installed: false, viability: { viable: false, reason: "not installed (npm install @tensorpipe/channel-ghost)" } });
@@ -71,7 +83,9 @@ describe("tensorpipe doctor", () => {
   it("prints the report as text and as JSON from the command line", async () => {
     const { stdout } = await run(process.execPath, [main, "doctor"]);
     const report = await runDoctor();
-    expect(stdout.trim().split("\n")).toEqual(formatDoctor(report));
+    // Available memory moves between the two runs.
+    const steady = (lines: string[]) => lines.map((l) => l.replace(/memory: \d+ MiB available/, "memory: N MiB available"));
+    expect(steady(stdout.trim().split("\n"))).toEqual(steady(formatDoctor(report)));
     expect(stdout).toMatch(/^ {2}uv {10}viable {9}@tensorpipe\/transport-uv@0\.1\.0$/m);
     expect(stdout).toMatch(/^ {2}cuda-basic {2}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-basic@0\.1\.0$/m);
     expect(stdout).toMatch(/^ {2}cuda-gdr {4}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-gdr@0\.1\.0$/m);
