@@ -81,7 +81,7 @@ class RingEnd : public baseline::End {
       head_ += k;
       p += k;
       n -= k;
-      r.PublishHead(head_, out_.readerWake);
+      r.PublishHead(head_, [&] { SignalEventfd(out_.readerWake); });
     }
   }
 
@@ -105,7 +105,7 @@ class RingEnd : public baseline::End {
       tail_ += k;
       p += k;
       n -= k;
-      r.PublishTail(tail_, in_.writerWake);
+      r.PublishTail(tail_, [&] { SignalEventfd(in_.writerWake); });
     }
   }
 

@@ -156,10 +156,11 @@ export interface DoctorLimits {
 
 /**
  * Descriptors a pipe holds at each end, by transport, with the default
- * channels (cma's connections on one machine): docs in the README's
- * "How many pipes".
+ * channels on one machine: a connection each for its control messages
+ * both ways and two for cma, and the pidfd that pins the peer cma reads
+ * (the README's "How many pipes").
  */
-export const DESCRIPTORS_PER_PIPE: Readonly<Record<string, number>> = { shm: 12, uv: 4 };
+export const DESCRIPTORS_PER_PIPE: Readonly<Record<string, number>> = { shm: 5, uv: 5 };
 
 function readLimits(): DoctorLimits {
   const limits: DoctorLimits = {};
@@ -220,7 +221,7 @@ export function formatDoctor(r: DoctorReport): string[] {
   const files = r.limits.openFiles;
   if (files) {
     const pipes = Object.entries(DESCRIPTORS_PER_PIPE).map(([t, n]) => `${Math.floor(files.soft / n)} over ${t} (${n} a pipe)`);
-    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ")}; more with ulimit -n`);
+    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ")}, less what the process holds otherwise; more with ulimit -n`);
   }
   if (r.limits.availableMiB !== undefined) {
     const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";

@@ -44,7 +44,7 @@ describe("tensorpipe doctor", () => {
     expect(report.limits.openFiles).toEqual({ soft, hard });
     expect(report.limits.availableMiB).toBeGreaterThan(0);
     const text = formatDoctor(report).join("\n");
-    expect(text).toContain(`open files: ${soft} (hard ${hard}): about ${Math.floor(soft! / 12)} over shm (12 a pipe), ${Math.floor(soft! / 4)} over uv (4 a pipe)`);
+    expect(text).toContain(`open files: ${soft} (hard ${hard}): about ${Math.floor(soft! / 5)} over shm (5 a pipe), ${Math.floor(soft! / 5)} over uv (5 a pipe)`);
     expect(text).toMatch(/memory: \d+ MiB available/);
   });
 

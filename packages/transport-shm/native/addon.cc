@@ -1,8 +1,7 @@
 // The shm transport's native half: abstract Unix sockets to meet, memfd
-// rings to move bytes, eventfds to wake up, all on Node's own loop.
+// rings to move bytes, the sockets to wake up, all on Node's own loop.
 #include <napi.h>
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -68,9 +67,6 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   int err = errno;
   ::close(fd);
   if (!mapped) return Napi::String::New(env, std::string("cannot map shared memory: ") + strerror(err));
-  int efd = eventfd(0, EFD_CLOEXEC);
-  if (efd < 0) return Napi::String::New(env, std::string("eventfd failed: ") + strerror(errno));
-  ::close(efd);
   int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sock < 0) return Napi::String::New(env, std::string("Unix sockets unavailable: ") + strerror(errno));
   ::close(sock);

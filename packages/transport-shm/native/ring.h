@@ -78,9 +78,10 @@ inline void CpuRelax() {
 // 1 + the core this thread runs on (a vDSO call of a few nanoseconds).
 inline uint32_t CurrentCore() { return static_cast<uint32_t>(sched_getcpu() + 1); }
 
-// Wake-ups go through eventfds, and only to a side that said it sleeps: a
-// side that finds nothing to do first polls the ring a while, then sets
-// its waiting flag, looks once more and sleeps on its eventfd.
+// Wake-ups go only to a side that said it sleeps: a side that finds
+// nothing to do first polls the ring a while, then sets its waiting flag,
+// looks once more and sleeps (the transport on its Unix socket, the C
+// baseline on an eventfd).
 inline void SignalEventfd(int fd) {
   uint64_t one = 1;
   ssize_t r;
@@ -151,23 +152,25 @@ class RingView {
     return true;
   }
 
-  // Writer: bytes up to `head` are there to read; wakes a sleeping reader.
-  // True when the reader slept.
-  bool PublishHead(uint64_t head, int readerWakeFd) const {
+  // Writer: bytes up to `head` are there to read; wakes a sleeping reader
+  // (`wake()`). True when the reader slept.
+  template <typename Wake>
+  bool PublishHead(uint64_t head, Wake&& wake) const {
     header_->writerCore.store(CurrentCore(), std::memory_order_relaxed);
     header_->head.store(head, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (header_->readerWaiting.exchange(0) == 0) return false;
-    SignalEventfd(readerWakeFd);
+    wake();
     return true;
   }
 
   // Reader: bytes up to `tail` are free again; wakes a writer waiting for room.
-  void PublishTail(uint64_t tail, int writerWakeFd) const {
+  template <typename Wake>
+  void PublishTail(uint64_t tail, Wake&& wake) const {
     header_->readerCore.store(CurrentCore(), std::memory_order_relaxed);
     header_->tail.store(tail, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (header_->writerWaiting.exchange(0) != 0) SignalEventfd(writerWakeFd);
+    if (header_->writerWaiting.exchange(0) != 0) wake();
   }
 
   // Whether the writer (the reader) last published from `core` (CurrentCore()).

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,8 +23,8 @@ namespace tensorpipe_js {
 
 namespace {
 
-// Version 2: one wake-up eventfd a side (version 1 had two).
-constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '2'};
+// Version 3: wake-ups over the Unix socket (versions 1 and 2 passed eventfds).
+constexpr char kMagic[8] = {'T', 'P', 'J', 'S', 'S', 'H', 'M', '3'};
 constexpr uint64_t kMinRing = 4096;
 constexpr uint64_t kMaxRing = 1ull << 30;
 
@@ -38,13 +37,6 @@ Napi::Error SysError(Napi::Env env, int err, const char* syscall) {
   return UvError(env, uv_translate_sys_error(err), syscall);
 }
 
-bool IsEventfd(int fd) {
-  char path[64];
-  char target[64] = {0};
-  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(path, target, sizeof(target) - 1);
-  return n > 0 && std::strcmp(target, "anon_inode:[eventfd]") == 0;
-}
 
 void CloseFd(int* fd) {
   if (*fd >= 0) ::close(*fd);
@@ -84,13 +76,13 @@ Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& op
 // Checks who the peer is, makes this side's inbox and sends it over.
 int ShmConnection::Begin() {
   uv_loop_t* loop = GetAddonData(Env())->loop();
-  for (uv_poll_t** p : {&socketPoll_, &wakePoll_}) {
-    *p = new uv_poll_t;
-    (*p)->data = this;
+  socketPoll_ = new uv_poll_t;
+  socketPoll_->data = this;
+  for (uv_idle_t** h : {&spinIdle_, &selfWake_}) {
+    *h = new uv_idle_t;
+    (*h)->data = this;
+    uv_idle_init(loop, *h);
   }
-  spinIdle_ = new uv_idle_t;
-  spinIdle_->data = this;
-  uv_idle_init(loop, spinIdle_);
   struct ucred cred;
   socklen_t len = sizeof(cred);
   if (getsockopt(sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return uv_translate_sys_error(errno);
@@ -114,13 +106,11 @@ int ShmConnection::Begin() {
   }
   new (inboxMap_) RingHeader();
   inbox_ = RingView(inboxMap_, options_.ringSize);
-  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0) return uv_translate_sys_error(errno);
 
   Hello hello;
   std::memcpy(hello.magic, kMagic, sizeof(kMagic));
   hello.ringSize = options_.ringSize;
-  int fds[2] = {inboxMemfd_, wakeFd_};
+  int fds[1] = {inboxMemfd_};
   char control[CMSG_SPACE(sizeof(fds))];
   std::memset(control, 0, sizeof(control));
   struct iovec iov = {&hello, sizeof(hello)};
@@ -143,8 +133,7 @@ int ShmConnection::Begin() {
   CloseFd(&inboxMemfd_);
 
   uv_poll_init(loop, socketPoll_, sock_);
-  uv_poll_init(loop, wakePoll_, wakeFd_);
-  openHandles_ = 2;
+  openHandles_ = 1;
   return uv_poll_start(socketPoll_, UV_READABLE | UV_DISCONNECT, OnSocketEvent);
 }
 
@@ -159,7 +148,7 @@ void ShmConnection::OnSocket() {
   Napi::HandleScope scope(env);
   if (state_ == State::kStarting) {
     Hello hello;
-    int received[2] = {-1, -1};
+    int received[1] = {-1};
     int count = 0;
     char control[CMSG_SPACE(sizeof(received))];
     struct iovec iov = {&hello, sizeof(hello)};
@@ -183,7 +172,7 @@ void ShmConnection::OnSocket() {
       for (size_t i = 0; i < nfds; i++) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-        if (count < 2) received[count] = fd;
+        if (count < 1) received[count] = fd;
         else ::close(fd);
         count++;
       }
@@ -201,8 +190,8 @@ void ShmConnection::OnSocket() {
     if (n == 0) problem = "peer closed the connection during the shm handshake";
     else if (n != static_cast<ssize_t>(sizeof(hello)) || std::memcmp(hello.magic, kMagic, sizeof(kMagic)) != 0)
       problem = "peer is not a tensorpipe-js shm endpoint";
-    else if (count != 2 || (msg.msg_flags & MSG_CTRUNC))
-      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 2";
+    else if (count != 1 || (msg.msg_flags & MSG_CTRUNC))
+      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 1";
     else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
       problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
     // -1 (EINVAL) for anything but a memfd: a plain file could be cut short.
@@ -210,8 +199,6 @@ void ShmConnection::OnSocket() {
       problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
     else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
       problem = "peer's ring memory does not have the size it announced";
-    else if (!IsEventfd(received[1]))
-      problem = "peer's wake-up descriptor is not an eventfd";
     if (problem.empty()) {
       outboxMapSize_ = kRingHeaderSize + hello.ringSize;
       outboxMap_ = mmap(nullptr, outboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, received[0], 0);
@@ -221,7 +208,6 @@ void ShmConnection::OnSocket() {
       }
     }
     CloseFd(&received[0]);
-    peerWakeFd_ = received[1];
     if (!problem.empty()) {
       const char* code = n == 0 ? "ERR_TP_PEER_CLOSED" : "ERR_TP_PROTOCOL";
       HandshakeFailed(CodedError(env, code, problem).Value());
@@ -233,20 +219,62 @@ void ShmConnection::OnSocket() {
     FinishHandshake();
     return;
   }
-  // After the handshake nothing more comes on the socket: readable means
-  // the peer is gone (EOF, or an error), or it broke the protocol.
-  char byte;
+  // After the handshake the socket carries wake-ups, a byte each: the peer
+  // wrote for a sleeping read here, or made room for a waiting write. The
+  // end of the stream is the peer gone (even killed).
+  char bytes[256];
   ssize_t n;
-  do {
-    n = recv(sock_, &byte, 1, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  int err = 0;
+  bool woken = false;
+  for (;;) {
+    do {
+      n = recv(sock_, bytes, sizeof(bytes), MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) break;
+    woken = true;
+  }
+  // Before anything else can touch errno.
+  if (n < 0) err = errno;
+  if (woken) OnWake();
+  if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return;
   if (state_ != State::kOpen) return;
   // Frames the peer finished before going away still count.
   PumpReads();
   if (state_ != State::kOpen) return;
-  if (n > 0) protocolError_ = "unexpected bytes on the shm control socket";
-  if (!Broke(n == 0 ? UV_EOF : uv_translate_sys_error(errno))) FailFirstWrite();
+  if (!Broke(n == 0 ? UV_EOF : uv_translate_sys_error(err))) FailFirstWrite();
+}
+
+// Tells the peer to look: a byte on the socket, if there is room for one
+// (a full socket buffer already holds wake-ups it has not read).
+void ShmConnection::WakePeer() {
+  char byte = 1;
+  ssize_t n;
+  do {
+    n = send(sock_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+}
+
+// What the peer told, or this side told itself, happened: each that waits looks.
+void ShmConnection::OnWake() {
+  if (state_ != State::kOpen) return;
+  if (writablePolling_) FlushWrites();
+  if (state_ == State::kOpen && readablePolling_) OnReadable();
+}
+
+// Bytes or room came between a side's last look and its saying it sleeps:
+// it looks again on the loop's next turn, as a wake-up from the peer would
+// have it.
+void ShmConnection::WakeSelf() {
+  if (!selfWoken_) uv_idle_start(selfWake_, OnSelfWake);
+  selfWoken_ = true;
+}
+
+void ShmConnection::OnSelfWake(uv_idle_t* handle) {
+  auto* c = static_cast<ShmConnection*>(handle->data);
+  uv_idle_stop(handle);
+  c->selfWoken_ = false;
+  if (c->state_ != State::kOpen) return;
+  FromLoop(c->Env(), [&] { c->OnWake(); });
 }
 
 void ShmConnection::LeaveWatcher() {
@@ -314,7 +342,7 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
     op.Advance(n);
   }
   if (outboxHead_ != before) {
-    bool peerSlept = outbox_.PublishHead(outboxHead_, peerWakeFd_);
+    bool peerSlept = outbox_.PublishHead(outboxHead_, [this] { WakePeer(); });
     if (waiting_ && !peerSlept) AwaitAnswer(uv_hrtime());
   }
   return true;
@@ -356,22 +384,10 @@ void ShmConnection::ArmWrite() {
   if (state_ != State::kOpen) return;
   if (writes_.empty()) {
     writablePolling_ = false;
-    WatchWakeFd();
     return;
   }
-  if (outbox_.WriterSleeps(outboxHead_)) SignalEventfd(wakeFd_);
+  if (outbox_.WriterSleeps(outboxHead_)) WakeSelf();
   writablePolling_ = true;
-  WatchWakeFd();
-}
-
-// The wake-up eventfd is in the loop's epoll set while a read sleeps or a
-// write waits for room: the peer signals it for either.
-void ShmConnection::WatchWakeFd() {
-  bool want = readablePolling_ || writablePolling_;
-  if (want == wakeWatched_) return;
-  if (want) uv_poll_start(wakePoll_, UV_READABLE, OnWakeEvent);
-  else uv_poll_stop(wakePoll_);
-  wakeWatched_ = want;
 }
 
 ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
@@ -400,14 +416,14 @@ ShmConnection::Progress ShmConnection::Consume(FrameRead& op) {
   }
   if (consumed > 0) {
     inboxTail_ += consumed;
-    inbox_.PublishTail(inboxTail_, peerWakeFd_);
+    inbox_.PublishTail(inboxTail_, [this] { WakePeer(); });
   }
   return p;
 }
 
 // Waits for data: first by polling the ring on every loop iteration for a
 // spell (the loop does not block meanwhile, so other work goes on), then by
-// sleeping on the eventfd.
+// sleeping until the peer wakes it (a byte on the socket).
 void ShmConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   if (reads_.empty()) {
@@ -450,9 +466,8 @@ void ShmConnection::AwaitAnswer(uint64_t now) {
 // Tells the peer, then looks again so that data written in between is not
 // missed (it is then signalled to ourselves).
 void ShmConnection::Sleep() {
-  if (inbox_.ReaderSleeps(inboxTail_)) SignalEventfd(wakeFd_);
+  if (inbox_.ReaderSleeps(inboxTail_)) WakeSelf();
   readablePolling_ = true;
-  WatchWakeFd();
 }
 
 void ShmConnection::OnSpin(uv_idle_t* handle) {
@@ -481,13 +496,12 @@ void ShmConnection::EndWait(bool bytesCame) {
   StopSpinning();
 }
 
-// The eventfd stays in the loop's epoll set from a read's first sleep until
-// no read waits: the peer signals it only while this side says it sleeps,
-// and taking it out and putting it back at every wait cost two epoll_ctl
-// calls a wake-up (five a message for a 16 MiB cma stream's sender).
+// The socket stays in the loop's epoll set the whole time (it tells of the
+// peer's death too): a wait costs no epoll_ctl calls (taking a wake-up
+// descriptor out and putting it back at every wait once cost two a
+// wake-up, five a message for a 16 MiB cma stream's sender).
 void ShmConnection::StopSleeping() {
   readablePolling_ = false;
-  WatchWakeFd();
 }
 
 thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
@@ -536,16 +550,6 @@ void ShmConnection::HoldLoopForInput() {
   } while (uv_hrtime() - start < kHoldLoopNanos);
 }
 
-// The peer made room for a waiting write, or wrote for a sleeping read, or
-// both: each that waits looks.
-void ShmConnection::OnWakeEvent(uv_poll_t* handle, int status, int events) {
-  auto* c = static_cast<ShmConnection*>(handle->data);
-  if (c->state_ != State::kOpen) return;
-  DrainEventfd(c->wakeFd_);
-  if (c->writablePolling_) FromLoop(c->Env(), [&] { c->FlushWrites(); });
-  if (c->state_ == State::kOpen && c->readablePolling_) c->OnReadable();
-}
-
 void ShmConnection::OnReadable() {
   // A wake-up with nothing to read (a peer that only signals, or one that
   // made room for a write): the wait sleeps on, and polls for nothing; each
@@ -561,10 +565,9 @@ void ShmConnection::OnReadable() {
 }
 
 void ShmConnection::StopIo() {
-  for (uv_poll_t* p : {wakePoll_, socketPoll_}) {
-    if (uv_is_active(reinterpret_cast<uv_handle_t*>(p))) uv_poll_stop(p);
-  }
-  readablePolling_ = writablePolling_ = wakeWatched_ = false;
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(socketPoll_))) uv_poll_stop(socketPoll_);
+  if (selfWoken_) uv_idle_stop(selfWake_);
+  readablePolling_ = writablePolling_ = selfWoken_ = false;
   StopSpinning();
 }
 
@@ -592,17 +595,15 @@ void ShmConnection::CloseAll() {
   onReady_.Reset();
   StopSpinning();
   int open = openHandles_;
-  uv_poll_t* polls[2] = {socketPoll_, wakePoll_};
-  for (int i = 0; i < 2; i++) {
-    if (i < open) uv_close(reinterpret_cast<uv_handle_t*>(polls[i]), OnHandleClosed);
-    else delete polls[i];
-  }
-  socketPoll_ = wakePoll_ = nullptr;
-  if (spinIdle_ != nullptr) {
+  if (open > 0) uv_close(reinterpret_cast<uv_handle_t*>(socketPoll_), OnHandleClosed);
+  else delete socketPoll_;
+  socketPoll_ = nullptr;
+  for (uv_idle_t** h : {&spinIdle_, &selfWake_}) {
+    if (*h == nullptr) continue;
     openHandles_++;
     open++;
-    uv_close(reinterpret_cast<uv_handle_t*>(spinIdle_), OnHandleClosed);
-    spinIdle_ = nullptr;
+    uv_close(reinterpret_cast<uv_handle_t*>(*h), OnHandleClosed);
+    *h = nullptr;
   }
   // Closing a poll takes its descriptor out of the loop's epoll set at
   // once: descriptors and mappings go now, so that close() leaves none.
@@ -619,7 +620,7 @@ void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
 
 void ShmConnection::FreeDescriptorsAndMappings() {
   if (sweeper_) sweeper_->Remove(this);
-  for (int* fd : {&sock_, &inboxMemfd_, &wakeFd_, &peerWakeFd_}) {
+  for (int* fd : {&sock_, &inboxMemfd_}) {
     CloseFd(fd);
   }
   if (inboxMap_) munmap(inboxMap_, inboxMapSize_);

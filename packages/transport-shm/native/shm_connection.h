@@ -1,7 +1,7 @@
 // A same-machine connection: one ring per direction in shared memory
-// (memfd, handed over with SCM_RIGHTS on a Unix socket), eventfd wake-ups
-// watched from Node's loop, and the Unix socket kept open so that the
-// peer's death (even SIGKILL) is seen at once.
+// (memfd, handed over with SCM_RIGHTS on a Unix socket), and the Unix
+// socket kept open for wake-ups (a byte each, watched from Node's loop) and
+// so that the peer's death (even SIGKILL) is seen at once: one descriptor.
 #pragma once
 
 #include <napi.h>
@@ -27,7 +27,7 @@ struct ShmOptions {
   uint64_t ringSize = kDefaultRingSize;
   bool allowOtherUsers = false;
   // How long at most a waiting read polls the ring from the loop before it
-  // sleeps on the eventfd (a wake-up through the kernel costs tens of
+  // sleeps until woken (a wake-up through the kernel costs tens of
   // microseconds); PollingSpells learns how long within that.
   uint64_t spinMicros = kDefaultSpinMicros;
 };
@@ -78,9 +78,11 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   void HandshakeFailed(Napi::Value error);
   void OnSocket();
   static void OnSocketEvent(uv_poll_t* handle, int status, int events);
-  static void OnWakeEvent(uv_poll_t* handle, int status, int events);
   void OnReadable();
-  void WatchWakeFd();
+  void OnWake();
+  void WakePeer();
+  void WakeSelf();
+  static void OnSelfWake(uv_idle_t* handle);
   static void OnSpin(uv_idle_t* handle);
   bool HasInput() const { return inbox_.header()->head.load(std::memory_order_acquire) != inboxTail_; }
   void HoldLoopForInput();
@@ -124,10 +126,6 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   RingView inbox_;
   uint64_t inboxTail_ = 0;
   int inboxMemfd_ = -1;
-  // The peer signals mine when it wrote for a sleeping read here or made
-  // room for a write waiting here; I signal its for the same.
-  int wakeFd_ = -1;
-  int peerWakeFd_ = -1;
 
   // The peer's inbox: mine to write. I own its head.
   void* outboxMap_ = nullptr;
@@ -144,7 +142,9 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   RingSweeper* sweeper_ = nullptr;
 
   uv_poll_t* socketPoll_ = nullptr;
-  uv_poll_t* wakePoll_ = nullptr;
+  // Runs OnWake on the loop's next turn (WakeSelf).
+  uv_idle_t* selfWake_ = nullptr;
+  bool selfWoken_ = false;
   uv_idle_t* spinIdle_ = nullptr;
   // The read's wait: when it began, and when it last wrote to an awake
   // peer (0: not since it began). The spell in force is the answer's from
@@ -162,10 +162,9 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   static thread_local std::vector<ShmConnection*> spinningOnThisThread_;
   static thread_local ShmConnection* loopHolder_;
 
-  // A read sleeps, a write waits for room; the wake-up eventfd is watched.
+  // A read sleeps, a write waits for room: each looks when woken.
   bool readablePolling_ = false;
   bool writablePolling_ = false;
-  bool wakeWatched_ = false;
   int openHandles_ = 0;
 
   std::deque<std::unique_ptr<PendingWrite>> writes_;

@@ -28,8 +28,8 @@ constexpr uint64_t kAcceptRetryMs = 100;
 constexpr uint64_t kSilentGraceMs = 250;
 
 // The descriptors a connection takes until its handshake is done, at most:
-// its socket and eventfd with its memfd until sent, or the peer's two after.
-constexpr int kHandshakeDescriptors = 4;
+// its socket with its memfd until sent, or the peer's memfd after.
+constexpr int kHandshakeDescriptors = 2;
 
 // Connections accepted on one turn of the loop at most.
 constexpr int kAcceptsPerTurn = 16;
@@ -145,7 +145,7 @@ void ShmListener::Accept(Napi::Env env) {
   // one go would run this process out of them (and shed the real peers
   // queued behind). The poll fires again on the next turn.
   for (int taken = 0; taken < kAcceptsPerTurn; taken++) {
-    // A connection takes a socket, a memfd and two eventfds: without room
+    // A connection takes a socket and a memfd: without room
     // for them its handshake would fail, so silent peers make room first,
     // and accepting waits for the loop to close them.
     if (!starting_.empty() && !HasDescriptors(fd_, kHandshakeDescriptors) && DropSilent(env)) {

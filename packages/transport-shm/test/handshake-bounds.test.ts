@@ -91,8 +91,8 @@ describe("shm handshake bounds", () => {
       expect(e).toMatchObject({ code: ErrorCode.TIMEOUT, message: expect.stringMatching(/dropped for a newer connection, with maxPendingHandshakes \(4\) under way/) });
     }
     expect(await within(closed.slice(0, 46), 2000), "the dropped peers saw their connection closed").not.toBeNull();
-    // Here: the listener's two, and 4 handshakes of 3 (socket, 2 eventfds) each.
-    await expect.poll(openFds).toBeLessThanOrEqual(before + 2 + 4 * 3 + 2);
+    // Here: the listener's two, and 4 handshakes of 1 (the socket) each.
+    await expect.poll(openFds).toBeLessThanOrEqual(before + 2 + 4 * 1 + 2);
 
     const t0 = performance.now();
     const client = await transport.connect(listener.address(), { signal: AbortSignal.timeout(5000) });
@@ -128,8 +128,8 @@ describe("shm handshake bounds", () => {
     const { listener, errors } = await listen({ handshakeTimeout: 60_000, maxPendingHandshakes: 128 });
     const { closed, stop } = await silentPeers(listener.address(), 20);
     closers.push(stop);
-    // Each: its socket and its wake-up eventfd.
-    await expect.poll(openFds).toBeGreaterThanOrEqual(before + 20 * 2);
+    // Each: its socket.
+    await expect.poll(openFds).toBeGreaterThanOrEqual(before + 20);
     listener.close();
     const when = await within(closed, 2000);
     expect(when, "the listener closed every handshake under way").not.toBeNull();
@@ -236,29 +236,31 @@ describe("shm out of file descriptors", () => {
     return c;
   }
 
-  it("a listener that cannot take in the peer's descriptors says EMFILE, not that the peer broke the protocol", async () => {
+  it("a listener out of descriptors for a connection's ring says EMFILE, not that the peer broke the protocol", async () => {
     const c = spawnChild();
     const { address } = await c.ask<{ address: string }>("listen");
-    // Room for the accepted socket, the memfd and the eventfd, less the memfd once sent: one left for two.
-    await c.ask("fill 3");
+    // Room for the accepted socket alone: its ring's memfd finds none.
+    await c.ask("fill 1");
     const transport = new ShmTransport();
-    const conn = await transport.connect(address);
-    closers.push(() => conn.close());
+    // The connection failed on the listener's side: this end sees it go, in its handshake or after.
+    const seen = transport.connect(address).then((conn) => {
+      closers.push(() => conn.close());
+      return conn.read(16);
+    });
+    await expect(seen).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
     await expect.poll(async () => (await c.ask<{ count: number }>("errors")).count).toBe(1);
     const { errors } = await c.ask<{ errors: { code: string; errno?: string; message: string }[] }>("errors");
     expect(errors[0]).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE" });
-    // The connection failed on the listener's side: this end sees it go.
-    await expect(conn.read(16)).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
   });
 
-  it("a connector that cannot take in the listener's descriptors says EMFILE", async () => {
+  it("a connector out of descriptors for its ring says EMFILE", async () => {
     const transport = new ShmTransport();
     const accepted: Connection[] = [];
     const listener = await transport.listen("*", (conn) => accepted.push(conn));
     closers.push(() => listener.close(), () => accepted.forEach((conn) => conn.close()));
     const c = spawnChild();
-    // The socket, the memfd and the eventfd, less the memfd once sent: one left for two.
-    await c.ask("fill 3");
+    // Room for the socket alone: its ring's memfd finds none.
+    await c.ask("fill 1");
     const answer = await c.ask(`connect ${listener.address()}`);
     expect(answer).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE" });
   });
