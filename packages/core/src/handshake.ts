@@ -92,6 +92,20 @@ function sameEndpoint(a: string, b: string): boolean {
 }
 
 /**
+ * The listener closed the connection before the handshake was done: the
+ * same error whichever transport saw it, since the causes are the same.
+ */
+function droppedDuringHandshake(url: string, cause: TensorPipeError, auth: boolean): TensorPipeError {
+  return new TensorPipeError(
+    ErrorCode.NEGOTIATION,
+    `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
+      auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
+    }, or it could not take the connection (out of file descriptors, or past its maxPendingHandshakes: see its connectionError events)`,
+    { where: url, cause },
+  );
+}
+
+/**
  * The connecting side: dials `address` over `transport`, offers what this
  * side has, and opens the connections the listener's answer asks for.
  * Every connection opened goes into `opened` (so that the caller can close
@@ -105,7 +119,14 @@ export async function dial(
   signal: AbortSignal | undefined,
   opened: Connection[],
 ): Promise<PipeParts> {
-  const main = await transport.context.connect(address, { signal });
+  let main: Connection;
+  try {
+    main = await transport.context.connect(address, { signal });
+  } catch (e) {
+    // A transport with a handshake of its own (shm) sees the listener drop it there.
+    const err = fromNativeError(e, url);
+    throw err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET ? droppedDuringHandshake(url, err, settings.auth !== undefined) : err;
+  }
   opened.push(main);
   if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
   const { auth } = settings;
@@ -128,15 +149,7 @@ export async function dial(
       return decodeBrochureAnswer(bytes);
     } catch (e) {
       const err = fromNativeError(e, url);
-      if (err.code === ErrorCode.PEER_CLOSED) {
-        throw new TensorPipeError(
-          ErrorCode.NEGOTIATION,
-          `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
-            auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
-          }, or it could not take the connection (see its connectionError events)`,
-          { where: url, cause: err },
-        );
-      }
+      if (err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET) throw droppedDuringHandshake(url, err, auth !== undefined);
       throw err;
     }
   };

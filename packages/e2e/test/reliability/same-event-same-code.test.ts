@@ -3,6 +3,7 @@
  * event provoked over every transport, the code checked exactly.
  */
 import { ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import { type AddressInfo, createServer } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 
@@ -57,6 +58,24 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     const { here } = await pipe();
     await expect(here.readDescriptor({ timeout: 20 })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
     await expect(here.readDescriptor({ signal: AbortSignal.abort() })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+  });
+
+  // Over shm the drop comes in the transport's own handshake; that case is
+  // in transport-shm's tests (its C fixture listens at an exact abstract name).
+  it.runIf(transport === "uv")("the listener drops the connection before the handshake is done: ERR_TP_NEGOTIATION, saying what may cause it", async () => {
+    // Accepts and closes at once, as a listener out of descriptors does.
+    const dropper = createServer((s) => s.destroy());
+    await new Promise<void>((r) => dropper.listen(0, "127.0.0.1", r));
+    try {
+      const ctx = await createContext({ transports: [transport], channels: ["basic"] });
+      contexts.push(ctx);
+      await expect(ctx.connect(`uv://127.0.0.1:${(dropper.address() as AddressInfo).port}`)).rejects.toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/peer closed the connection during the handshake: .*out of file descriptors/),
+      });
+    } finally {
+      dropper.close();
+    }
   });
 
   it("nobody listens at the address: ERR_TP_CONNECTION_REFUSED", async () => {
