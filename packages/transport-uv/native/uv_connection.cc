@@ -61,10 +61,14 @@ void SetLiveness(uv_tcp_t* handle, uint32_t ms) {
 }  // namespace
 
 void UvConnection::Start(uint32_t peerTimeoutMs) {
-  // Not zeroed: only the bytes that arrive touch its pages, so that an
-  // idle connection costs the page its last frames used, not 64 KiB.
-  staging_.reset(new char[kStagingSize]);
-  stagingSize_ = kStagingSize;
+  // Only the bytes that arrive touch its pages, so that an idle connection
+  // costs the page its last frames used, not 64 KiB. Without memory for it,
+  // the first read fails (ENOBUFS).
+  void* m = mmap(nullptr, kStagingSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m != MAP_FAILED) {
+    staging_ = std::unique_ptr<char, Unmap>(static_cast<char*>(m), Unmap{kStagingSize});
+    stagingSize_ = kStagingSize;
+  }
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
   SetLiveness(handle_, peerTimeoutMs);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <napi.h>
+#include <sys/mman.h>
 #include <uv.h>
 
 #include <cstdint>
@@ -64,7 +65,14 @@ class UvConnection : public FramedConnection<UvConnection> {
   size_t writesInFlight_ = 0;
   // Read-ahead and small frames go through here; large bodies go straight
   // into their destination.
-  std::unique_ptr<char[]> staging_;
+  // Its own mapping: pages come only as bytes land, and all go back to the
+  // kernel when the connection closes (a heap block would stay in the
+  // heap: 1000 closed pipes left 1.1 GB of RSS).
+  struct Unmap {
+    size_t length;
+    void operator()(char* p) const { munmap(p, length); }
+  };
+  std::unique_ptr<char, Unmap> staging_{nullptr, Unmap{0}};
   size_t stagingSize_ = 0;
   size_t stagingBegin_ = 0;
   size_t stagingEnd_ = 0;
