@@ -350,9 +350,9 @@ bool ShmConnection::CopyOut(FrameWrite& op) {
 
 void ShmConnection::Sweep() {
   if (state_ != State::kOpen) return;
-  bool unwritten = outboxHead_ == outboxSweptAt_;
+  outboxQuietSweeps_ = outboxHead_ == outboxSweptAt_ ? outboxQuietSweeps_ + 1 : 0;
   outboxSweptAt_ = outboxHead_;
-  if (!unwritten || outboxHead_ == outboxReleasedAt_) return;
+  if (outboxQuietSweeps_ < RingSweeper::kQuietSweeps || outboxHead_ == outboxReleasedAt_) return;
   // The peer still has bytes to read, or this side waits for room.
   if (!writes_.empty() || outbox_.header()->tail.load(std::memory_order_acquire) != outboxHead_) return;
   // Advice: where the kernel refuses, the pages stay, as they would have.

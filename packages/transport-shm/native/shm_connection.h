@@ -139,6 +139,8 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   // and at the last sweep.
   uint64_t outboxReleasedAt_ = 0;
   uint64_t outboxSweptAt_ = 0;
+  // Sweeps in a row that found it unwritten.
+  int outboxQuietSweeps_ = 0;
   RingSweeper* sweeper_ = nullptr;
 
   uv_poll_t* socketPoll_ = nullptr;
