@@ -3,7 +3,8 @@
  * to the bench's peer process, over each transport, against N node:net
  * sockets to the peer's echo server in the same run. For each: how fast
  * the pipes open, what each idle pipe costs the peer (RSS, descriptors),
- * then every pipe doing round trips of 4 KiB and of 1 MiB at once, as the
+ * then every pipe doing round trips of 4 KiB and of 1 MiB at once (after
+ * one round untimed, as the bench warms up), as the
  * code a user writes does them (write, readMessage): the round trips' p50
  * and p99, the aggregate throughput (both ways), and the system time per
  * message of both processes. Ends with the targets of the scale series.
@@ -60,6 +61,8 @@ const settle = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** `rounds` round trips of `size` bytes on each end at once (a function doing one). */
 async function exchange(ends: ((data: Uint8Array) => Promise<void>)[], size: number, rounds: number, peerPid: number): Promise<Exchange> {
   const data = new Uint8Array(size).fill(7);
+  // Warm, as the bench is: the JIT, each end's buffers and rings paged in.
+  await Promise.all(ends.map((roundTrip) => roundTrip(data)));
   const samples: number[] = [];
   const before = [processState(peerPid), processState("self")];
   const t0 = performance.now();
