@@ -16,6 +16,23 @@
 namespace tensorpipe_js {
 namespace {
 
+// This program's wake-ups: an eventfd each way, as the transport had them.
+void SignalEventfd(int fd) {
+  uint64_t one = 1;
+  ssize_t r;
+  do {
+    r = ::write(fd, &one, sizeof(one));
+  } while (r < 0 && errno == EINTR);
+}
+
+void DrainEventfd(int fd) {
+  uint64_t value;
+  ssize_t r;
+  do {
+    r = ::read(fd, &value, sizeof(value));
+  } while (r < 0 && errno == EINTR);
+}
+
 using baseline::Die;
 using baseline::Now;
 

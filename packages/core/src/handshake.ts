@@ -92,16 +92,19 @@ function sameEndpoint(a: string, b: string): boolean {
 }
 
 /**
- * The listener closed the connection before the handshake was done: the
- * same error whichever transport saw it, since the causes are the same.
+ * `err` as the dialling side reports it: a listener that closed the
+ * connection before the handshake was done gives the same error whichever
+ * transport saw it (in its own handshake, as shm, or in ours), since the
+ * causes are the same.
  */
-function droppedDuringHandshake(url: string, cause: TensorPipeError, auth: boolean): TensorPipeError {
+function duringHandshake(url: string, err: TensorPipeError, auth: boolean): TensorPipeError {
+  if (err.code !== ErrorCode.PEER_CLOSED && err.code !== ErrorCode.CONNECTION_RESET) return err;
   return new TensorPipeError(
     ErrorCode.NEGOTIATION,
     `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
       auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
     }, or it could not take the connection (out of file descriptors, or past its maxPendingHandshakes: see its connectionError events)`,
-    { where: url, cause },
+    { where: url, cause: err },
   );
 }
 
@@ -123,9 +126,7 @@ export async function dial(
   try {
     main = await transport.context.connect(address, { signal });
   } catch (e) {
-    // A transport with a handshake of its own (shm) sees the listener drop it there.
-    const err = fromNativeError(e, url);
-    throw err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET ? droppedDuringHandshake(url, err, settings.auth !== undefined) : err;
+    throw duringHandshake(url, fromNativeError(e, url), settings.auth !== undefined);
   }
   opened.push(main);
   if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
@@ -148,9 +149,7 @@ export async function dial(
       const [, bytes] = await Promise.all([sent, main.read(MAX_HANDSHAKE_FRAME)]);
       return decodeBrochureAnswer(bytes);
     } catch (e) {
-      const err = fromNativeError(e, url);
-      if (err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET) throw droppedDuringHandshake(url, err, auth !== undefined);
-      throw err;
+      throw duringHandshake(url, fromNativeError(e, url), auth !== undefined);
     }
   };
   let answer = await exchange([encodePacket({ kind: "spontaneous", contextName: settings.name }), encodeBrochure(brochure)]);

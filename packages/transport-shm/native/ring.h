@@ -39,7 +39,7 @@ constexpr size_t kRingHeaderSize = 4096;
 constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 // The transport's defaults: bytes per direction, and how long at most a
-// waiting side polls the ring before it sleeps on its eventfd.
+// waiting side polls the ring before it sleeps until woken.
 constexpr uint64_t kDefaultRingSize = 4 << 20;
 // A writer starts over at the ring's first byte once its head is this far
 // into the ring and the reader has taken everything; it looks at most once
@@ -80,23 +80,8 @@ inline uint32_t CurrentCore() { return static_cast<uint32_t>(sched_getcpu() + 1)
 
 // Wake-ups go only to a side that said it sleeps: a side that finds
 // nothing to do first polls the ring a while, then sets its waiting flag,
-// looks once more and sleeps (the transport on its Unix socket, the C
-// baseline on an eventfd).
-inline void SignalEventfd(int fd) {
-  uint64_t one = 1;
-  ssize_t r;
-  do {
-    r = ::write(fd, &one, sizeof(one));
-  } while (r < 0 && errno == EINTR);
-}
-
-inline void DrainEventfd(int fd) {
-  uint64_t value;
-  ssize_t r;
-  do {
-    r = ::read(fd, &value, sizeof(value));
-  } while (r < 0 && errno == EINTR);
-}
+// looks once more and sleeps until the wake-up its writer or reader gives
+// (PublishHead, PublishTail: the transport a byte on its Unix socket).
 
 class RingView {
  public:

@@ -37,7 +37,6 @@ Napi::Error SysError(Napi::Env env, int err, const char* syscall) {
   return UvError(env, uv_translate_sys_error(err), syscall);
 }
 
-
 void CloseFd(int* fd) {
   if (*fd >= 0) ::close(*fd);
   *fd = -1;

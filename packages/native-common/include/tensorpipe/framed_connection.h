@@ -127,9 +127,6 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     return info.Env().Undefined();
   }
 
-  // provePeerProcess(pid) -> [real, effective, saved, fs] uids of process
-  // `pid`, once the kernel's records show it holds the other end of the
-  // socket (peer_process.h); else throws ERR_TP_PERMISSION_DENIED.
   // hasPendingInput(): whether the peer sent bytes that no read has taken
   // yet, so that a listener does not take a busy loop's backlog for a
   // silent peer.
@@ -137,6 +134,9 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     return Napi::Boolean::New(info.Env(), state_ == State::kOpen && self().HasPendingInput());
   }
 
+  // provePeerProcess(pid) -> [real, effective, saved, fs] uids of process
+  // `pid`, once the kernel's records show it holds the other end of the
+  // socket (peer_process.h); else throws ERR_TP_PERMISSION_DENIED.
   Napi::Value ProvePeerProcessOf(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (info.Length() < 1 || !info[0].IsNumber()) {
