@@ -309,7 +309,7 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
     };
   } catch (e) {
     for (const r of registrations) {
-      r.cancel();
+      r.cancel(e instanceof Error ? e : new Error(String(e)));
       r.connection.then((c) => c.close(), () => undefined);
     }
     throw e;

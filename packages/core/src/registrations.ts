@@ -7,11 +7,18 @@
 import { randomBytes } from "node:crypto";
 import type { AuthSession, SharedSecretAuth } from "./auth.js";
 import { Deferred } from "./deferred.js";
-import { closedError, protocolError } from "./errors.js";
+import { ErrorCode, TensorPipeError, closedError, protocolError } from "./errors.js";
 import type { Connection } from "./transport.js";
 
 /** The frame that ties a requested connection to its pipe, under authentication: one HMAC-SHA256. */
 const CONNECTION_PROOF_FRAME = 32;
+
+/**
+ * How many given-up ids are remembered, so that a connection that comes
+ * after its handshake failed is told apart from a forged one. Only this
+ * process's own handshakes add to it.
+ */
+const REMEMBERED_ENDED = 1024;
 
 /** One id reserved by a handshake: its connection arrives, or it is cancelled. */
 export interface Registration {
@@ -19,8 +26,8 @@ export interface Registration {
   readonly id: bigint;
   /** Resolves with the connection that came with this id. */
   readonly connection: Promise<Connection>;
-  /** Gives the id up: its connection, if it comes, is refused. */
-  cancel(): void;
+  /** Gives the id up, because of `reason`: its connection, if it comes, is refused. */
+  cancel(reason: Error): void;
 }
 
 interface Waiting {
@@ -31,6 +38,8 @@ interface Waiting {
 /** The ids a listener's handshakes reserved and the connections that answer them. */
 export class Registrations {
   private readonly waiting = new Map<bigint, Waiting>();
+  /** Ids given up, oldest first, with why their handshake ended. */
+  private readonly ended = new Map<bigint, Error>();
 
   constructor(private readonly auth?: SharedSecretAuth) {}
 
@@ -44,8 +53,11 @@ export class Registrations {
     return {
       id,
       connection: entry.waiter.promise,
-      cancel: () => {
-        if (this.waiting.get(id) === entry) this.waiting.delete(id);
+      cancel: (reason) => {
+        if (this.waiting.get(id) === entry) {
+          this.waiting.delete(id);
+          this.remember(id, reason);
+        }
         entry.waiter.reject(closedError("registration"));
       },
     };
@@ -58,13 +70,25 @@ export class Registrations {
    */
   async claim(id: bigint, connection: Connection): Promise<void> {
     const entry = this.waiting.get(id);
-    if (!entry) throw protocolError(`unknown registration id ${id}`, connection.remoteAddress);
+    if (!entry) {
+      const reason = this.ended.get(id);
+      if (!reason) throw protocolError(`unknown registration id ${id}`, connection.remoteAddress);
+      throw new TensorPipeError(ErrorCode.CLOSED, `connection for registration id ${id} came after its handshake had failed: ${reason.message}`, {
+        where: connection.remoteAddress,
+        cause: reason,
+      });
+    }
     if (entry.session) {
       this.auth!.verifyConnectionProof(entry.session, id, await connection.read(CONNECTION_PROOF_FRAME));
       if (this.waiting.get(id) !== entry) throw protocolError(`registration id ${id} was already taken`, connection.remoteAddress);
     }
     this.waiting.delete(id);
     entry.waiter.resolve(connection);
+  }
+
+  private remember(id: bigint, reason: Error): void {
+    if (this.ended.size >= REMEMBERED_ENDED) this.ended.delete(this.ended.keys().next().value!);
+    this.ended.set(id, reason);
   }
 
   /** Every reservation fails with `error` (the listener closed). */

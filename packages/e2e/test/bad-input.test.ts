@@ -88,6 +88,30 @@ describe("bad input on a listener", () => {
     await expectDropped(bytes, { code: ErrorCode.PROTOCOL, message: /unknown registration id 99999/ });
   });
 
+  it("tells a connection that comes after its handshake failed from a forged id", async () => {
+    const before = errors.length;
+    const main = await RawSocket.connect(port);
+    main.write(
+      onTheWire([
+        protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
+        protocol.encodeBrochure({
+          transportDomainDescriptors: new Map([["uv", "uv:*"]]),
+          channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
+        }),
+      ]),
+    );
+    const answer = protocol.decodeBrochureAnswer(await main.readFrame());
+    // The peer goes before it opens what it was given ids for: its handshake fails...
+    main.socket.destroy();
+    await expect.poll(() => errors.length).toBe(before + 1);
+    // ...and a connection that was already on its way then is late, not forged.
+    const id = answer.transportRegistrationIds.get(protocol.ConnectionKind.REPLY)!;
+    await expectDropped(onTheWire([protocol.encodePacket({ kind: "requested", registrationId: id })]), {
+      code: ErrorCode.CLOSED,
+      message: new RegExp(`registration id ${id} came after its handshake had failed: `),
+    });
+  });
+
   it("drops a valid packet followed by a garbage brochure", async () => {
     const bytes = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), randomBytes(64)]);
     await expectDropped(bytes, { code: ErrorCode.PROTOCOL, message: /malformed Brochure/ });
