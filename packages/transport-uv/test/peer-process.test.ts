@@ -91,6 +91,38 @@ describe.each([
     expect(() => conn.provePeerProcess!(peer.child.pid!)).toThrow(expect.objectContaining({ code: ErrorCode.CLOSED }));
   });
 
+  it("proves where the peer's socket is now, whatever it held when last asked", async () => {
+    const { address, accepted } = await listen();
+    // A process whose connection moves to a child of its own on "hand off".
+    const [host, port] = [address.slice(0, address.lastIndexOf(":")).replace(/^\[|\]$/g, ""), address.split(":").pop()];
+    const script = `
+      const { connect } = require("node:net");
+      const { spawn } = require("node:child_process");
+      const s = connect(${port}, ${JSON.stringify(host)}, () => console.log("connected"));
+      process.stdin.on("data", () => {
+        const heir = spawn("sleep", ["60"], { stdio: ["ignore", "ignore", "ignore", s] });
+        s.destroy();
+        console.log("heir " + heir.pid);
+      });`;
+    const a = spawn(process.execPath, ["-e", script], { stdio: ["pipe", "pipe", "inherit"] });
+    let out = "";
+    a.stdout!.on("data", (d) => (out += d));
+    closers.push(() => {
+      const heir = /heir (\d+)/.exec(out);
+      if (heir) process.kill(Number(heir[1]));
+      a.kill();
+      return once(a, "exit");
+    });
+    await expect.poll(() => accepted.length, { timeout: 10_000 }).toBe(1);
+    const conn = accepted[0]!;
+    expect(conn.provePeerProcess!(a.pid!).pid).toBe(a.pid);
+    a.stdin!.write("hand off\n");
+    await expect.poll(() => /heir (\d+)/.exec(out), { timeout: 10_000 }).toBeTruthy();
+    const heir = Number(/heir (\d+)/.exec(out)![1]);
+    expect(() => conn.provePeerProcess!(a.pid!)).toThrow(denied(new RegExp(`process ${a.pid} holds no descriptor`)));
+    expect(conn.provePeerProcess!(heir).pid).toBe(heir);
+  });
+
   it.skipIf(!isRoot)("reports the uids of a peer that changed user (needs root)", async () => {
     const { address, accepted } = await listen();
     const peer = await child(address, true);

@@ -30,12 +30,16 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace tensorpipe_js {
 
@@ -239,7 +243,49 @@ inline bool FindUnixPeerInode(int sockfd, uint64_t* inode, std::string* why) {
   return false;
 }
 
-// Whether process `pid` has a descriptor for socket `inode`.
+// What was last read of a process's descriptor table: descriptor number
+// -> socket inode (0: not a socket). Only a hint of where to look: a
+// descriptor is trusted once its link has been read again.
+struct DescriptorTable {
+  pid_t pid = 0;
+  std::unordered_map<int, uint64_t> inodeOf;
+};
+
+// The table kept for `pid`, per thread (addons run in many threads at
+// once), for the last few processes asked about.
+inline DescriptorTable& TableOf(pid_t pid) {
+  thread_local std::array<DescriptorTable, 8> tables;
+  thread_local size_t next = 0;
+  for (auto& t : tables) {
+    if (t.pid == pid) return t;
+  }
+  DescriptorTable& t = tables[next++ % tables.size()];
+  t.pid = pid;
+  t.inodeOf.clear();
+  return t;
+}
+
+// The inode of the socket descriptor `fd` of the directory `dir` (a
+// /proc/<pid>/fd) is now; 0 when it is something else, -1 when closed.
+inline int64_t SocketInodeAt(int dir, int fd) {
+  char target[64];
+  ssize_t n = readlinkat(dir, std::to_string(fd).c_str(), target, sizeof target - 1);
+  if (n < 0) return -1;
+  target[n] = '\0';
+  unsigned long long inode = 0;
+  return std::sscanf(target, "socket:[%llu]", &inode) == 1 ? static_cast<int64_t>(inode) : 0;
+}
+
+// How many closed numbers in a row past the table's last end the search for
+// new descriptors.
+constexpr int kNewDescriptorProbes = 16;
+
+// Whether process `pid` has a descriptor for socket `inode`. Listing a
+// process's descriptors costs a microsecond each: a server holding
+// thousands of pipes would list a client's every descriptor for each new
+// pipe. So the descriptor where the socket was seen last is read first;
+// then the numbers the table lacks, where the kernel puts new descriptors
+// (holes first, then past the end); the whole list last.
 inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std::string* why) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = opendir(dir.c_str());
@@ -249,15 +295,36 @@ inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std:
                          : Errno(("cannot list " + dir + " to find " + what).c_str(), err);
     return false;
   }
-  const std::string wanted = "socket:[" + std::to_string(inode) + "]";
-  char target[64];
+  const int fdDir = dirfd(d);
+  const auto wanted = static_cast<int64_t>(inode);
+  DescriptorTable& table = TableOf(pid);
+  auto read = [&](int fd) {
+    int64_t now = SocketInodeAt(fdDir, fd);
+    if (now >= 0) table.inodeOf[fd] = static_cast<uint64_t>(now);
+    else table.inodeOf.erase(fd);
+    return now;
+  };
   bool found = false;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target);
-    if (n == static_cast<ssize_t>(wanted.size()) && std::memcmp(target, wanted.data(), n) == 0) {
-      found = true;
-      break;
+  int last = -1;
+  for (const auto& [fd, seen] : table.inodeOf) {
+    if (seen == inode && !found) found = SocketInodeAt(fdDir, fd) == wanted;
+    last = std::max(last, fd);
+  }
+  if (!found && !table.inodeOf.empty()) {
+    for (int fd = 0; fd <= last && !found; fd++) {
+      if (table.inodeOf.count(fd) == 0) found = read(fd) == wanted;
+    }
+    for (int fd = last + 1, closed = 0; !found && closed < kNewDescriptorProbes; fd++) {
+      int64_t now = read(fd);
+      closed = now < 0 ? closed + 1 : 0;
+      found = now == wanted;
+    }
+  }
+  if (!found) {
+    table.inodeOf.clear();
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      found = read(std::atoi(e->d_name)) == wanted || found;
     }
   }
   closedir(d);
