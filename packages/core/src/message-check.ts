@@ -1,11 +1,12 @@
 /**
- * What write() says of a message it cannot send: which part is wrong, what
- * it got, and how to fix it (ERR_TP_INVALID_ARG), instead of a TypeError
- * from deep inside. The checks themselves are the cheap ones write() makes
+ * What write() says of a message it cannot send, and read() of memory it
+ * cannot fill: which part is wrong, what it got, and how to fix it
+ * (ERR_TP_INVALID_ARG), instead of a TypeError from deep inside. The checks themselves are the cheap ones write() makes
  * anyway; the words are built only for a message that fails them.
  */
 import type { Device, DeviceBuffer } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
+import type { Allocation } from "./message.js";
 
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
@@ -76,4 +77,34 @@ export function checkDevice(i: number, device: unknown): void {
   const d = device as Partial<Device> | undefined;
   if (typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0) return;
   throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${kindOf(device)}`);
+}
+
+const NONE: readonly never[] = [];
+
+/** The payloads and tensors of what read() was given, each [] when left out. */
+export function allocationParts(a: Allocation): { payloads: NonNullable<Allocation["payloads"]>; tensors: NonNullable<Allocation["tensors"]> } {
+  if (typeof a !== "object" || a === null || Array.isArray(a)) {
+    throw invalid(`read() takes an allocation { payloads?: [{ data }], tensors?: [{ buffer }] } sized from the descriptor, got ${kindOf(a)}`);
+  }
+  const { payloads = NONE, tensors = NONE } = a;
+  if (!Array.isArray(payloads)) throw invalid(`allocation.payloads must be an array of { data }, got ${kindOf(payloads)}`);
+  if (!Array.isArray(tensors)) throw invalid(`allocation.tensors must be an array of { buffer }, got ${kindOf(tensors)}`);
+  return { payloads, tensors };
+}
+
+/** The error for allocated payload `i`, whose data is not an ArrayBufferView. */
+export function badAllocatedPayload(i: number, payload: unknown, length: number): TensorPipeError {
+  if (typeof payload !== "object" || payload === null) return invalid(`allocation payload ${i} must be an object { data }, got ${kindOf(payload)}`);
+  const data = (payload as { data?: unknown }).data;
+  return invalid(`allocation payload ${i}: data must be a TypedArray or DataView of ${length} bytes; got ${kindOf(data)}${fix(data)}`);
+}
+
+/** Throws unless allocated tensor `i` has a buffer that memory can land in. */
+export function checkAllocatedTensor(i: number, tensor: unknown, length: number): void {
+  if (typeof tensor !== "object" || tensor === null || ArrayBuffer.isView(tensor)) {
+    throw invalid(`allocation tensor ${i} must be an object { buffer }, got ${ArrayBuffer.isView(tensor) ? `a ${tensor.constructor.name} itself: pass { buffer: it }` : kindOf(tensor)}`);
+  }
+  const buffer = (tensor as { buffer?: unknown }).buffer;
+  if (ArrayBuffer.isView(buffer) || isDeviceBuffer(buffer)) return;
+  throw invalid(`allocation tensor ${i}: buffer must be a TypedArray, DataView or CudaBuffer of at least ${length} bytes; got ${kindOf(buffer)}${fix(buffer)}`);
 }

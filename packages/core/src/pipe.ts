@@ -12,7 +12,7 @@ import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
-import { badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
+import { allocationParts, badAllocatedPayload, badPayload, checkAllocatedTensor, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
@@ -512,18 +512,21 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const d = this.current;
     if (!d) return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
     let targets: Device[] | undefined;
+    let payloads: NonNullable<Allocation["payloads"]>;
+    let tensors: NonNullable<Allocation["tensors"]>;
     try {
-      targets = this.checkAllocation(d, allocation);
+      ({ payloads, tensors } = allocationParts(allocation));
+      targets = this.checkAllocation(d, payloads, tensors);
     } catch (e) {
       return this.refuse(e);
     }
     this.current = undefined;
     this.counters.messagesReceived++;
-    if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOf(d, allocation));
+    if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOf(d, tensors));
     // Reads that finished at once (DONE) need nothing more.
     let pending: Promise<void>[] | undefined;
     for (let i = 0; i < d.payloads.length; i++) {
-      const data = allocation.payloads[i]!.data;
+      const data = payloads[i]!.data;
       this.counters.bytesReceived += data.byteLength;
       const got = this.main.readInto(data);
       if (got !== DONE) (pending ??= []).push(got);
@@ -531,7 +534,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (targets) (pending ??= []).push(this.reply.write([encodeDescriptorReply({ targetDevices: targets })]));
     for (let i = 0; i < d.tensors.length; i++) {
       const t = d.tensors[i]!;
-      const buffer = allocation.tensors[i]!.buffer;
+      const buffer = tensors[i]!.buffer;
       const channel = this.channelBetween(bufferDevice(buffer), t.sourceDevice)!;
       const counted = this.channelInfo.get(channel)!.stats;
       counted.tensorsReceived++;
@@ -552,26 +555,24 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
-  private checkAllocation(d: Descriptor, a: Allocation): Device[] | undefined {
-    if (a?.payloads?.length !== d.payloads.length || a?.tensors?.length !== d.tensors.length) {
+  private checkAllocation(d: Descriptor, payloads: NonNullable<Allocation["payloads"]>, tensors: NonNullable<Allocation["tensors"]>): Device[] | undefined {
+    if (payloads.length !== d.payloads.length || tensors.length !== d.tensors.length) {
       throw invalid(
-        `allocation has ${a?.payloads?.length} payload(s) and ${a?.tensors?.length} tensor(s); the message has ${d.payloads.length} and ${d.tensors.length}`,
+        `the allocation has ${payloads.length} payload(s) and ${tensors.length} tensor(s); the message has ${d.payloads.length} and ${d.tensors.length}: give one of each, sized from the descriptor`,
       );
     }
     for (let i = 0; i < d.payloads.length; i++) {
       const p = d.payloads[i]!;
-      const data = a.payloads[i]!.data;
-      if (!ArrayBuffer.isView(data) || data.byteLength !== p.length) {
-        throw invalid(`payload ${i} needs exactly ${p.length} bytes, got ${data?.byteLength}`);
-      }
+      const data = payloads[i]?.data;
+      if (!ArrayBuffer.isView(data)) throw badAllocatedPayload(i, payloads[i], p.length);
+      if (data.byteLength !== p.length) throw invalid(`payload ${i} needs exactly ${p.length} bytes, got ${data.byteLength}`);
     }
     let targets: Device[] | undefined;
     for (let i = 0; i < d.tensors.length; i++) {
       const t = d.tensors[i]!;
-      const buffer = a.tensors[i]!.buffer;
-      if (!buffer || buffer.byteLength < t.length) {
-        throw invalid(`tensor ${i} needs ${t.length} bytes, got ${buffer?.byteLength}`);
-      }
+      checkAllocatedTensor(i, tensors[i], t.length);
+      const buffer = tensors[i]!.buffer;
+      if (buffer.byteLength < t.length) throw invalid(`tensor ${i} needs ${t.length} bytes, got ${buffer.byteLength}`);
       const device = bufferDevice(buffer);
       if (t.targetDevice && !sameDevice(t.targetDevice, device)) {
         throw invalid(`tensor ${i} was sent to ${deviceKey(t.targetDevice)}; the allocation is on ${deviceKey(device)}`);
@@ -617,7 +618,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the message of descriptor `d` into fresh CPU memory. */
   private async receive(d: Descriptor, options?: OperationOptions): Promise<ReceivedMessage> {
-    const allocation: Allocation = { payloads: [], tensors: [] };
+    const allocation = { payloads: [] as { data: Uint8Array }[], tensors: [] as { buffer: Uint8Array }[] };
     try {
       for (const p of d.payloads) allocation.payloads.push({ data: new Uint8Array(p.length) });
       for (let i = 0; i < d.tensors.length; i++) {
@@ -642,9 +643,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     await this.read(allocation, options);
     return {
       metadata: d.metadata,
-      payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data as Uint8Array, metadata: p.metadata })),
+      payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
       tensors: d.tensors.map((t, i) => ({
-        buffer: allocation.tensors[i]!.buffer as Uint8Array,
+        buffer: allocation.tensors[i]!.buffer,
         length: t.length,
         sourceDevice: t.sourceDevice,
         metadata: t.metadata,
@@ -690,7 +691,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** What diagnostics_channel subscribers learn of a message: its sizes, and the channel of each tensor. */
-  private sizesOf(m: Message | Descriptor, allocation?: Allocation): MessageSizesMessage {
+  private sizesOf(m: Message | Descriptor, allocated?: NonNullable<Allocation["tensors"]>): MessageSizesMessage {
     const tensors: MessageSizesMessage["tensors"] = [];
     const all = m.tensors ?? [];
     for (let i = 0; i < all.length; i++) {
@@ -704,7 +705,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         channel = target && this.channelBetween(source, target);
       } else {
         length = t.length;
-        channel = this.channelBetween(bufferDevice(allocation!.tensors[i]!.buffer), t.sourceDevice);
+        channel = this.channelBetween(bufferDevice(allocated![i]!.buffer), t.sourceDevice);
       }
       tensors.push({ length, channel: (channel && this.channelInfo.get(channel)?.name) ?? "" });
     }

@@ -2,7 +2,7 @@
  * The mistakes a user makes in the first hour get a TensorPipeError that
  * says what was wrong and how to fix it, and leave the pipe usable.
  */
-import { CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 
@@ -42,6 +42,35 @@ describe("misuse of write() and read()", () => {
     ["tensors that are not an array", { tensors: new Uint8Array(4) }, /tensors must be an array/],
   ])("%s is ERR_TP_INVALID_ARG saying how to fix it", async (_, message, text) => {
     await expect(here.write(message as unknown as Message)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
+    await stillWorks();
+  });
+
+  it.each([
+    ["no allocation", undefined, /read\(\) takes an allocation \{ payloads\?: \[\{ data \}\], tensors\?: \[\{ buffer \}\] \}/],
+    ["too few tensors", { payloads: [{ data: new Uint8Array(3) }] }, /the allocation has 1 payload\(s\) and 0 tensor\(s\); the message has 1 and 1/],
+    ["an ArrayBuffer as payload data", { payloads: [{ data: new ArrayBuffer(3) }], tensors: [{ buffer: new Uint8Array(4) }] }, /allocation payload 0: data must be a TypedArray or DataView of 3 bytes; got an ArrayBuffer: wrap it/],
+    ["a buffer given as the tensor", { payloads: [{ data: new Uint8Array(3) }], tensors: [new Uint8Array(4)] }, /allocation tensor 0 must be an object \{ buffer \}, got a Uint8Array itself: pass \{ buffer: it \}/],
+    ["an array as a tensor buffer", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: [0, 0, 0, 0] }] }, /allocation tensor 0: buffer must be .* of at least 4 bytes; got an Array: make it a TypedArray/],
+    ["a tensor buffer too small", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: new Uint8Array(2) }] }, /tensor 0 needs 4 bytes, got 2/],
+  ])("read() with %s is ERR_TP_INVALID_ARG saying how to fix it, and the message can still be read", async (_, allocation, text) => {
+    await here.write({ payloads: [{ data: new Uint8Array([1, 2, 3]) }], tensors: [{ buffer: new Uint8Array([4, 5, 6, 7]) }] });
+    await there.readDescriptor();
+    await expect(there.read(allocation as unknown as Allocation)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
+    const [data, buffer] = [new Uint8Array(3), new Uint8Array(4)];
+    await there.read({ payloads: [{ data }], tensors: [{ buffer }] });
+    expect([...data, ...buffer]).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    await stillWorks();
+  });
+
+  it("read() may leave out the payloads or tensors a message does not have", async () => {
+    await here.write({ tensors: [{ buffer: new Uint8Array([9, 8]) }] });
+    await there.readDescriptor();
+    const buffer = new Uint8Array(2);
+    await there.read({ tensors: [{ buffer }] });
+    expect([...buffer]).toEqual([9, 8]);
+    await here.write({ metadata: "bare" });
+    expect((await there.readDescriptor()).metadata).toBe("bare");
+    await there.read({});
     await stillWorks();
   });
 
