@@ -79,14 +79,13 @@ export function checkDevice(i: number, device: unknown): void {
   throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${kindOf(device)}`);
 }
 
-const NONE: readonly never[] = [];
 
 /** The payloads and tensors of what read() was given, each [] when left out. */
-export function allocationParts(a: Allocation): { payloads: NonNullable<Allocation["payloads"]>; tensors: NonNullable<Allocation["tensors"]> } {
+export function allocationParts(a: Partial<Allocation>): Allocation {
   if (typeof a !== "object" || a === null || Array.isArray(a)) {
     throw invalid(`read() takes an allocation { payloads?: [{ data }], tensors?: [{ buffer }] } sized from the descriptor, got ${kindOf(a)}`);
   }
-  const { payloads = NONE, tensors = NONE } = a;
+  const { payloads = [], tensors = [] } = a;
   if (!Array.isArray(payloads)) throw invalid(`allocation.payloads must be an array of { data }, got ${kindOf(payloads)}`);
   if (!Array.isArray(tensors)) throw invalid(`allocation.tensors must be an array of { buffer }, got ${kindOf(tensors)}`);
   return { payloads, tensors };

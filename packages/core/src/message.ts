@@ -68,13 +68,13 @@ export interface TensorDescriptor {
 
 /** The memory a reader provides for a message: bytes land right there. */
 export interface Allocation {
-  /** One per payload, each exactly the payload's length (may be left out when the message has none). */
-  payloads?: readonly {
+  /** One per payload, each exactly the payload's length (read() takes none for a message without). */
+  payloads: {
     /** Where the payload's bytes land. */
     data: ArrayBufferView;
   }[];
-  /** One per tensor, each at least the tensor's length, on the target device (may be left out when the message has none). */
-  tensors?: readonly {
+  /** One per tensor, each at least the tensor's length, on the target device (read() takes none for a message without). */
+  tensors: {
     /** Where the tensor's bytes land. */
     buffer: TensorBuffer;
   }[];

@@ -507,13 +507,13 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * Reads the message whose descriptor was returned last into `allocation`:
    * payloads and tensors land right in the memory given.
    */
-  read(allocation: Allocation, options?: OperationOptions): Promise<void> {
+  read(allocation: Partial<Allocation>, options?: OperationOptions): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
     const d = this.current;
     if (!d) return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
     let targets: Device[] | undefined;
-    let payloads: NonNullable<Allocation["payloads"]>;
-    let tensors: NonNullable<Allocation["tensors"]>;
+    let payloads: Allocation["payloads"];
+    let tensors: Allocation["tensors"];
     try {
       ({ payloads, tensors } = allocationParts(allocation));
       targets = this.checkAllocation(d, payloads, tensors);
@@ -555,7 +555,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
-  private checkAllocation(d: Descriptor, payloads: NonNullable<Allocation["payloads"]>, tensors: NonNullable<Allocation["tensors"]>): Device[] | undefined {
+  private checkAllocation(d: Descriptor, payloads: Allocation["payloads"], tensors: Allocation["tensors"]): Device[] | undefined {
     if (payloads.length !== d.payloads.length || tensors.length !== d.tensors.length) {
       throw invalid(
         `the allocation has ${payloads.length} payload(s) and ${tensors.length} tensor(s); the message has ${d.payloads.length} and ${d.tensors.length}: give one of each, sized from the descriptor`,
@@ -691,7 +691,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** What diagnostics_channel subscribers learn of a message: its sizes, and the channel of each tensor. */
-  private sizesOf(m: Message | Descriptor, allocated?: NonNullable<Allocation["tensors"]>): MessageSizesMessage {
+  private sizesOf(m: Message | Descriptor, allocated?: Allocation["tensors"]): MessageSizesMessage {
     const tensors: MessageSizesMessage["tensors"] = [];
     const all = m.tensors ?? [];
     for (let i = 0; i < all.length; i++) {
