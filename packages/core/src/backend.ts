@@ -18,7 +18,7 @@ export {
 export type { Registered } from "./negotiation.js";
 export { type DebugLog, debugLog } from "./debug.js";
 export { cpuBytes } from "./device.js";
-export { hostIdentity } from "./host-identity.js";
+export { type HostIdentity, hostIdentity } from "./host-identity.js";
 export {
   type TransportContext,
   type TransportListener,

@@ -13,20 +13,27 @@ function read(path: string, how: (p: string) => string): string {
  * memory: the kernel boot and the namespaces (network for abstract Unix
  * sockets, pid for process_vm_readv, user for both).
  */
-export function hostIdentity(): {
+export interface HostIdentity {
   /** This boot of this machine (/proc/sys/kernel/random/boot_id). */
-  bootId: string;
+  readonly bootId: string;
   /** The network namespace (the /proc/self/ns/net link). */
-  netNs: string;
+  readonly netNs: string;
   /** The user namespace. */
-  userNs: string;
+  readonly userNs: string;
   /** The pid namespace. */
-  pidNs: string;
-} {
-  return {
+  readonly pidNs: string;
+}
+
+/** Read once: a process keeps its boot and its namespaces, and every handshake asks for them. */
+let identity: HostIdentity | undefined;
+
+/** This process's {@link HostIdentity}. */
+export function hostIdentity(): HostIdentity {
+  identity ??= {
     bootId: read("/proc/sys/kernel/random/boot_id", (p) => readFileSync(p, "utf8")),
     netNs: read("/proc/self/ns/net", readlinkSync),
     userNs: read("/proc/self/ns/user", readlinkSync),
     pidNs: read("/proc/self/ns/pid", readlinkSync),
   };
+  return identity;
 }

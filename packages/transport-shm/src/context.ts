@@ -62,6 +62,7 @@ export class ShmTransport implements TransportContext {
   /** Bytes go through rings in memory both processes map. */
   readonly medium = "shared-memory" as const;
   private closed = false;
+  private viability?: Viability;
   private readonly native: NativeShmOptions;
 
   constructor(options: ShmTransportOptions = {}) {
@@ -79,7 +80,13 @@ export class ShmTransport implements TransportContext {
 
   /** Whether the transport can work here, and if not why. */
   isViable(): Viability {
-    if (process.platform !== "linux") return notViable("shm needs Linux (memfd, eventfd, abstract Unix sockets)");
+    this.viability ??= this.probe();
+    return this.viability;
+  }
+
+  /** Asked once: each handshake asks isViable() again, and the probe makes a memfd. */
+  private probe(): Viability {
+    if (process.platform !== "linux") return notViable("shm needs Linux (memfd, abstract Unix sockets)");
     const { addon, error } = loadAddon();
     if (!addon) return notViable(`the shm addon did not load: ${error?.message}`);
     const problem = addon.probe();
