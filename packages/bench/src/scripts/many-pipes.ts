@@ -7,7 +7,9 @@
  * one round untimed, as the bench warms up), as the
  * code a user writes does them (write, readMessage): the round trips' p50
  * and p99, the aggregate throughput (both ways), and the system time per
- * message of both processes. Ends with the targets of the scale series.
+ * message of both processes; and 1 MiB once more read into memory each
+ * pipe reuses (readDescriptor, read), without readMessage's fresh buffer
+ * per message. Ends with the targets of the scale series.
  *
  *   node packages/bench/dist/scripts/many-pipes.js [--counts 1,10,100,1000] [--transports shm,uv] [--channels cma,basic] [--json]
  */
@@ -42,6 +44,8 @@ export interface ScaleRow {
   fdsPerPipe: number;
   small: Exchange;
   large: Exchange;
+  /** 1 MiB read with readDescriptor() and read() into a buffer each pipe reuses (pipes only). */
+  largeReused?: Exchange;
 }
 
 /** A process's RSS (KiB), descriptors and CPU times (us). */
@@ -102,6 +106,15 @@ async function pipesRow(transport: string, channels: readonly string[] | undefin
     });
     const small = await exchange(ends, 4 * KiB, rounds(count, 4 * KiB), peerPid);
     const large = await exchange(ends, MiB, rounds(count, MiB), peerPid);
+    const reusing = pipes.map((pipe) => {
+      const landing = new Uint8Array(MiB);
+      return async (data: Uint8Array) => {
+        await pipe.write({ tensors: [{ buffer: data }] });
+        await pipe.readDescriptor();
+        await pipe.read({ tensors: [{ buffer: landing }] });
+      };
+    });
+    const largeReused = await exchange(reusing, MiB, rounds(count, MiB), peerPid);
     return {
       series: transport,
       pipes: count,
@@ -110,6 +123,7 @@ async function pipesRow(transport: string, channels: readonly string[] | undefin
       fdsPerPipe: (idle.fds - before.fds) / count,
       small,
       large,
+      largeReused,
     };
   } finally {
     await context.close();
@@ -189,6 +203,10 @@ export function scaleTargets(rows: readonly ScaleRow[]): { target: string; value
       out.push({ target: `${label}: shm GB/s at ${top} pipes >= 0.8x at 10`, value: `${fmt(r, 2)}x`, met: r >= 0.8 });
     }
   }
+  if (shmTop?.largeReused && shm10?.largeReused) {
+    const r = shmTop.largeReused.gbps / shm10.largeReused.gbps;
+    out.push({ target: `1 MiB into reused buffers: shm GB/s at ${top} pipes >= 0.8x at 10`, value: `${fmt(r, 2)}x`, met: r >= 0.8 });
+  }
   for (const series of ["shm", "uv"]) {
     const high = row(series, top);
     const ten = row(series, 10);
@@ -219,6 +237,7 @@ function print(args: ScriptArgs, rows: ScaleRow[]): void {
     { header: "1M p50ms", width: 10, cell: (r) => fmt(r.large.p50Us / 1000, 2) },
     { header: "1M p99ms", width: 10, cell: (r) => fmt(r.large.p99Us / 1000, 2) },
     { header: "1M GB/s", width: 9, cell: (r) => fmt(r.large.gbps, 3) },
+    { header: "reused GB/s", width: 13, cell: (r) => (r.largeReused ? fmt(r.largeReused.gbps, 3) : "-") },
   ]);
   if (args.has("--json")) return;
   console.log("\ntargets (ratios from this run):");
