@@ -25,5 +25,10 @@ if [[ ! -e /usr/include/infiniband/verbs.h ]] && can_apt; then
   apt_install libibverbs-dev ||
     echo "setup: libibverbs-dev not installed; cuda-gdr will say it was built without <infiniband/verbs.h>" >&2
 fi
+# Upstream C++ TensorPipe, for the live interop peer (packages/e2e/cpp-peer).
+if [[ ! -e /usr/include/tensorpipe/tensorpipe.h ]] && can_apt; then
+  apt_install libtensorpipe-dev ||
+    echo "setup: libtensorpipe-dev not installed; the C++ peer tests will be skipped" >&2
+fi
 pnpm install --frozen-lockfile --reporter=append-only
 pnpm build

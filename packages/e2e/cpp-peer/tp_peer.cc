@@ -1,0 +1,175 @@
+// A peer made of upstream C++ TensorPipe (Debian's libtensorpipe-dev), for
+// the interop tests: it listens or connects with the transports and
+// channels it is told, and echoes every message it receives on every pipe,
+// each tensor with a target device where the sender gave one and without
+// where it gave none. Its listening URLs, and each pipe's errors, go to
+// stdout as JSON lines; it exits when stdin closes.
+//
+//   tp_peer listen  <transports> <channels>
+//   tp_peer connect <transports> <channels> <url> [pipes]
+#include <tensorpipe/tensorpipe.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::mutex outMutex;
+
+void Say(const std::string& line) {
+  std::lock_guard<std::mutex> lock(outMutex);
+  std::cout << line << std::endl;
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::shared_ptr<tensorpipe::Context> MakeContext(const std::string& transports, const std::string& channels) {
+  auto context = std::make_shared<tensorpipe::Context>();
+  int64_t priority = 100;
+  for (const auto& t : Split(transports)) {
+    if (t == "uv") context->registerTransport(priority--, t, tensorpipe::transport::uv::create());
+    else if (t == "shm") context->registerTransport(priority--, t, tensorpipe::transport::shm::create());
+    else throw std::runtime_error("unknown transport " + t);
+  }
+  priority = 100;
+  for (const auto& c : Split(channels)) {
+    if (c == "basic") context->registerChannel(priority--, c, tensorpipe::channel::basic::create());
+    else if (c == "cma") context->registerChannel(priority--, c, tensorpipe::channel::cma::create());
+    else if (c == "mpt") {
+      std::vector<std::shared_ptr<tensorpipe::transport::Context>> lanes;
+      std::vector<std::shared_ptr<tensorpipe::transport::Listener>> listeners;
+      for (int i = 0; i < 2; i++) {
+        auto lane = tensorpipe::transport::uv::create();
+        listeners.push_back(lane->listen("127.0.0.1"));
+        lanes.push_back(lane);
+      }
+      context->registerChannel(priority--, c, tensorpipe::channel::mpt::create(std::move(lanes), std::move(listeners)));
+    } else throw std::runtime_error("unknown channel " + c);
+  }
+  return context;
+}
+
+// One message being echoed: the memory it landed in, kept until the echo is written.
+struct Echo {
+  tensorpipe::Descriptor descriptor;
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<std::vector<uint8_t>> tensors;
+};
+
+void EchoNext(std::shared_ptr<tensorpipe::Pipe> pipe, int id);
+
+void Failed(int id, const char* what, const tensorpipe::Error& error) {
+  Say("{\"pipe\":" + std::to_string(id) + ",\"error\":" + Quoted(std::string(what) + ": " + error.what()) + "}");
+}
+
+void EchoNext(std::shared_ptr<tensorpipe::Pipe> pipe, int id) {
+  pipe->readDescriptor([pipe, id](const tensorpipe::Error& error, tensorpipe::Descriptor descriptor) {
+    if (error) return Failed(id, "readDescriptor", error);
+    auto echo = std::make_shared<Echo>();
+    echo->descriptor = std::move(descriptor);
+    tensorpipe::Allocation allocation;
+    for (const auto& p : echo->descriptor.payloads) {
+      echo->payloads.emplace_back(p.length);
+      allocation.payloads.push_back({echo->payloads.back().data()});
+    }
+    for (const auto& t : echo->descriptor.tensors) {
+      echo->tensors.emplace_back(t.length);
+      allocation.tensors.push_back({tensorpipe::CpuBuffer{echo->tensors.back().data()}});
+    }
+    pipe->read(std::move(allocation), [pipe, id, echo](const tensorpipe::Error& error) {
+      if (error) return Failed(id, "read", error);
+      tensorpipe::Message message;
+      message.metadata = echo->descriptor.metadata;
+      for (size_t i = 0; i < echo->payloads.size(); i++) {
+        message.payloads.push_back({echo->payloads[i].data(), echo->payloads[i].size(), echo->descriptor.payloads[i].metadata});
+      }
+      for (size_t i = 0; i < echo->tensors.size(); i++) {
+        tensorpipe::Message::Tensor t;
+        t.buffer = tensorpipe::CpuBuffer{echo->tensors[i].data()};
+        t.length = echo->tensors[i].size();
+        t.metadata = echo->descriptor.tensors[i].metadata;
+        if (echo->descriptor.tensors[i].targetDevice.has_value()) t.targetDevice = tensorpipe::Device{tensorpipe::kCpuDeviceType, 0};
+        message.tensors.push_back(std::move(t));
+      }
+      pipe->write(std::move(message), [id, echo](const tensorpipe::Error& error) {
+        if (error) Failed(id, "write", error);
+      });
+      EchoNext(pipe, id);
+    });
+  });
+}
+
+void AcceptNext(std::shared_ptr<tensorpipe::Listener> listener, int id) {
+  listener->accept([listener, id](const tensorpipe::Error& error, std::shared_ptr<tensorpipe::Pipe> pipe) {
+    if (error) {
+      Say("{\"listener\":\"error\",\"error\":" + Quoted(error.what()) + "}");
+      return;
+    }
+    EchoNext(pipe, id);
+    AcceptNext(listener, id + 1);
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4 || (std::string(argv[1]) != "listen" && std::string(argv[1]) != "connect") ||
+      (std::string(argv[1]) == "connect" && argc < 5)) {
+    std::cerr << "usage: tp_peer listen <transports> <channels> | tp_peer connect <transports> <channels> <url> [pipes]\n";
+    return 2;
+  }
+  auto context = MakeContext(argv[2], argv[3]);
+  std::shared_ptr<tensorpipe::Listener> listener;
+  std::vector<std::shared_ptr<tensorpipe::Pipe>> pipes;
+  if (std::string(argv[1]) == "listen") {
+    std::vector<std::string> urls;
+    for (const auto& t : Split(argv[2])) urls.push_back(t == "shm" ? "shm://" : t + "://127.0.0.1");
+    listener = context->listen(urls);
+    std::string line = "{\"pid\":" + std::to_string(getpid()) + ",\"urls\":[";
+    bool first = true;
+    for (const auto& t : Split(argv[2])) {
+      line += (first ? "" : ",") + Quoted(listener->url(t));
+      first = false;
+    }
+    Say(line + "]}");
+    AcceptNext(listener, 0);
+  } else {
+    int count = argc > 5 ? std::stoi(argv[5]) : 1;
+    for (int i = 0; i < count; i++) {
+      pipes.push_back(context->connect(argv[4]));
+      EchoNext(pipes.back(), i);
+    }
+    Say("{\"pid\":" + std::to_string(getpid()) + ",\"connected\":" + std::to_string(count) + "}");
+  }
+  // Until stdin closes: the test's end, or the test runner gone.
+  char buffer[256];
+  while (read(STDIN_FILENO, buffer, sizeof buffer) > 0) {
+  }
+  context->close();
+  context->join();
+  return 0;
+}
