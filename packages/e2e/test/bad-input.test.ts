@@ -9,7 +9,7 @@ import { type Context, ErrorCode, type Listener, type TensorPipeError } from "@t
 import { protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
-import { RawSocket } from "./raw-socket.js";
+import { RawSocket, brochureByHand } from "./raw-socket.js";
 import { echoMetadata } from "./echo.js";
 
 const lengthPrefix = (n: bigint) => {
@@ -90,17 +90,7 @@ describe("bad input on a listener", () => {
 
   it("tells a connection that comes after its handshake failed from a forged id", async () => {
     const before = errors.length;
-    const main = await RawSocket.connect(port);
-    main.write(
-      onTheWire([
-        protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
-        protocol.encodeBrochure({
-          transportDomainDescriptors: new Map([["uv", "uv:*"]]),
-          channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
-        }),
-      ]),
-    );
-    const answer = protocol.decodeBrochureAnswer(await main.readFrame());
+    const { main, answer } = await brochureByHand(port);
     // The peer goes before it opens what it was given ids for: its handshake fails...
     main.socket.destroy();
     await expect.poll(() => errors.length).toBe(before + 1);

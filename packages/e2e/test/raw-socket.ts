@@ -1,4 +1,5 @@
 import { type Socket, connect } from "node:net";
+import { onTheWire, protocol } from "@tensorpipe/core/testing";
 
 /** A node:net socket read as upstream frames, for playing a foreign peer. */
 export class RawSocket {
@@ -57,4 +58,19 @@ export class RawSocket {
   write(bytes: Uint8Array): void {
     this.socket.write(bytes);
   }
+}
+
+/** A new pipe's first connection opened by hand, offering uv + basic as a foreign peer would, and the listener's BrochureAnswer. */
+export async function brochureByHand(port: number): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
+  const main = await RawSocket.connect(port);
+  main.write(
+    onTheWire([
+      protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
+      protocol.encodeBrochure({
+        transportDomainDescriptors: new Map([["uv", "uv:*"]]),
+        channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
+      }),
+    ]),
+  );
+  return { main, answer: protocol.decodeBrochureAnswer(await main.readFrame()) };
 }

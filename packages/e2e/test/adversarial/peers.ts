@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { protocol, onTheWire } from "@tensorpipe/core/testing";
-import { RawSocket } from "../raw-socket.js";
+import { RawSocket, brochureByHand } from "../raw-socket.js";
 
 /** A line the victim printed. */
 export interface VictimEvent {
@@ -128,17 +128,7 @@ export async function rawPipe(
   port: number,
   onIds?: (ids: bigint[]) => void,
 ): Promise<{ main: RawSocket; reply: RawSocket; channel: RawSocket }> {
-  const main = await RawSocket.connect(port);
-  main.write(
-    onTheWire([
-      protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
-      protocol.encodeBrochure({
-        transportDomainDescriptors: new Map([["uv", "uv:*"]]),
-        channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
-      }),
-    ]),
-  );
-  const answer = protocol.decodeBrochureAnswer(await main.readFrame());
+  const { main, answer } = await brochureByHand(port);
   onIds?.([...answer.transportRegistrationIds.values(), ...[...answer.channelRegistrationIds.values()].flat()]);
   const requested = async (id: bigint) => {
     const s = await RawSocket.connect(port);

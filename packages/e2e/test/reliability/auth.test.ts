@@ -3,7 +3,7 @@ import { ErrorCode, type TensorPipeError } from "@tensorpipe/core";
 import { AUTH_ENTRY, SharedSecretAuth, protocol, onTheWire } from "@tensorpipe/core/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
-import { RawSocket } from "../raw-socket.js";
+import { RawSocket, brochureByHand } from "../raw-socket.js";
 import { echoMetadata } from "../echo.js";
 
 const secret = "correct horse battery staple";
@@ -127,23 +127,13 @@ describe("shared-secret authentication", () => {
   it("uses registration ids nobody can guess, with or without a secret", async () => {
     for (const auth of [undefined, { secret }]) {
       const { url } = await server(auth);
-      const main = await RawSocket.connect(portOf(url));
       if (auth) {
         const { answer } = await handshakeByHand(portOf(url));
         const ids = [...answer.transportRegistrationIds.values(), ...[...answer.channelRegistrationIds.values()].flat()];
         expect(ids.every((id) => id > 2n ** 32n)).toBe(true);
         continue;
       }
-      main.write(
-        onTheWire([
-          protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
-          protocol.encodeBrochure({
-            transportDomainDescriptors: new Map([["uv", "uv:*"]]),
-            channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
-          }),
-        ]),
-      );
-      const answer = protocol.decodeBrochureAnswer(await main.readFrame());
+      const { answer } = await brochureByHand(portOf(url));
       const ids = [...answer.transportRegistrationIds.values(), ...[...answer.channelRegistrationIds.values()].flat()];
       expect(ids.length).toBe(2);
       expect(ids.every((id) => id > 2n ** 32n)).toBe(true);
