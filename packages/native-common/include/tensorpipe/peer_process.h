@@ -298,7 +298,7 @@ inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std:
   const int fdDir = dirfd(d);
   const auto wanted = static_cast<int64_t>(inode);
   DescriptorTable& table = TableOf(pid);
-  auto read = [&](int fd) {
+  auto look = [&](int fd) {
     int64_t now = SocketInodeAt(fdDir, fd);
     if (now >= 0) table.inodeOf[fd] = static_cast<uint64_t>(now);
     else table.inodeOf.erase(fd);
@@ -312,10 +312,10 @@ inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std:
   }
   if (!found && !table.inodeOf.empty()) {
     for (int fd = 0; fd <= last && !found; fd++) {
-      if (table.inodeOf.count(fd) == 0) found = read(fd) == wanted;
+      if (table.inodeOf.count(fd) == 0) found = look(fd) == wanted;
     }
     for (int fd = last + 1, closed = 0; !found && closed < kNewDescriptorProbes; fd++) {
-      int64_t now = read(fd);
+      int64_t now = look(fd);
       closed = now < 0 ? closed + 1 : 0;
       found = now == wanted;
     }
@@ -324,7 +324,7 @@ inline bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std:
     table.inodeOf.clear();
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] == '.') continue;
-      found = read(std::atoi(e->d_name)) == wanted || found;
+      found = look(std::atoi(e->d_name)) == wanted || found;
     }
   }
   closedir(d);
