@@ -4,7 +4,8 @@
  * This package is private: nothing here is published.
  */
 export { type BackendChoice, type ProbedBackend, FIRST_PARTY, createContext, probeBackends } from "./context.js";
-export { type PeerEvent, type PeerProcess, type SpawnOptions, type JsonChild, spawnJsonChild, spawnPeer } from "./spawn-peer.js";
+export { type PeerEvent, type PeerProcess, type SpawnOptions, type JsonChild, jsonChild, spawnJsonChild, spawnPeer } from "./spawn-peer.js";
+export { UPSTREAM_PEER, type UpstreamListening, upstreamClient, upstreamListener, upstreamPeerMissing, upstreamRoundTrips } from "./upstream-peer.js";
 export { type BenchOptions, runBench } from "./bench.js";
 export type { BenchResult, Cell, HeadToHead, SeriesResult } from "./result.js";
 export { DEFAULT_PAIR } from "./report.js";

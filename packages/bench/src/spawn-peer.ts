@@ -56,17 +56,23 @@ export async function spawnJsonChild<Info>(args: readonly string[], options: Spa
   // TP_PEER_NODE_ARGS="--cpu-prof": extra node flags for the child, to profile it.
   const nodeArgs = (process.env.TP_PEER_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const argv = [...nodeArgs, ...args];
-  const child = options.netns
-    ? spawn("ip", ["netns", "exec", options.netns, process.execPath, ...argv], { stdio: ["pipe", "pipe", "inherit"] })
-    : spawn(process.execPath, argv, { stdio: ["pipe", "pipe", "inherit"] });
+  return options.netns
+    ? jsonChild(["ip", "netns", "exec", options.netns, process.execPath, ...argv])
+    : jsonChild([process.execPath, ...argv]);
+}
+
+/** Starts `command` and waits for its first line of JSON. */
+export async function jsonChild<Info>([command, ...args]: readonly string[]): Promise<JsonChild<Info>> {
+  const child = spawn(command!, args, { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! });
   const first = await new Promise<string>((resolve, reject) => {
     lines.once("line", resolve);
-    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited with ${code} before listening`)));
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`${[command, ...args].join(" ")} exited with ${code} before saying where it is`)));
   });
   const events: PeerEvent[] = [];
   lines.on("line", (line) => events.push(JSON.parse(line) as PeerEvent));
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once("exit", () => r())));
   return {
     info: JSON.parse(first) as Info,
     child,

@@ -1,17 +1,23 @@
 // A peer made of upstream C++ TensorPipe (Debian's libtensorpipe-dev), for
-// the interop tests: it listens or connects with the transports and
-// channels it is told, and echoes every message it receives on every pipe,
-// each tensor with a target device where the sender gave one and without
-// where it gave none. Its listening URLs, and each pipe's errors, go to
-// stdout as JSON lines; it exits when stdin closes.
+// the interop tests and upstream-interop.js: it listens or connects with the
+// transports and channels it is told, and echoes every message it receives
+// on every pipe, each tensor with a target device where the sender gave one
+// and without where it gave none; or it times round trips of one tensor
+// against an echoing peer. Its listening URLs, each pipe's errors and the
+// timings go to stdout as JSON lines; it exits when stdin closes (bench:
+// when done).
 //
-//   tp_peer listen  <transports> <channels>
-//   tp_peer connect <transports> <channels> <url> [pipes]
+//   upstream_peer listen  <transports> <channels>
+//   upstream_peer connect <transports> <channels> <url> [pipes]
+//   upstream_peer bench   <transports> <channels> <url> <bytes> <round trips>
 #include <tensorpipe/tensorpipe.h>
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -134,18 +140,72 @@ void AcceptNext(std::shared_ptr<tensorpipe::Listener> listener, int id) {
   });
 }
 
+// Writes one tensor of `bytes` and reads its echo into `landing`, `rounds`
+// times (after as many untimed), and says the round trips' p50 and the
+// wall time of the timed ones.
+int Bench(const std::shared_ptr<tensorpipe::Context>& context, const std::string& url, size_t bytes, int rounds) {
+  auto pipe = context->connect(url);
+  std::vector<uint8_t> data(bytes, 7), landing(bytes);
+  auto roundTrip = [&]() -> std::string {
+    std::promise<std::string> done;
+    tensorpipe::Message message;
+    tensorpipe::Message::Tensor t;
+    t.buffer = tensorpipe::CpuBuffer{data.data()};
+    t.length = bytes;
+    t.targetDevice = tensorpipe::Device{tensorpipe::kCpuDeviceType, 0};
+    message.tensors.push_back(std::move(t));
+    pipe->write(std::move(message), [](const tensorpipe::Error&) {});
+    pipe->readDescriptor([&](const tensorpipe::Error& error, tensorpipe::Descriptor) {
+      if (error) return done.set_value(error.what());
+      tensorpipe::Allocation allocation;
+      allocation.tensors.push_back({tensorpipe::CpuBuffer{landing.data()}});
+      pipe->read(std::move(allocation), [&](const tensorpipe::Error& error) { done.set_value(error ? error.what() : ""); });
+    });
+    return done.get_future().get();
+  };
+  std::vector<double> samples;
+  double seconds = 0;
+  for (int phase = 0; phase < 2; phase++) {
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < rounds; i++) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::string error = roundTrip();
+      if (!error.empty()) {
+        Say("{\"error\":" + Quoted(error) + "}");
+        return 1;
+      }
+      if (phase == 1) samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  std::sort(samples.begin(), samples.end());
+  Say("{\"bytes\":" + std::to_string(bytes) + ",\"rounds\":" + std::to_string(rounds) + ",\"p50Us\":" +
+      std::to_string(samples[samples.size() / 2]) + ",\"seconds\":" + std::to_string(seconds) + "}");
+  pipe->close();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || (std::string(argv[1]) != "listen" && std::string(argv[1]) != "connect") ||
-      (std::string(argv[1]) == "connect" && argc < 5)) {
-    std::cerr << "usage: tp_peer listen <transports> <channels> | tp_peer connect <transports> <channels> <url> [pipes]\n";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (argc < 4 || (mode != "listen" && mode != "connect" && mode != "bench") || (mode == "connect" && argc < 5) ||
+      (mode == "bench" && argc < 7)) {
+    std::cerr << "usage: upstream_peer listen <transports> <channels>\n"
+                 "       upstream_peer connect <transports> <channels> <url> [pipes]\n"
+                 "       upstream_peer bench <transports> <channels> <url> <bytes> <round trips>\n";
     return 2;
   }
   auto context = MakeContext(argv[2], argv[3]);
+  if (mode == "bench") {
+    int rc = Bench(context, argv[4], std::stoull(argv[5]), std::stoi(argv[6]));
+    context->close();
+    context->join();
+    return rc;
+  }
   std::shared_ptr<tensorpipe::Listener> listener;
   std::vector<std::shared_ptr<tensorpipe::Pipe>> pipes;
-  if (std::string(argv[1]) == "listen") {
+  if (mode == "listen") {
     std::vector<std::string> urls;
     for (const auto& t : Split(argv[2])) urls.push_back(t == "shm" ? "shm://" : t + "://127.0.0.1");
     listener = context->listen(urls);

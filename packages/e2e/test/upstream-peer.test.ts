@@ -1,71 +1,22 @@
 /**
  * A live upstream C++ TensorPipe (Debian's libtensorpipe-dev, built into
- * cpp-peer/build/tp_peer) against our Context, both ways: it listens and we
+ * @tensorpipe/bench's upstream_peer) against our Context, both ways: it listens and we
  * connect, and it connects to our listener. It echoes every message; every
  * byte that comes back is checked. Without the library the tests say so and
  * skip, and fail where TP_REQUIRE_CPP_PEER=1 (CI).
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
-import { once } from "node:events";
-import { fileURLToPath } from "node:url";
 import { CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/bench";
+import { type JsonChild, createContext, upstreamClient, upstreamListener, upstreamPeerMissing } from "@tensorpipe/bench";
 
-const PEER = fileURLToPath(new URL("../cpp-peer/build/tp_peer", import.meta.url));
-const built = existsSync(PEER);
+const missing = upstreamPeerMissing();
 const required = process.env.TP_REQUIRE_CPP_PEER === "1";
-if (!built) {
-  console.warn(`cpp-peer: ${PEER} is not built (install libtensorpipe-dev, then pnpm build): ${required ? "failing" : "skipping"} the C++ peer tests`);
-}
+if (missing) console.warn(`${missing}: ${required ? "failing" : "skipping"} the C++ peer tests`);
 
 const MiB = 1024 * 1024;
 
-/** A running tp_peer and the JSON lines it printed. */
-class CppPeer {
-  readonly lines: Record<string, unknown>[] = [];
-  private constructor(readonly child: ChildProcess) {
-    let rest = "";
-    child.stdout!.on("data", (d: Buffer) => {
-      rest += d.toString();
-      for (let i = rest.indexOf("\n"); i >= 0; i = rest.indexOf("\n")) {
-        this.lines.push(JSON.parse(rest.slice(0, i)));
-        rest = rest.slice(i + 1);
-      }
-    });
-  }
-
-  static async start(args: string[]): Promise<CppPeer> {
-    if (!built) throw new Error(`${PEER} is not built: install libtensorpipe-dev (scripts/setup.sh does where it can), then pnpm build`);
-    const peer = new CppPeer(spawn(PEER, args, { stdio: ["pipe", "pipe", "inherit"] }));
-    const [exited] = await Promise.race([once(peer.child, "exit"), peer.firstLine()]);
-    if (exited !== undefined) throw new Error(`tp_peer ${args.join(" ")} exited (${exited}) before saying where it is`);
-    return peer;
-  }
-
-  /** Resolves with [undefined] once the peer has said where it is. */
-  private firstLine(): Promise<[undefined]> {
-    return new Promise((resolve) => {
-      const look = () => (this.lines.length > 0 ? resolve([undefined]) : setTimeout(look, 10));
-      look();
-    });
-  }
-
-  get urls(): string[] {
-    return this.lines[0]!.urls as string[];
-  }
-
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const exited = once(this.child, "exit");
-    this.child.stdin!.end();
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), 5000);
-    await exited;
-    clearTimeout(timer);
-  }
-}
+type Peer = JsonChild<{ urls?: string[] }>;
 
 /** A message of the given sizes, every part patterned from `seed`, and what its echo must hold. */
 function shaped(seed: number, payloads: number[], tensors: { size: number; targeted: boolean }[], metadata = `m${seed}`): Message {
@@ -127,9 +78,9 @@ function exchanges(pipe: () => Pipe) {
   });
 }
 
-describe.skipIf(!built && !required)("a live C++ TensorPipe peer", () => {
+describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer", () => {
   let context: Context;
-  const peers: CppPeer[] = [];
+  const peers: Peer[] = [];
   beforeAll(async () => {
     context = await createContext();
   });
@@ -144,11 +95,11 @@ describe.skipIf(!built && !required)("a live C++ TensorPipe peer", () => {
     ["uv + basic", "uv", "basic"],
     ["uv, shm + basic, cma, mpt (ours fall back to what interoperates)", "uv,shm", "basic,cma,mpt"],
   ])("listening, with %s: our client", (_, transports, channels) => {
-    let peer: CppPeer;
+    let peer: Peer;
     let pipe: Pipe;
     beforeAll(async () => {
-      peer = await CppPeer.start(["listen", transports, channels]);
-      pipe = await context.connect(peer.urls[0]!);
+      peer = await upstreamListener(transports, channels);
+      pipe = await context.connect(peer.info.urls![0]!);
     });
     afterAll(async () => {
       pipe?.close();
@@ -163,11 +114,11 @@ describe.skipIf(!built && !required)("a live C++ TensorPipe peer", () => {
   });
 
   describe("connecting to our listener", () => {
-    let peer: CppPeer;
+    let peer: Peer;
     let pipe: Pipe;
     beforeAll(async () => {
       const listener = await context.listen("uv://127.0.0.1:0");
-      peer = await CppPeer.start(["connect", "uv", "basic", listener.addresses()[0]!]);
+      peer = await upstreamClient("uv", "basic", listener.addresses()[0]!);
       pipe = await listener.accept({ timeout: 10_000 });
       listener.close();
     });
@@ -180,9 +131,9 @@ describe.skipIf(!built && !required)("a live C++ TensorPipe peer", () => {
   });
 
   it("fails every pending operation when the peer is killed mid-transfer", async () => {
-    const peer = await CppPeer.start(["listen", "uv", "basic"]);
+    const peer = await upstreamListener("uv", "basic");
     peers.push(peer);
-    const pipe = await context.connect(peer.urls[0]!);
+    const pipe = await context.connect(peer.info.urls![0]!);
     const big = shaped(7, [], [{ size: 256 * MiB, targeted: true }]);
     const write = pipe.write(big);
     const read = pipe.readMessage();
