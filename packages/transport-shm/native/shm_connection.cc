@@ -231,14 +231,11 @@ void ShmConnection::OnSocket() {
     } while (n < 0 && errno == EINTR);
     if (n <= 0) break;
     woken = true;
-    // Short: the socket is drained (one recv per wake-up, not two); an end
-    // of stream behind it makes the socket readable again.
-    if (n < static_cast<ssize_t>(sizeof(bytes))) break;
   }
   // Before anything else can touch errno.
   if (n < 0) err = errno;
   if (woken) OnWake();
-  if (n > 0 || (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))) return;
+  if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return;
   if (state_ != State::kOpen) return;
   // Frames the peer finished before going away still count.
   PumpReads();
