@@ -4,21 +4,29 @@ import type { NativeAddon } from "./native.js";
 /** How a channel copies: what its context decided for it. */
 export interface Tuning {
   parallelism: number;
+  /** Tensors up to this size go inline (-1: none). */
   inlineMax: number;
   hugePages: boolean;
+  /**
+   * The peer is upstream TensorPipe, or a tensorpipe-js that cuts tensors
+   * at another size: descriptors without the length, empty completions
+   * only (a failed read fails the pipe), nothing inline.
+   */
+  upstreamWire: boolean;
 }
 
-/** Where the receiver reads from: the sender's pid and address. */
-function encodeSource(pid: number, address: bigint, length: number): Uint8Array {
-  return new NopWriter(32).structure(3).uint(pid).uint(address).uint(length).finish();
+/** Where the receiver reads from: the sender's pid and address, and (between tensorpipe-js ends) the length. */
+function encodeSource(upstreamWire: boolean, pid: number, address: bigint, length: number): Uint8Array {
+  const w = new NopWriter(32).structure(upstreamWire ? 2 : 3).uint(pid).uint(address);
+  return (upstreamWire ? w : w.uint(length)).finish();
 }
 
-function decodeSource(bytes: Uint8Array): { pid: number; address: bigint; length: number } {
+function decodeSource(upstreamWire: boolean, bytes: Uint8Array): { pid: number; address: bigint; length?: number } {
   const r = new NopReader(bytes, "cma descriptor");
-  r.structure(3, "cma descriptor");
+  r.structure(upstreamWire ? 2 : 3, "cma descriptor");
   const pid = r.uint(32);
   const address = r.uintBig();
-  const length = r.uint(64);
+  const length = upstreamWire ? undefined : r.uint(64);
   r.end();
   return { pid, address, length };
 }
@@ -62,7 +70,10 @@ interface ProvenPeer {
  * straight into its allocation and answers on the second connection (empty:
  * done, else the reason it failed) so the sender knows its memory is free.
  * Small tensors (both ends know the length) go inline on the first
- * connection instead.
+ * connection instead. That, the length in the announcement and the reason
+ * in a failed answer are tensorpipe-js's own: toward upstream TensorPipe
+ * (ChannelContext.wireExtension) every tensor goes by address, announced
+ * as {pid, address}, and answered empty.
  *
  * The pid in an announcement is the peer's word: before the first copy the
  * receiver has the transport prove, from the kernel's records, that this
@@ -93,6 +104,8 @@ export class CmaChannel implements Channel {
     }
     // Inline tensors take the transport's own path, with no promise of ours around it.
     if (length <= this.tuning.inlineMax) return writeFrame(this.descriptors, bytes);
+    // Upstream sends nothing for an empty tensor, and expects nothing.
+    if (length === 0) return Promise.resolve();
     return this.sendByAddress(bytes, length);
   }
 
@@ -100,7 +113,7 @@ export class CmaChannel implements Channel {
   private async sendByAddress(bytes: Uint8Array, length: number): Promise<void> {
     const address = this.addon.addressOf(bytes, this.tuning.hugePages);
     const [, answer] = await Promise.all([
-      this.descriptors.write([encodeSource(process.pid, address, length)]),
+      this.descriptors.write([encodeSource(this.tuning.upstreamWire, process.pid, address, length)]),
       this.acks.read(4096),
     ]);
     // `bytes` stays referenced until here: the peer has finished reading it.
@@ -118,9 +131,10 @@ export class CmaChannel implements Channel {
       return Promise.reject(e);
     }
     if (length <= this.tuning.inlineMax) return this.descriptors.readInto(target);
+    if (length === 0) return Promise.resolve();
     const copied = this.descriptors.read(64).then((frame) => {
-      const source = decodeSource(frame);
-      if (source.length !== length) {
+      const source = decodeSource(this.tuning.upstreamWire, frame);
+      if (source.length !== undefined && source.length !== length) {
         throw protocolError(`cma descriptor announces ${source.length} bytes, ${length} were expected`);
       }
       const peer = this.proven(source.pid);
@@ -139,11 +153,13 @@ export class CmaChannel implements Channel {
     });
     // Handled below, possibly after earlier answers: not an unhandled rejection meanwhile.
     copied.catch(() => undefined);
-    // Answers go out in the order tensors were announced, whichever copy ends first.
+    // Answers go out in the order tensors were announced, whichever copy
+    // ends first. Upstream's wire has no word for a failed read: the pipe
+    // fails instead, and the sender with it.
     const answered = this.lastAck.then(() =>
       copied.then(
         () => this.acks.write([OK]),
-        (e: Error) => this.acks.write([utf8.encode(answerFor(e))]).then(() => Promise.reject(e)),
+        (e: Error) => (this.tuning.upstreamWire ? Promise.reject(e) : this.acks.write([utf8.encode(answerFor(e))]).then(() => Promise.reject(e))),
       ),
     );
     this.lastAck = answered.catch(() => undefined);

@@ -1,7 +1,8 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, notViable } from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
+import { upstreamCmaDescriptor } from "./upstream-descriptor.js";
 
 /** Options of the cma channel. */
 export interface CmaChannelOptions {
@@ -16,8 +17,9 @@ export interface CmaChannelOptions {
   /**
    * Tensors up to this size travel inline on the channel's connection: for
    * them a copy through the transport beats process_vm_readv. Default: by
-   * the pipe's transport (defaultInlineMax). Both ends must agree: a pipe
-   * between ends set differently does not use cma.
+   * the pipe's transport (defaultInlineMax). Both ends must agree: between
+   * ends set differently, as with upstream TensorPipe, every tensor is read
+   * by address.
    */
   inlineMax?: number;
   /**
@@ -43,11 +45,6 @@ export function defaultInlineMax(medium: TransportMedium | undefined): number {
   return medium === "shared-memory" ? 4 * MiB : 128 * KiB;
 }
 
-function identity(): string {
-  const id = hostIdentity();
-  return `cma:${id.bootId}:${id.pidNs}:${id.userNs}:${process.getuid?.() ?? -1}`;
-}
-
 /**
  * Cross-memory attach: tensors between processes of one machine, one user
  * and one pid namespace, copied once with process_vm_readv. A peer on
@@ -55,7 +52,7 @@ function identity(): string {
  * descriptor, so negotiation never picks cma for it.
  */
 export class CmaChannelContext implements ChannelContext {
-  private readonly tuning: Omit<Tuning, "inlineMax">;
+  private readonly tuning: Omit<Tuning, "inlineMax" | "upstreamWire">;
   private readonly inlineMax?: number;
   private viability?: Viability;
 
@@ -85,12 +82,18 @@ export class CmaChannelContext implements ChannelContext {
     return this.viability;
   }
 
-  /**
-   * The inline threshold is in the descriptor: ends that would cut tensors
-   * differently (or a version that cut them at another size) never pair.
-   */
+  /** Upstream's descriptor, so that a Node process and a C++ one on one machine pair too. */
   deviceDescriptors(): readonly DeviceDescriptor[] {
-    return [{ device: CPU_DEVICE, descriptor: `${identity()}:inline:${this.inlineMax ?? "auto"}` }];
+    return [{ device: CPU_DEVICE, descriptor: upstreamCmaDescriptor() }];
+  }
+
+  /**
+   * Between two tensorpipe-js ends, tensors up to the inline threshold go
+   * inline and a failed read is told with its reason; ends that would cut
+   * tensors at different sizes speak upstream's wire instead.
+   */
+  wireExtension(): string {
+    return `inline:${this.inlineMax ?? "auto"}`;
   }
 
   /** How many transport connections each channel needs. */
@@ -105,8 +108,11 @@ export class CmaChannelContext implements ChannelContext {
   createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transportMedium);
-    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax });
+    if (pipe?.peerWireExtension !== this.wireExtension()) {
+      return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax: -1, upstreamWire: true });
+    }
+    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe.transportMedium);
+    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax, upstreamWire: false });
   }
 
   /** Releases what the backend holds; called by Context.close(). */

@@ -1,4 +1,4 @@
-import { type Connection, ErrorCode, NopWriter } from "@tensorpipe/core/backend";
+import { type Connection, ErrorCode, NopReader, NopWriter, type TransportMedium } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { readFileSync } from "node:fs";
@@ -46,19 +46,25 @@ describe("cma channel", () => {
     return { here, there: accepted };
   }
 
+  /** A channel between two tensorpipe-js ends, as negotiation makes it (the peer's wire extension is its own). */
+  function between(context: CmaChannelContext, conns: Connection[], transportMedium: TransportMedium = "network") {
+    return context.createChannel(conns, "connect", { transportMedium, peerWireExtension: context.wireExtension() }) as CmaChannel;
+  }
+
   function channel(conns: Connection[], options = {}) {
-    return new CmaChannelContext({ inlineMax: 0, ...options }).createChannel(conns) as CmaChannel;
+    return between(new CmaChannelContext({ inlineMax: 0, ...options }), conns);
   }
 
   const source = (pid: number, address: bigint, length: number) =>
     new NopWriter().structure(3).uint(pid).uint(address).uint(length).finish();
 
-  it("is viable here and describes machine, pid namespace and user", () => {
+  it("is viable here and describes machine, pid and user namespaces, user, group and capabilities as upstream does", () => {
     const ctx = new CmaChannelContext();
     expect(ctx.isViable()).toEqual({ viable: true });
     const [d] = ctx.deviceDescriptors();
     expect(d!.device).toEqual({ type: "cpu", index: 0 });
-    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}:pid:\\[\\d+\\]:user:\\[\\d+\\]:${process.getuid!()}:inline:auto$`));
+    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_${process.getuid!()}_${process.getgid!()}(_[0-9a-f]+)?$`));
+    expect(ctx.wireExtension()).toBe("inline:auto");
   });
 
   it("refuses a number of copier threads that is not an integer from 1 to 64", () => {
@@ -70,13 +76,26 @@ describe("cma channel", () => {
     expect(() => new CmaChannelContext({ parallelism: 64 })).not.toThrow();
   });
 
-  it("pairs only ends that cut tensors at the same size", () => {
-    const describe = (o = {}) => new CmaChannelContext(o).deviceDescriptors()[0]!.descriptor;
-    const ctx = new CmaChannelContext();
-    expect(ctx.canCommunicateWithRemote(describe(), describe())).toBe(true);
-    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe({ inlineMax: 1024 }))).toBe(true);
-    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe())).toBe(false);
-    expect(ctx.canCommunicateWithRemote(describe({ inlineMax: 1024 }), describe({ inlineMax: 2048 }))).toBe(false);
+  it("speaks its own wire only with an end that cuts tensors at the same size, upstream's with any other", async () => {
+    const ctx = (o = {}) => new CmaChannelContext(o);
+    // One descriptor for all: ends set differently, and upstream's, still pair.
+    expect(ctx({ inlineMax: 1024 }).deviceDescriptors()).toEqual(ctx().deviceDescriptors());
+    expect([ctx().wireExtension(), ctx({ inlineMax: 1024 }).wireExtension()]).toEqual(["inline:auto", "inline:1024"]);
+    for (const peerWireExtension of [undefined, "inline:auto", "something else"]) {
+      const { here, there } = await connections();
+      const sender = ctx({ inlineMax: 1024 }).createChannel(here, "connect", { transportMedium: "network", peerWireExtension });
+      const sent = sender.send(patterned(100, 3), 100);
+      // Upstream's announcement: {pid, address}, no length, and nothing inline.
+      const frame = new NopReader(await there[0]!.read(64), "test");
+      frame.structure(2, "test");
+      expect(frame.uint(32)).toBe(process.pid);
+      frame.uintBig();
+      frame.end();
+      await there[1]!.write([new Uint8Array(0)]);
+      await sent;
+      // An empty tensor is not on upstream's wire at all.
+      await sender.send(new Uint8Array(0), 0);
+    }
   });
 
   it("by default sends through the transport up to 4 MiB over shm and 128 KiB over TCP", async () => {
@@ -88,7 +107,7 @@ describe("cma channel", () => {
       ["network", 128 * 1024 + 1, false],
     ] as const) {
       const { here, there } = await connections();
-      const sender = new CmaChannelContext().createChannel(here, "connect", { transportMedium: transport });
+      const sender = between(new CmaChannelContext(), here, transport);
       const sent = sender.send(patterned(size, 3), size);
       // Inline, the first connection carries the tensor itself; else where to read it from.
       const frame = await there[0]!.read(8 * MiB);
@@ -218,8 +237,8 @@ describe("cma channel", () => {
 
   it("sends tensors up to inlineMax through the connection itself", async () => {
     const { here, there } = await connections();
-    const sender = new CmaChannelContext({ inlineMax: 1024 }).createChannel(here);
-    const receiver = new CmaChannelContext({ inlineMax: 1024 }).createChannel(there);
+    const sender = between(new CmaChannelContext({ inlineMax: 1024 }), here);
+    const receiver = between(new CmaChannelContext({ inlineMax: 1024 }), there);
     const src = patterned(1024, 9);
     await sender.send(src, 1024);
     // Inline: the bytes are on the first connection, as one frame.

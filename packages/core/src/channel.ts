@@ -23,6 +23,11 @@ export type Endpoint = "listen" | "connect";
 export interface PipeInfo {
   /** How the pipe's transport moves bytes (TransportContext.medium). */
   transportMedium: TransportMedium;
+  /**
+   * The peer's wireExtension() for this channel: undefined when the peer
+   * is upstream TensorPipe, or a tensorpipe-js without one.
+   */
+  peerWireExtension?: string;
 }
 
 /** A channel backend: registered with Context.registerChannel(), it offers devices in the handshake and builds one Channel per pipe. */
@@ -41,6 +46,16 @@ export interface ChannelContext {
   acceptsConnectionCount?(count: number): boolean;
   /** Default rule: the descriptors are equal. */
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean;
+  /**
+   * What this channel adds to upstream's wire between two tensorpipe-js
+   * ends (cma: tensors sent inline, and at what size), or undefined when it
+   * speaks upstream's wire alone. It travels in a handshake entry upstream
+   * ignores, and createChannel() gets the peer's as
+   * `pipe.peerWireExtension`: a channel whose peer's differs from its own
+   * speaks upstream's wire, so that it interoperates with upstream
+   * TensorPipe under the same name and descriptors.
+   */
+  wireExtension?(): string | undefined;
   /**
    * Builds one end of a channel over connections opened for it, in order.
    * `pipe` is the same at both ends: a choice made from it (how small a

@@ -147,6 +147,9 @@ export class Context {
     if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}" must be [A-Za-z0-9_.-]+`);
     }
+    if (name.startsWith("tensorpipe-js.")) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}": tensorpipe-js.* names are the handshake's own entries`);
+    }
     if (into.has(name)) throw new TensorPipeError(ErrorCode.INVALID_ARG, `"${name}" is already registered`);
   }
 

@@ -18,6 +18,7 @@ import {
   chooseChannels,
   chooseTransport,
   describePairs,
+  peerWireExtension,
 } from "./negotiation.js";
 import type { PipeOptions, PipeParts } from "./pipe.js";
 import {
@@ -205,7 +206,13 @@ export async function dial(
   for (const [name, ids] of answer.channelRegistrationIds) {
     const conns = channelConnections.slice(next, next + ids.length);
     next += ids.length;
-    channels.set(name, settings.channels.get(name)!.context.createChannel(conns, "connect", { transportMedium: chosen.medium ?? "network" }));
+    channels.set(
+      name,
+      settings.channels.get(name)!.context.createChannel(conns, "connect", {
+        transportMedium: chosen.medium ?? "network",
+        peerWireExtension: peerWireExtension(answer.channelDeviceDescriptors, name),
+      }),
+    );
   }
   return {
     transport: answer.transport,
@@ -294,7 +301,13 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
     const channels = new Map<string, Channel>();
     for (const [name, regs] of channelRegs) {
       const medium = transport.context.medium ?? "network";
-      channels.set(name, settings.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", { transportMedium: medium }));
+      channels.set(
+        name,
+        settings.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", {
+          transportMedium: medium,
+          peerWireExtension: peerWireExtension(brochure.channelDeviceDescriptors, name),
+        }),
+      );
       i += regs.length;
     }
     return {

@@ -37,6 +37,32 @@ export function localDeviceDescriptors(channel: ChannelContext): DeviceDescripto
   return out;
 }
 
+/**
+ * The handshake entry, among the channels, that carries what tensorpipe-js
+ * channels add to upstream's wire (ChannelContext.wireExtension): one
+ * "device" per channel, named as the channel, whose descriptor is the
+ * extension. Upstream looks up only the channels it has, so it passes over
+ * it; no channel may be registered under a tensorpipe-js.* name.
+ */
+export const WIRE_EXTENSIONS_ENTRY = "tensorpipe-js.wire-extensions";
+
+/** The extensions of `channels` as the entry carries them; undefined when none has one. */
+export function wireExtensionsEntry(channels: Iterable<Registered<ChannelContext>>): DeviceDescriptors | undefined {
+  let out: DeviceDescriptors | undefined;
+  for (const c of channels) {
+    const extension = c.context.wireExtension?.();
+    if (extension === undefined || !c.context.isViable().viable) continue;
+    const device = { type: c.name, index: 0 };
+    (out ??= new Map()).set(deviceKey(device), { device, descriptor: extension });
+  }
+  return out;
+}
+
+/** The peer's extension for channel `name`, from its brochure's or answer's channel entries. */
+export function peerWireExtension(peerChannels: ReadonlyMap<string, DeviceDescriptors>, name: string): string | undefined {
+  return peerChannels.get(WIRE_EXTENSIONS_ENTRY)?.get(deviceKey({ type: name, index: 0 }))?.descriptor;
+}
+
 /** The connecting side's offer: every viable transport's domain and every viable channel's devices. */
 export function buildBrochure(
   transports: readonly Registered<TransportContext>[],
@@ -50,6 +76,8 @@ export function buildBrochure(
   for (const c of channels) {
     if (c.context.isViable().viable) channelDeviceDescriptors.set(c.name, localDeviceDescriptors(c.context));
   }
+  const extensions = wireExtensionsEntry(channels);
+  if (extensions) channelDeviceDescriptors.set(WIRE_EXTENSIONS_ENTRY, extensions);
   return { transportDomainDescriptors, channelDeviceDescriptors };
 }
 
@@ -92,7 +120,7 @@ export function chooseTransport(
 export interface ChannelChoice {
   /** Channels that serve at least one device pair, in priority order. */
   selected: Registered<ChannelContext>[];
-  /** Per selected channel, this side's device descriptors (sent in the answer). */
+  /** Per selected channel, this side's device descriptors, and their wire extensions (sent in the answer). */
   deviceDescriptors: Map<string, DeviceDescriptors>;
   /** The channel for each (device here, device there) pair. */
   pairs: DevicePairChoice[];
@@ -144,6 +172,8 @@ export function chooseChannels(
       choice.deviceDescriptors.set(c.name, localDevices);
     }
   }
+  const extensions = wireExtensionsEntry(choice.selected);
+  if (extensions) choice.deviceDescriptors.set(WIRE_EXTENSIONS_ENTRY, extensions);
   return choice;
 }
 

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import type { ChannelContext, DeviceDescriptor } from "../src/channel.js";
 import type { Device } from "../src/device.js";
+import { Context } from "../src/context.js";
 import { ErrorCode } from "../src/errors.js";
-import { buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport } from "../src/negotiation.js";
+import { WIRE_EXTENSIONS_ENTRY, buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport, peerWireExtension } from "../src/negotiation.js";
 import type { Brochure, BrochureAnswer } from "../src/protocol.js";
 import type { TransportContext } from "../src/transport.js";
 import { notViable, VIABLE } from "../src/viability.js";
@@ -67,6 +68,44 @@ describe("transport choice", () => {
     );
     expect([...b.transportDomainDescriptors.keys()]).toEqual(["uv"]);
     expect(b.channelDeviceDescriptors.size).toBe(0);
+  });
+});
+
+describe("wire extensions", () => {
+  const extended = (extension: string | undefined, viable = true): ChannelContext => ({
+    ...channel([{ device: cpu, descriptor: "host-1" }], 2, viable),
+    wireExtension: () => extension,
+  });
+
+  it("travel in an entry of their own only when a viable channel has one, so that a brochure of upstream's channels stays upstream's bytes", () => {
+    const plain = buildBrochure([], [{ priority: 0, name: "basic", context: channel([{ device: cpu, descriptor: "any" }]) }]);
+    expect([...plain.channelDeviceDescriptors.keys()]).toEqual(["basic"]);
+    const none = buildBrochure([], [{ priority: 0, name: "cma", context: extended(undefined) }, { priority: 1, name: "x", context: extended("v", false) }]);
+    expect([...none.channelDeviceDescriptors.keys()]).toEqual(["cma"]);
+    const b = buildBrochure([], [{ priority: 0, name: "cma", context: extended("inline:auto") }]);
+    expect([...b.channelDeviceDescriptors.keys()]).toEqual(["cma", WIRE_EXTENSIONS_ENTRY]);
+    expect(peerWireExtension(b.channelDeviceDescriptors, "cma")).toBe("inline:auto");
+    expect(peerWireExtension(b.channelDeviceDescriptors, "basic")).toBeUndefined();
+  });
+
+  it("are carried under a name no backend may take", async () => {
+    const context = new Context();
+    for (const name of [WIRE_EXTENSIONS_ENTRY, "tensorpipe-js.auth.hmac-sha256", "tensorpipe-js.x"]) {
+      expect(() => context.registerChannel(0, name, extended("v")), name).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/tensorpipe-js\.\* names are the handshake's own entries/) }),
+      );
+      expect(() => context.registerTransport(0, name, transport("d")), name).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
+    }
+    await context.close();
+  });
+
+  it("are no channel to choose, and the listener answers with those of the channels it chose", () => {
+    const channels = byPriority([{ priority: 0, name: "cma", context: extended("inline:1024") }]);
+    const brochure = buildBrochure([], channels);
+    const choice = chooseChannels(channels, brochure);
+    expect(choice.selected.map((c) => c.name)).toEqual(["cma"]);
+    expect(choice.pairs.map((p) => p.channel)).toEqual(["cma"]);
+    expect(peerWireExtension(choice.deviceDescriptors, "cma")).toBe("inline:1024");
   });
 });
 

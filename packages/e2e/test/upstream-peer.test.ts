@@ -92,9 +92,10 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
   });
 
   describe.each([
-    ["uv + basic", "uv", "basic"],
-    ["uv, shm + basic, cma, mpt (ours fall back to what interoperates)", "uv,shm", "basic,cma,mpt"],
-  ])("listening, with %s: our client", (_, transports, channels) => {
+    ["uv + basic", "uv", "basic", "basic"],
+    ["uv + cma", "uv", "cma", "cma"],
+    ["uv, shm + basic, cma, mpt (shm and mpt do not interoperate)", "uv,shm", "basic,cma,mpt", "cma"],
+  ])("listening, with %s: our client", (_, transports, channels, expected) => {
     let peer: Peer;
     let pipe: Pipe;
     beforeAll(async () => {
@@ -106,19 +107,22 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
       await peer?.stop();
     });
 
-    it("negotiates uv and basic", () => {
+    it(`negotiates uv and ${expected}`, () => {
       expect(pipe.transport).toBe("uv");
-      expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+      expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(expected);
     });
     exchanges(() => pipe);
   });
 
-  describe("connecting to our listener", () => {
+  describe.each([
+    ["uv + basic", "basic"],
+    ["uv + basic, cma", "basic,cma"],
+  ])("connecting to our listener with %s", (_, channels) => {
     let peer: Peer;
     let pipe: Pipe;
     beforeAll(async () => {
       const listener = await context.listen("uv://127.0.0.1:0");
-      peer = await upstreamClient("uv", "basic", listener.addresses()[0]!);
+      peer = await upstreamClient("uv", channels, listener.addresses()[0]!);
       pipe = await listener.accept({ timeout: 10_000 });
       listener.close();
     });
@@ -127,6 +131,9 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
       await peer?.stop();
     });
 
+    it(`negotiates ${channels.endsWith("cma") ? "cma" : "basic"}`, () => {
+      expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channels.endsWith("cma") ? "cma" : "basic");
+    });
     exchanges(() => pipe);
   });
 

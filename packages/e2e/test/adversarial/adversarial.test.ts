@@ -106,15 +106,16 @@ describe("a forged cma pid", () => {
   }
 
   it.each([
-    { transport: "uv", register: (c: Context) => registerUvTransport(c) },
-    { transport: "shm", register: (c: Context) => registerShmTransport(c) },
-  ])("naming a bystander over $transport+cma is refused with ERR_TP_PERMISSION_DENIED before any copy", async ({ transport, register }) => {
+    { transport: "uv", register: (c: Context) => registerUvTransport(c), wire: "tensorpipe-js's" },
+    { transport: "shm", register: (c: Context) => registerShmTransport(c), wire: "tensorpipe-js's" },
+    { transport: "uv", register: (c: Context) => registerUvTransport(c), wire: "upstream's" },
+  ])("naming a bystander over $transport+cma, on $wire wire, is refused with ERR_TP_PERMISSION_DENIED before any copy", async ({ transport, register, wire }) => {
     const v = await victim();
     const target = await withBystander();
     const attacker = new Context();
     cleanup.push(() => attacker.close());
     register(attacker);
-    attacker.registerChannel(20, "cma", new ForgedCmaContext(target));
+    attacker.registerChannel(20, "cma", new ForgedCmaContext(target, { upstreamWire: wire === "upstream's" }));
     const pipe = await attacker.connect(transport === "uv" ? v.uvUrl : v.shmUrl);
     expect(pipe.transport).toBe(transport);
     expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
