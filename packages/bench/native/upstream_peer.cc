@@ -53,18 +53,18 @@ std::vector<std::string> Split(const std::string& list) {
   return out;
 }
 
+// The priorities PyTorch's TensorPipe agent gives them, so that the peer
+// chooses as a C++ user's process would.
 std::shared_ptr<tensorpipe::Context> MakeContext(const std::string& transports, const std::string& channels) {
   auto context = std::make_shared<tensorpipe::Context>();
-  int64_t priority = 100;
   for (const auto& t : Split(transports)) {
-    if (t == "uv") context->registerTransport(priority--, t, tensorpipe::transport::uv::create());
-    else if (t == "shm") context->registerTransport(priority--, t, tensorpipe::transport::shm::create());
+    if (t == "uv") context->registerTransport(0, t, tensorpipe::transport::uv::create());
+    else if (t == "shm") context->registerTransport(200, t, tensorpipe::transport::shm::create());
     else throw std::runtime_error("unknown transport " + t);
   }
-  priority = 100;
   for (const auto& c : Split(channels)) {
-    if (c == "basic") context->registerChannel(priority--, c, tensorpipe::channel::basic::create());
-    else if (c == "cma") context->registerChannel(priority--, c, tensorpipe::channel::cma::create());
+    if (c == "basic") context->registerChannel(0, c, tensorpipe::channel::basic::create());
+    else if (c == "cma") context->registerChannel(1200, c, tensorpipe::channel::cma::create());
     else if (c == "mpt") {
       std::vector<std::shared_ptr<tensorpipe::transport::Context>> lanes;
       std::vector<std::shared_ptr<tensorpipe::transport::Listener>> listeners;
@@ -73,17 +73,57 @@ std::shared_ptr<tensorpipe::Context> MakeContext(const std::string& transports, 
         listeners.push_back(lane->listen("127.0.0.1"));
         lanes.push_back(lane);
       }
-      context->registerChannel(priority--, c, tensorpipe::channel::mpt::create(std::move(lanes), std::move(listeners)));
+      context->registerChannel(100, c, tensorpipe::channel::mpt::create(std::move(lanes), std::move(listeners)));
     } else throw std::runtime_error("unknown channel " + c);
   }
   return context;
 }
 
+// Memory for what is being echoed, given back when the echo is written and
+// taken again for the next message of that size, as the Node peer reuses
+// its own: the measurement is of the pipe, not of fresh pages.
+class BufferPool {
+ public:
+  struct Block {
+    std::unique_ptr<uint8_t[]> bytes;
+    size_t size;
+  };
+
+  Block Take(size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->size == size) {
+        Block b = std::move(*it);
+        free_.erase(it);
+        return b;
+      }
+    }
+    return Block{std::unique_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(size, 1)]), size};
+  }
+
+  void Give(Block b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.size() < kKept) free_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kKept = 256;
+  std::mutex mutex_;
+  std::vector<Block> free_;
+};
+
+BufferPool pool;
+
 // One message being echoed: the memory it landed in, kept until the echo is written.
 struct Echo {
   tensorpipe::Descriptor descriptor;
-  std::vector<std::vector<uint8_t>> payloads;
-  std::vector<std::vector<uint8_t>> tensors;
+  std::vector<BufferPool::Block> payloads;
+  std::vector<BufferPool::Block> tensors;
+
+  ~Echo() {
+    for (auto& b : payloads) pool.Give(std::move(b));
+    for (auto& b : tensors) pool.Give(std::move(b));
+  }
 };
 
 void EchoNext(std::shared_ptr<tensorpipe::Pipe> pipe, int id);
@@ -99,24 +139,24 @@ void EchoNext(std::shared_ptr<tensorpipe::Pipe> pipe, int id) {
     echo->descriptor = std::move(descriptor);
     tensorpipe::Allocation allocation;
     for (const auto& p : echo->descriptor.payloads) {
-      echo->payloads.emplace_back(p.length);
-      allocation.payloads.push_back({echo->payloads.back().data()});
+      echo->payloads.push_back(pool.Take(p.length));
+      allocation.payloads.push_back({echo->payloads.back().bytes.get()});
     }
     for (const auto& t : echo->descriptor.tensors) {
-      echo->tensors.emplace_back(t.length);
-      allocation.tensors.push_back({tensorpipe::CpuBuffer{echo->tensors.back().data()}});
+      echo->tensors.push_back(pool.Take(t.length));
+      allocation.tensors.push_back({tensorpipe::CpuBuffer{echo->tensors.back().bytes.get()}});
     }
     pipe->read(std::move(allocation), [pipe, id, echo](const tensorpipe::Error& error) {
       if (error) return Failed(id, "read", error);
       tensorpipe::Message message;
       message.metadata = echo->descriptor.metadata;
       for (size_t i = 0; i < echo->payloads.size(); i++) {
-        message.payloads.push_back({echo->payloads[i].data(), echo->payloads[i].size(), echo->descriptor.payloads[i].metadata});
+        message.payloads.push_back({echo->payloads[i].bytes.get(), echo->payloads[i].size, echo->descriptor.payloads[i].metadata});
       }
       for (size_t i = 0; i < echo->tensors.size(); i++) {
         tensorpipe::Message::Tensor t;
-        t.buffer = tensorpipe::CpuBuffer{echo->tensors[i].data()};
-        t.length = echo->tensors[i].size();
+        t.buffer = tensorpipe::CpuBuffer{echo->tensors[i].bytes.get()};
+        t.length = echo->tensors[i].size;
         t.metadata = echo->descriptor.tensors[i].metadata;
         if (echo->descriptor.tensors[i].targetDevice.has_value()) t.targetDevice = tensorpipe::Device{tensorpipe::kCpuDeviceType, 0};
         message.tensors.push_back(std::move(t));

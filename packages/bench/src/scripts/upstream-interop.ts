@@ -14,8 +14,11 @@ import { printResults, scriptArgs } from "./script.js";
 
 const MiB = 1024 * 1024;
 
-/** The pairs Node and upstream both speak: uv + basic for now (see docs/wire-protocol.md for the others). */
-const PAIRS = [{ transport: "uv", channel: "basic" }];
+/** The pairs Node and upstream both speak (docs/wire-protocol.md; shm and mpt do not interoperate). */
+const PAIRS = [
+  { transport: "uv", channel: "basic" },
+  { transport: "uv", channel: "cma" },
+];
 
 export interface InteropRow {
   pair: string;
