@@ -9,6 +9,7 @@ import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./erro
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
 import { type Registered, byPriority } from "./negotiation.js";
+import { type PathPolicy, checkPathPolicy } from "./path-policy.js";
 import { Pipe, type PipeParts } from "./pipe.js";
 import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "./protocol.js";
 import { type ContextStats, PipeCounters, addCount } from "./stats.js";
@@ -51,7 +52,21 @@ export interface ContextOptions {
 }
 
 /** Options of Context.connect(): a signal or a timeout for the whole handshake (default: the context's handshakeTimeout). */
-export interface ConnectOptions extends OperationOptions {}
+export interface ConnectOptions extends OperationOptions {
+  /**
+   * The backends this pipe may use, by registered name: only
+   * `transports`, only `channels`, never `forbid`. Negotiation chooses
+   * among them alone; a pipe that cannot have them fails with
+   * ERR_TP_NEGOTIATION saying why, never falls back to another.
+   */
+  path?: PathPolicy;
+}
+
+/** How Context.listen() takes pipes. */
+export interface ListenerOptions {
+  /** The backends its pipes may use (as ConnectOptions.path): a peer that cannot meet them is dropped with ERR_TP_NEGOTIATION. */
+  path?: PathPolicy;
+}
 
 /** A registered backend, as Context.backends() lists it. */
 export interface BackendInfo {
@@ -187,13 +202,15 @@ export class Context {
   }
 
   /** Listens on each URL ("uv://127.0.0.1:0", ...); port 0 picks a free port. */
-  async listen(urls: string | readonly string[]): Promise<Listener> {
+  async listen(urls: string | readonly string[], options?: ListenerOptions): Promise<Listener> {
     if (this.closing) throw closedError("context");
+    const path = checkPathPolicy(options?.path, this.transports, this.channels);
     const targets = (typeof urls === "string" ? [urls] : urls).map((url) => {
       const { scheme, address } = parseUrl(url);
       return { transport: this.transportForScheme(scheme), scheme, address };
     });
-    const listener = await Listener.open(targets, this.handshakeSettings, this.maxPendingHandshakes, (parts) => this.adopt(parts));
+    const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
+    const listener = await Listener.open(targets, settings, this.maxPendingHandshakes, (parts) => this.adopt(parts));
     this.listeners.add(listener);
     return listener;
   }
@@ -203,6 +220,8 @@ export class Context {
     if (this.closing) throw closedError("context");
     const { scheme, address } = parseUrl(url);
     const transport = this.transportForScheme(scheme);
+    const path = checkPathPolicy(options?.path, this.transports, this.channels);
+    const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const signal = operationSignal({ timeout: this.handshakeTimeout, ...options });
     // Every connection of the pipe (a channel may want many) is opened
     // under this one signal, each with its own listener until it is open.
@@ -214,7 +233,7 @@ export class Context {
     const handshake = async (): Promise<Pipe> => {
       const leave = await this.dials.enter(signal);
       try {
-        return this.adopt(await dial(this.handshakeSettings, url, transport, address, signal, opened));
+        return this.adopt(await dial(settings, url, transport, address, signal, opened));
       } finally {
         leave();
       }

@@ -18,6 +18,7 @@ import {
   chooseChannels,
   chooseTransport,
   describePairs,
+  localDeviceDescriptors,
   peerWireExtension,
 } from "./negotiation.js";
 import type { PipeOptions, PipeParts } from "./pipe.js";
@@ -31,6 +32,7 @@ import {
   encodeBrochureAnswer,
   encodePacket,
 } from "./protocol.js";
+import { type PathPolicy, allowedBackends, describePath } from "./path-policy.js";
 import type { Registration, Registrations } from "./registrations.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
@@ -54,6 +56,18 @@ export interface HandshakeSettings {
   readonly handshakeTimeout: number;
   /** The limits the pipe keeps on what its peer sends. */
   readonly pipeOptions: PipeOptions;
+  /** The backends this handshake may choose among (ConnectOptions.path, ListenerOptions.path). */
+  readonly path?: PathPolicy;
+}
+
+/** `settings` with only the backends its path allows. */
+function restricted(settings: HandshakeSettings): HandshakeSettings {
+  if (!settings.path) return settings;
+  return {
+    ...settings,
+    transports: allowedBackends(settings.transports, settings.path, "transport"),
+    channels: allowedBackends(settings.channels, settings.path, "channel"),
+  };
 }
 
 /** What the listening side offers a handshake: where it listens, and ids for the connections it asks for. */
@@ -79,6 +93,17 @@ function viable<T extends { isViable(): Viability }>(from: ReadonlyMap<string, R
   const out = new Map<string, T>();
   for (const [name, r] of from) if (r.context.isViable().viable) out.set(name, r.context);
   return out;
+}
+
+/** What `choose` said of each backend it passed over, in one line. */
+function verdicts(choose: (note: (name: string, why: string) => void) => unknown): string {
+  const out: string[] = [];
+  choose((name, why) => out.push(`${name}: ${why}`));
+  return out.join("; ");
+}
+
+function pathNote(settings: HandshakeSettings): string {
+  return settings.path ? `; this side's path: ${describePath(settings.path)}` : "";
 }
 
 /** Same host (scope aside) and port, for addresses of the form host:port. */
@@ -123,6 +148,7 @@ export async function dial(
   signal: AbortSignal | undefined,
   opened: Connection[],
 ): Promise<PipeParts> {
+  settings = restricted(settings);
   let main: Connection;
   try {
     main = await transport.context.connect(address, { signal });
@@ -174,9 +200,12 @@ export async function dial(
   // Every CPU tensor either way would otherwise fail on its first write.
   const cpuChannels = [...viableChannels].filter(([, c]) => c.deviceDescriptors().some((d) => sameDevice(d.device, CPU_DEVICE)));
   if (cpuChannels.length > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+    const offered = cpuChannels.map(([name, c]) => `${name} "${localDeviceDescriptors(c).get(deviceKey(CPU_DEVICE))?.descriptor}"`).join(", ");
     throw new TensorPipeError(
       ErrorCode.NEGOTIATION,
-      `no channel for CPU tensors in common with the listener: this side offers ${cpuChannels.map(([name]) => name).join(", ")}; register one that both ends have (basic works everywhere)`,
+      settings.path
+        ? `the path (${describePath(settings.path)}) is not met: the listener chose no channel for CPU tensors among ${offered} (inferred from its answer: it lacks them, cannot run them, forbids them, or describes them otherwise)`
+        : `no channel for CPU tensors in common with the listener: this side offers ${cpuChannels.map(([name]) => name).join(", ")}; register one that both ends have (basic works everywhere)`,
       { where: url },
     );
   }
@@ -232,6 +261,7 @@ export async function dial(
  * for the connections it registered.
  */
 export async function answer(settings: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide): Promise<PipeParts> {
+  settings = restricted(settings);
   const { auth } = settings;
   let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
   let session: AuthSession | undefined;
@@ -248,13 +278,18 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
   const note = log.enabled ? (name: string, why: string) => log("%s: %s: %s", from, name, why) : undefined;
   const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
   if (!transport) {
+    const why = verdicts((n) => chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, n));
     throw new TensorPipeError(
       ErrorCode.NEGOTIATION,
-      `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")})`,
+      `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")}; here: ${why || "none allowed"})${pathNote(settings)}`,
       { where: from },
     );
   }
   const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
+  if (settings.path && !choice.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+    const why = verdicts((n) => chooseChannels(byPriority(settings.channels.values()), brochure, n));
+    throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`, { where: from });
+  }
   const registrations: Registration[] = [];
   const register = () => {
     const r = listening.registrations.register(session);

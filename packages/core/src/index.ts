@@ -3,7 +3,8 @@
  * what can be observed of them. Backend authors: `@tensorpipe/core/backend`;
  * tests: `@tensorpipe/core/testing`.
  */
-export { Context, type ContextOptions, type ConnectOptions, type BackendInfo } from "./context.js";
+export { Context, type ContextOptions, type ConnectOptions, type ListenerOptions, type BackendInfo } from "./context.js";
+export type { PathPolicy } from "./path-policy.js";
 export { Listener, type ListenerEvents } from "./listener.js";
 export type { AuthOptions } from "./auth.js";
 export { Pipe } from "./pipe.js";

@@ -1,0 +1,93 @@
+/**
+ * Which backends a pipe may use: ConnectOptions.path and
+ * ListenerOptions.path. Negotiation then chooses among those alone, and a
+ * pipe that cannot have them fails with ERR_TP_NEGOTIATION saying why,
+ * instead of falling back to a slower path nobody asked for.
+ */
+import type { ChannelContext } from "./channel.js";
+import { ErrorCode, TensorPipeError } from "./errors.js";
+import { kindOf } from "./message-check.js";
+import type { Registered } from "./negotiation.js";
+import type { TransportContext } from "./transport.js";
+
+/** The backends a pipe may use, by the names they are registered under. */
+export interface PathPolicy {
+  /** Only these transports (default: any registered). */
+  readonly transports?: readonly string[];
+  /** Only these channels, for every pair of devices (default: any registered). */
+  readonly channels?: readonly string[];
+  /** Never these transports or channels. */
+  readonly forbid?: readonly string[];
+}
+
+function invalid(message: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.INVALID_ARG, message);
+}
+
+function names(what: string, value: unknown): readonly string[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value) || !value.every((v) => typeof v === "string")) {
+    throw invalid(`path.${what} must be an array of backend names, e.g. ["cma"]; got ${kindOf(value)}`);
+  }
+  return value as string[];
+}
+
+/**
+ * `path` checked against what is registered: every name must be a backend
+ * of this context (of the right kind), and what it allows must be able to
+ * run here; else an error that says which and why.
+ */
+export function checkPathPolicy(
+  path: unknown,
+  transports: ReadonlyMap<string, Registered<TransportContext>>,
+  channels: ReadonlyMap<string, Registered<ChannelContext>>,
+): PathPolicy | undefined {
+  if (path === undefined) return undefined;
+  if (typeof path !== "object" || path === null || Array.isArray(path)) {
+    throw invalid(`path must be an object { transports?, channels?, forbid? } of backend names; got ${kindOf(path)}`);
+  }
+  const p = path as Record<string, unknown>;
+  const policy: PathPolicy = { transports: names("transports", p.transports), channels: names("channels", p.channels), forbid: names("forbid", p.forbid) };
+  const registered = (kind: string, from: ReadonlyMap<string, unknown>, list: readonly string[] | undefined) => {
+    for (const name of list ?? []) {
+      if (!from.has(name)) throw invalid(`path.${kind} names "${name}", which is not a registered ${kind.slice(0, -1)} (registered: ${[...from.keys()].join(", ") || "none"})`);
+    }
+  };
+  registered("transports", transports, policy.transports);
+  registered("channels", channels, policy.channels);
+  for (const name of policy.forbid ?? []) {
+    if (!transports.has(name) && !channels.has(name)) throw invalid(`path.forbid names "${name}", which is not a registered transport or channel`);
+  }
+  for (const [kind, all] of [["transport", transports], ["channel", channels]] as const) {
+    const allowed = [...allowedOf(all as ReadonlyMap<string, Registered<{ isViable(): { viable: boolean; reason?: string } }>>, policy, kind).values()];
+    if (allowed.length > 0 && allowed.some((r) => r.context.isViable().viable)) continue;
+    const why = allowed.map((r) => `${r.name}: ${r.context.isViable().reason}`).join("; ");
+    throw new TensorPipeError(ErrorCode.NEGOTIATION, `the path leaves no ${kind} that can run here${why ? ` (${why})` : ""}`);
+  }
+  return policy;
+}
+
+function allowedOf<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): Map<string, Registered<T>> {
+  const only = kind === "transport" ? path.transports : path.channels;
+  const out = new Map<string, Registered<T>>();
+  for (const [name, r] of all) {
+    if (only && !only.includes(name)) continue;
+    if (path.forbid?.includes(name)) continue;
+    out.set(name, r);
+  }
+  return out;
+}
+
+/** The backends `path` lets a pipe use (all of them without one). */
+export function allowedBackends<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy | undefined, kind: "transport" | "channel"): ReadonlyMap<string, Registered<T>> {
+  return path ? allowedOf(all, path, kind) : all;
+}
+
+/** The path in words, for errors: "channels cma; never basic". */
+export function describePath(path: PathPolicy): string {
+  const parts: string[] = [];
+  if (path.transports) parts.push(`transports ${path.transports.join(", ")}`);
+  if (path.channels) parts.push(`channels ${path.channels.join(", ")}`);
+  if (path.forbid) parts.push(`never ${path.forbid.join(", ")}`);
+  return parts.join("; ");
+}
