@@ -9,6 +9,7 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 import { kindOf } from "./message-check.js";
 import type { Registered } from "./negotiation.js";
 import type { TransportContext } from "./transport.js";
+import type { Viability } from "./viability.js";
 
 /** The backends a pipe may use, by the names they are registered under. */
 export interface PathPolicy {
@@ -58,13 +59,20 @@ export function checkPathPolicy(
   for (const name of policy.forbid ?? []) {
     if (!transports.has(name) && !channels.has(name)) throw invalid(`path.forbid names "${name}", which is not a registered transport or channel`);
   }
-  for (const [kind, all] of [["transport", transports], ["channel", channels]] as const) {
-    const allowed = [...allowedOf(all as ReadonlyMap<string, Registered<{ isViable(): { viable: boolean; reason?: string } }>>, policy, kind).values()];
-    if (allowed.length > 0 && allowed.some((r) => r.context.isViable().viable)) continue;
-    const why = allowed.map((r) => `${r.name}: ${r.context.isViable().reason}`).join("; ");
-    throw new TensorPipeError(ErrorCode.NEGOTIATION, `the path leaves no ${kind} that can run here${why ? ` (${why})` : ""}`);
-  }
+  runnable("transport", allowedOf(transports, policy, "transport"));
+  runnable("channel", allowedOf(channels, policy, "channel"));
   return policy;
+}
+
+/** Throws unless one of `allowed` can run here, with why each cannot. */
+function runnable(kind: string, allowed: ReadonlyMap<string, Registered<{ isViable(): Viability }>>): void {
+  const why: string[] = [];
+  for (const r of allowed.values()) {
+    const v = r.context.isViable();
+    if (v.viable) return;
+    why.push(`${r.name}: ${v.reason}`);
+  }
+  throw new TensorPipeError(ErrorCode.NEGOTIATION, `the path leaves no ${kind} that can run here${why.length > 0 ? ` (${why.join("; ")})` : ""}`);
 }
 
 function allowedOf<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): Map<string, Registered<T>> {
