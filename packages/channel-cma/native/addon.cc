@@ -380,7 +380,8 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   }
   if (err != 0) {
     return Napi::String::New(env, std::string("process_vm_readv is not permitted here (") + strerror(err) +
-                                      "): seccomp or a container profile blocks it");
+                                      "): a seccomp filter blocks it; in Docker, run with --security-opt "
+                                      "seccomp=unconfined or a profile that allows process_vm_readv");
   }
   if (std::memcmp(source, dest, sizeof(source)) != 0) return Napi::String::New(env, "process_vm_readv copied wrong bytes");
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
@@ -390,7 +391,8 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
     std::fclose(f);
     if (n == 1 && scope > 0) {
       return Napi::String::New(env, "Yama ptrace_scope is " + std::to_string(scope) +
-                                        ": reading a sibling process's memory is forbidden (set it to 0)");
+                                        ": reading a sibling process's memory is forbidden; set it to 0 "
+                                        "(sysctl kernel.yama.ptrace_scope=0)");
     }
   }
   return env.Null();

@@ -2,7 +2,7 @@ import { availableParallelism } from "node:os";
 import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, notViable } from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
-import { upstreamCmaDescriptor } from "./upstream-descriptor.js";
+import { describeCmaMismatch, upstreamCmaDescriptor } from "./upstream-descriptor.js";
 
 /** Options of the cma channel. */
 export interface CmaChannelOptions {
@@ -99,6 +99,11 @@ export class CmaChannelContext implements ChannelContext {
   /** How many transport connections each channel needs. */
   numConnectionsNeeded(): number {
     return 2;
+  }
+
+  /** Which part of the two descriptors differs, and what would make them pair. */
+  describeMismatch(localDescriptor: string, remoteDescriptor: string): string | undefined {
+    return describeCmaMismatch(localDescriptor, remoteDescriptor);
   }
 
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {

@@ -67,6 +67,19 @@ describe("cma channel", () => {
     expect(ctx.wireExtension()).toBe("inline:auto");
   });
 
+  it("says which part of two descriptors differs, and what would make them pair", () => {
+    const ctx = new CmaChannelContext();
+    const here = ctx.deviceDescriptors()[0]!.descriptor;
+    const [boot, ...rest] = here.slice(4).split("_");
+    const with_ = (i: number, v: string) => `cma:${[boot, ...rest].map((f, k) => (k === i ? v : f)).join("_")}`;
+    expect(ctx.describeMismatch(here, with_(0, "another-boot"))).toMatch(/another machine/);
+    expect(ctx.describeMismatch(here, with_(2, "f0000151"))).toMatch(/pid namespaces differ: run both in one \(docker run --pid=host/);
+    expect(ctx.describeMismatch(here, with_(4, "f0000152"))).toMatch(/user namespaces differ/);
+    expect(ctx.describeMismatch(here, with_(5, "1000"))).toMatch(/users differ \(uid_gid \d+_\d+ here, 1000_\d+ there\)/);
+    expect(ctx.describeMismatch(here, `${here.split("_").slice(0, 7).join("_")}_0`)).toMatch(/permitted capabilities differ/);
+    expect(ctx.describeMismatch(here, "cma:something else")).toBeUndefined();
+  });
+
   it("refuses a number of copier threads that is not an integer from 1 to 64", () => {
     for (const parallelism of [0, -1, 1.5, 65, Number.NaN]) {
       expect(() => new CmaChannelContext({ parallelism }), String(parallelism)).toThrow(

@@ -47,6 +47,12 @@ export interface ChannelContext {
   /** Default rule: the descriptors are equal. */
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean;
   /**
+   * Why two descriptors that do not pair differ, in words a user can act
+   * on (cma: "pid namespaces differ: ..."), for the negotiation's reasons;
+   * undefined when it cannot say more than that they differ.
+   */
+  describeMismatch?(localDescriptor: string, remoteDescriptor: string): string | undefined;
+  /**
    * What this channel adds to upstream's wire between two tensorpipe-js
    * ends (cma: tensors sent inline, and at what size), or undefined when it
    * speaks upstream's wire alone. It travels in a handshake entry upstream

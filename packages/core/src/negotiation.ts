@@ -158,7 +158,10 @@ export function chooseChannels(
           continue;
         }
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
-          note?.(c.name, `${pairLabel(local.device, remote.device)}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)`);
+          if (note) {
+            const why = c.context.describeMismatch?.(local.descriptor, remote.descriptor);
+            note(c.name, `${pairLabel(local.device, remote.device)}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)${why ? `: ${why}` : ""}`);
+          }
           continue;
         }
         taken.add(key);

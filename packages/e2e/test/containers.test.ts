@@ -1,0 +1,65 @@
+/**
+ * What cma meets in restricted containers, played on this machine: a
+ * seccomp filter that refuses process_vm_readv, and a peer in another pid
+ * namespace. Each is told with its cause and the flag that fixes it, in
+ * cma's viability (which doctor prints) or in the negotiation's reasons.
+ */
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/bench";
+
+const root = process.getuid?.() === 0;
+const cmaDist = JSON.stringify(new URL("../../channel-cma/dist/index.js", import.meta.url).href);
+const benchDist = JSON.stringify(new URL("../../bench/dist/index.js", import.meta.url).href);
+
+describe("cma in restricted containers", () => {
+  it("under a seccomp filter that refuses process_vm_readv, is not viable, and says so with the fix", () => {
+    const dir = mkdtempSync(join(tmpdir(), "tp-seccomp-"));
+    const wrapper = join(dir, "no-process-vm-readv");
+    execFileSync("cc", ["-o", wrapper, fileURLToPath(new URL("fixtures/no-process-vm-readv.c", import.meta.url))]);
+    const script = `import(${cmaDist}).then((m) => console.log(JSON.stringify(new m.CmaChannelContext().isViable())))`;
+    const run = (args: string[]) => JSON.parse(execFileSync(args[0]!, args.slice(1), { encoding: "utf8" })) as { viable: boolean; reason?: string };
+    expect(run([process.execPath, "-e", script])).toEqual({ viable: true });
+    expect(run([wrapper, process.execPath, "-e", script])).toEqual({
+      viable: false,
+      reason: expect.stringMatching(/process_vm_readv is not permitted here.*a seccomp filter blocks it; in Docker, run with --security-opt seccomp=unconfined/),
+    });
+  });
+
+  describe.skipIf(!root || spawnSync("unshare", ["--pid", "--fork", "true"]).status !== 0)("a peer in another pid namespace (needs root and unshare)", () => {
+    let server: Context;
+    const errors: TensorPipeError[] = [];
+    let url: string;
+    beforeAll(async () => {
+      server = await createContext();
+      // Insisting on cma: the peer it cannot pair with is told, with why.
+      const listener = await server.listen("uv://127.0.0.1:0", { path: { channels: ["cma"] } });
+      listener.on("connectionError", (e) => errors.push(e));
+      url = listener.addresses()[0]!;
+    });
+    afterAll(() => server?.close());
+
+    it("is not paired over cma, and the reason names the pid namespaces and the flag", async () => {
+      const script = `
+        const { createContext } = await import(${benchDist});
+        const c = await createContext();
+        try { await c.connect(${JSON.stringify(url)}); console.log("connected"); } catch (e) { console.log(e.code); }
+        await c.close();`;
+      const child = spawn("unshare", ["--pid", "--fork", process.execPath, "--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout!.on("data", (d) => (out += d));
+      await new Promise((r) => child.once("exit", r));
+      expect(out.trim()).toBe(ErrorCode.NEGOTIATION);
+      await expect.poll(() => errors.length).toBeGreaterThan(0);
+      expect(errors[0]).toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/cma: cpu:0->cpu:0: descriptors do not match .*: pid namespaces differ: run both in one \(docker run --pid=host/),
+      });
+    });
+  });
+});
