@@ -29,6 +29,9 @@ describe("cma in restricted containers", () => {
       viable: false,
       reason: expect.stringMatching(/process_vm_readv is not permitted here.*a seccomp filter blocks it; in Docker, run with --security-opt seccomp=unconfined/),
     });
+    // And doctor, run there, prints it beside cma.
+    const doctor = execFileSync(wrapper, [process.execPath, fileURLToPath(new URL("../../cli/dist/main.js", import.meta.url)), "doctor"], { encoding: "utf8" });
+    expect(doctor).toMatch(/cma\s+NOT VIABLE[^\n]*\n\s+why: process_vm_readv is not permitted here[^\n]*--security-opt seccomp=unconfined/);
   });
 
   describe.skipIf(!root || spawnSync("unshare", ["--pid", "--fork", "true"]).status !== 0)("a peer in another pid namespace (needs root and unshare)", () => {
