@@ -59,8 +59,8 @@ export function checkPathPolicy(
   for (const name of policy.forbid ?? []) {
     if (!transports.has(name) && !channels.has(name)) throw invalid(`path.forbid names "${name}", which is not a registered transport or channel`);
   }
-  runnable("transport", allowedOf(transports, policy, "transport"));
-  runnable("channel", allowedOf(channels, policy, "channel"));
+  runnable("transport", allowedBackends(transports, policy, "transport"));
+  runnable("channel", allowedBackends(channels, policy, "channel"));
   return policy;
 }
 
@@ -75,7 +75,8 @@ function runnable(kind: string, allowed: ReadonlyMap<string, Registered<{ isViab
   throw new TensorPipeError(ErrorCode.NEGOTIATION, `the path leaves no ${kind} that can run here${why.length > 0 ? ` (${why.join("; ")})` : ""}`);
 }
 
-function allowedOf<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): Map<string, Registered<T>> {
+/** The backends `path` lets a pipe use. */
+export function allowedBackends<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): ReadonlyMap<string, Registered<T>> {
   const only = kind === "transport" ? path.transports : path.channels;
   const out = new Map<string, Registered<T>>();
   for (const [name, r] of all) {
@@ -84,11 +85,6 @@ function allowedOf<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy,
     out.set(name, r);
   }
   return out;
-}
-
-/** The backends `path` lets a pipe use (all of them without one). */
-export function allowedBackends<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy | undefined, kind: "transport" | "channel"): ReadonlyMap<string, Registered<T>> {
-  return path ? allowedOf(all, path, kind) : all;
 }
 
 /** The path in words, for errors: "channels cma; never basic". */
