@@ -9,7 +9,7 @@ export { UPSTREAM_PEER, type UpstreamListening, upstreamClient, upstreamListener
 export { type BenchOptions, runBench } from "./bench.js";
 export type { BenchResult, Cell, HeadToHead, SeriesResult } from "./result.js";
 export { DEFAULT_PAIR } from "./report.js";
-export { README_LOOP, readmeRoundTrip } from "./series.js";
+export { README_LOOP, readmeRoundTrip, readmeRoundTrips } from "./series.js";
 export { warmRoundTrips } from "./schedule.js";
 export { DEFAULT_SIZES, parseSize, sizeLabel } from "./sizes.js";
 export { type LatencySummary, fmt, median, pairedRatio, percentile, summarize } from "./stats.js";

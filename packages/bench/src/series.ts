@@ -40,7 +40,7 @@ export async function readmeRoundTrip(pipe: Pipe, data: Uint8Array, back: Uint8A
 }
 
 /** `n` README round trips, each timed in microseconds. */
-async function readmeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
+export async function readmeRoundTrips(pipe: Pipe, data: Uint8Array, back: Uint8Array, n: number): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();

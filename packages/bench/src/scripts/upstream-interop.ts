@@ -9,7 +9,7 @@
  *   node packages/bench/dist/scripts/upstream-interop.js [--rounds 2000] [--large-rounds 20] [--json]
  */
 import type { Pipe } from "@tensorpipe/core";
-import { createContext, fmt, percentile, spawnPeer, upstreamListener, upstreamPeerMissing, upstreamRoundTrips } from "../index.js";
+import { createContext, fmt, readmeRoundTrips, spawnPeer, summarize, upstreamListener, upstreamPeerMissing, upstreamRoundTrips } from "../index.js";
 import { printResults, scriptArgs } from "./script.js";
 
 const MiB = 1024 * 1024;
@@ -30,25 +30,14 @@ export interface InteropRow {
   gbps: number;
 }
 
-/** `rounds` round trips of one `bytes` tensor from `pipe` (after as many untimed), as upstream_peer's bench times them. */
+/** `rounds` round trips of one `bytes` tensor from `pipe`, as the README writes them (after as many untimed), as upstream_peer's bench times them. */
 async function nodeRoundTrips(pipe: Pipe, bytes: number, rounds: number): Promise<{ p50Us: number; seconds: number }> {
   const data = new Uint8Array(bytes).fill(7);
   const landing = new Uint8Array(bytes);
-  const samples: number[] = [];
-  let seconds = 0;
-  for (let phase = 0; phase < 2; phase++) {
-    const start = performance.now();
-    for (let i = 0; i < rounds; i++) {
-      const t = performance.now();
-      await pipe.write({ tensors: [{ buffer: data }] });
-      await pipe.readDescriptor();
-      await pipe.read({ tensors: [{ buffer: landing }] });
-      if (phase === 1) samples.push((performance.now() - t) * 1000);
-    }
-    seconds = (performance.now() - start) / 1000;
-  }
-  samples.sort((a, b) => a - b);
-  return { p50Us: percentile(samples, 50), seconds };
+  await readmeRoundTrips(pipe, data, landing, rounds);
+  const start = performance.now();
+  const samples = await readmeRoundTrips(pipe, data, landing, rounds);
+  return { p50Us: summarize(samples).p50, seconds: (performance.now() - start) / 1000 };
 }
 
 export async function upstreamInterop(rounds: number, largeRounds: number): Promise<InteropRow[]> {
