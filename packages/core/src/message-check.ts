@@ -46,11 +46,24 @@ export function checkMessageShape(message: unknown): void {
   }
 }
 
-/** The error for payload `i`, whose data is not an ArrayBufferView. */
-export function badPayload(i: number, payload: unknown): TensorPipeError {
-  const data = (payload as { data?: unknown } | undefined)?.data;
-  if (typeof payload !== "object" || payload === null) return invalid(`payload ${i} must be an object { data, metadata? }, got ${kindOf(payload)}`);
-  return invalid(`payload ${i}: data must be a TypedArray or DataView; got ${kindOf(data)}${fix(data)}`);
+/** The object each part is, in a message (write) and in an allocation (read). */
+const SHAPES = {
+  payload: { message: "{ data, metadata? }", allocation: "{ data }" },
+  tensor: { message: "{ buffer, length?, targetDevice?, metadata? }", allocation: "{ buffer }" },
+} as const;
+
+/** How part `i` of a message, or of an allocation that needs `length` bytes there, is named in an error. */
+function part(kind: "payload" | "tensor", i: number, length: number | undefined): { name: string; shape: string; size: string } {
+  if (length === undefined) return { name: `${kind} ${i}`, shape: SHAPES[kind].message, size: "" };
+  return { name: `allocation ${kind} ${i}`, shape: SHAPES[kind].allocation, size: ` of ${kind === "tensor" ? "at least " : ""}${length} bytes` };
+}
+
+/** The error for payload `i` (of an allocation needing `length` bytes there), whose data is not an ArrayBufferView. */
+export function badPayload(i: number, payload: unknown, length?: number): TensorPipeError {
+  const { name, shape, size } = part("payload", i, length);
+  if (typeof payload !== "object" || payload === null) return invalid(`${name} must be an object ${shape}, got ${kindOf(payload)}`);
+  const data = (payload as { data?: unknown }).data;
+  return invalid(`${name}: data must be a TypedArray or DataView${size}; got ${kindOf(data)}${fix(data)}`);
 }
 
 /** Whether `b` is a device buffer as cudaBuffer() makes them. */
@@ -59,17 +72,14 @@ function isDeviceBuffer(b: unknown): b is DeviceBuffer {
   return typeof b === "object" && b !== null && typeof d?.type === "string" && Number.isInteger(d.index) && typeof (b as DeviceBuffer).byteLength === "number";
 }
 
-/** Throws unless tensor `i`'s buffer is memory the library takes. */
-export function checkTensorBuffer(i: number, tensor: unknown): void {
-  if (ArrayBuffer.isView(tensor)) {
-    throw invalid(`tensor ${i} must be an object { buffer, length?, targetDevice?, metadata? }, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
-  }
-  if (typeof tensor !== "object" || tensor === null) {
-    throw invalid(`tensor ${i} must be an object { buffer, length?, targetDevice?, metadata? }, got ${kindOf(tensor)}`);
-  }
+/** Throws unless tensor `i` (of an allocation needing `length` bytes there) has a buffer of memory the library takes. */
+export function checkTensorBuffer(i: number, tensor: unknown, length?: number): void {
+  const { name, shape, size } = part("tensor", i, length);
+  if (ArrayBuffer.isView(tensor)) throw invalid(`${name} must be an object ${shape}, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
+  if (typeof tensor !== "object" || tensor === null) throw invalid(`${name} must be an object ${shape}, got ${kindOf(tensor)}`);
   const buffer = (tensor as { buffer?: unknown }).buffer;
   if (ArrayBuffer.isView(buffer) || isDeviceBuffer(buffer)) return;
-  throw invalid(`tensor ${i}: buffer must be a TypedArray, DataView or CudaBuffer; got ${kindOf(buffer)}${fix(buffer)}`);
+  throw invalid(`${name}: buffer must be a TypedArray, DataView or CudaBuffer${size}; got ${kindOf(buffer)}${fix(buffer)}`);
 }
 
 /** Throws unless `device` is a { type, index } device (a tensor's targetDevice). */
@@ -89,21 +99,4 @@ export function allocationParts(a: Partial<Allocation>): Allocation {
   if (!Array.isArray(payloads)) throw invalid(`allocation.payloads must be an array of { data }, got ${kindOf(payloads)}`);
   if (!Array.isArray(tensors)) throw invalid(`allocation.tensors must be an array of { buffer }, got ${kindOf(tensors)}`);
   return { payloads, tensors };
-}
-
-/** The error for allocated payload `i`, whose data is not an ArrayBufferView. */
-export function badAllocatedPayload(i: number, payload: unknown, length: number): TensorPipeError {
-  if (typeof payload !== "object" || payload === null) return invalid(`allocation payload ${i} must be an object { data }, got ${kindOf(payload)}`);
-  const data = (payload as { data?: unknown }).data;
-  return invalid(`allocation payload ${i}: data must be a TypedArray or DataView of ${length} bytes; got ${kindOf(data)}${fix(data)}`);
-}
-
-/** Throws unless allocated tensor `i` has a buffer that memory can land in. */
-export function checkAllocatedTensor(i: number, tensor: unknown, length: number): void {
-  if (typeof tensor !== "object" || tensor === null || ArrayBuffer.isView(tensor)) {
-    throw invalid(`allocation tensor ${i} must be an object { buffer }, got ${ArrayBuffer.isView(tensor) ? `a ${tensor.constructor.name} itself: pass { buffer: it }` : kindOf(tensor)}`);
-  }
-  const buffer = (tensor as { buffer?: unknown }).buffer;
-  if (ArrayBuffer.isView(buffer) || isDeviceBuffer(buffer)) return;
-  throw invalid(`allocation tensor ${i}: buffer must be a TypedArray, DataView or CudaBuffer of at least ${length} bytes; got ${kindOf(buffer)}${fix(buffer)}`);
 }

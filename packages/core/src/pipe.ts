@@ -12,7 +12,7 @@ import type { Device, TensorBuffer } from "./device.js";
 import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
-import { allocationParts, badAllocatedPayload, badPayload, checkAllocatedTensor, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
+import { allocationParts, badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { DevicePairChoice } from "./protocol.js";
@@ -564,13 +564,13 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     for (let i = 0; i < d.payloads.length; i++) {
       const p = d.payloads[i]!;
       const data = payloads[i]?.data;
-      if (!ArrayBuffer.isView(data)) throw badAllocatedPayload(i, payloads[i], p.length);
+      if (!ArrayBuffer.isView(data)) throw badPayload(i, payloads[i], p.length);
       if (data.byteLength !== p.length) throw invalid(`payload ${i} needs exactly ${p.length} bytes, got ${data.byteLength}`);
     }
     let targets: Device[] | undefined;
     for (let i = 0; i < d.tensors.length; i++) {
       const t = d.tensors[i]!;
-      checkAllocatedTensor(i, tensors[i], t.length);
+      checkTensorBuffer(i, tensors[i], t.length);
       const buffer = tensors[i]!.buffer;
       if (buffer.byteLength < t.length) throw invalid(`tensor ${i} needs ${t.length} bytes, got ${buffer.byteLength}`);
       const device = bufferDevice(buffer);
