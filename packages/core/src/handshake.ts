@@ -20,6 +20,7 @@ import {
   describePairs,
   localDeviceDescriptors,
   peerWireExtension,
+  WIRE_EXTENSIONS_ENTRY,
 } from "./negotiation.js";
 import type { PipeOptions, PipeParts } from "./pipe.js";
 import {
@@ -33,6 +34,17 @@ import {
   encodePacket,
 } from "./protocol.js";
 import { type PathPolicy, allowedBackends, describePath } from "./path-policy.js";
+import {
+  type OfferedBackends,
+  PATH_REPORT_ENTRY,
+  type PathReport,
+  type PathVerdict,
+  describePathReport,
+  fromPeer,
+  inferredVerdicts,
+  peerReport,
+  reportEntry,
+} from "./path-report.js";
 import type { Registration, Registrations } from "./registrations.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
@@ -83,7 +95,7 @@ export interface ListeningSide {
 /** A brochure in one line: each backend offered, with its descriptors. */
 function describeBrochure(b: Brochure): string {
   const transports = [...b.transportDomainDescriptors].filter(([name]) => name !== AUTH_ENTRY);
-  const channels = [...b.channelDeviceDescriptors].map(
+  const channels = [...b.channelDeviceDescriptors].filter(([name]) => name !== PATH_REPORT_ENTRY).map(
     ([name, devices]) => `${name} [${[...devices.values()].map((d) => `${deviceKey(d.device)} "${d.descriptor}"`).join(", ")}]`,
   );
   return `transports ${transports.map(([n, d]) => `${n} "${d}"`).join(", ") || "none"}; channels ${channels.join(", ") || "none"}`;
@@ -95,11 +107,63 @@ function viable<T extends { isViable(): Viability }>(from: ReadonlyMap<string, R
   return out;
 }
 
-/** What `choose` said of each backend it passed over, in one line. */
-function verdicts(choose: (note: (name: string, why: string) => void) => unknown): string {
-  const out: string[] = [];
-  choose((name, why) => out.push(`${name}: ${why}`));
-  return out.join("; ");
+/** A verdict as logs and errors give it: "cma: cpu:0->cpu:0: chosen (priority 1200)". */
+function verdictLine(v: PathVerdict): string {
+  return `${v.name}: ${v.pair ? `${v.pair}: ` : ""}${v.reason}`;
+}
+
+/** The verdicts on `kind` in one line. */
+function verdictsOf(verdicts: readonly PathVerdict[], kind: PathVerdict["kind"]): string {
+  return verdicts.filter((v) => v.kind === kind).map(verdictLine).join("; ");
+}
+
+/**
+ * What this side leaves out of a pipe before any choice: backends its path
+ * does not allow, and those that cannot run here (the connecting side does
+ * not offer them; the listening side's choice says so itself).
+ */
+function leftOut(all: HandshakeSettings, allowed: HandshakeSettings, notViable: boolean): PathVerdict[] {
+  const out: PathVerdict[] = [];
+  for (const [kind, registered, kept] of [
+    ["transport", all.transports, allowed.transports],
+    ["channel", all.channels, allowed.channels],
+  ] as const) {
+    for (const r of (registered as ReadonlyMap<string, Registered<{ isViable(): Viability }>>).values()) {
+      if (!kept.has(r.name)) {
+        out.push({ kind, name: r.name, by: "here", outcome: "not allowed", reason: `not allowed by this side's path (${describePath(all.path!)})` });
+        continue;
+      }
+      const v = r.context.isViable();
+      if (notViable && !v.viable) out.push({ kind, name: r.name, by: "here", outcome: "not viable", reason: `not viable here: ${v.reason}` });
+    }
+  }
+  return out;
+}
+
+/** The peer's backends this side has none of, by the names it offered them under. */
+function notRegistered(all: HandshakeSettings, b: Brochure): PathVerdict[] {
+  const out: PathVerdict[] = [];
+  const lacks = (kind: PathVerdict["kind"], names: Iterable<string>, here: ReadonlyMap<string, unknown>) => {
+    for (const name of names) {
+      if (name.startsWith("tensorpipe-js.") || here.has(name)) continue;
+      out.push({ kind, name, by: "here", outcome: "not registered", reason: "the peer offers it; this side has none registered under that name" });
+    }
+  };
+  lacks("transport", b.transportDomainDescriptors.keys(), all.transports);
+  lacks("channel", b.channelDeviceDescriptors.keys(), all.channels);
+  return out;
+}
+
+/** "the peer does not offer it" replaced by the peer's own reason, where it gave one. */
+function withPeerReasons(verdicts: readonly PathVerdict[], peer: readonly PathVerdict[]): PathVerdict[] {
+  const said = new Set(peer.map((v) => `${v.kind} ${v.name}`));
+  return [...verdicts.filter((v) => !(v.outcome === "not offered" && said.has(`${v.kind} ${v.name}`))), ...peer];
+}
+
+/** Names of the backends a brochure offers, its own entries left out. */
+function offeredIn(b: Brochure): OfferedBackends {
+  const own = (name: string) => !name.startsWith("tensorpipe-js.");
+  return { transports: [...b.transportDomainDescriptors.keys()].filter(own), channels: [...b.channelDeviceDescriptors.keys()].filter(own) };
 }
 
 function pathNote(settings: HandshakeSettings): string {
@@ -148,6 +212,7 @@ export async function dial(
   signal: AbortSignal | undefined,
   opened: Connection[],
 ): Promise<PipeParts> {
+  const all = settings;
   settings = restricted(settings);
   let main: Connection;
   try {
@@ -159,16 +224,18 @@ export async function dial(
   if (signal?.aborted) throw new TensorPipeError(ErrorCode.ABORTED, "connect was aborted");
   const { auth } = settings;
   const brochure = buildBrochure(byPriority(settings.transports.values()), byPriority(settings.channels.values()));
+  const offeredHere = offeredIn(brochure);
+  const ownVerdicts = leftOut(all, settings, true);
   const hello = auth?.hello();
+  // A brochure that upstream could have sent stays byte for byte upstream's:
+  // the reasons are traded only where it carries entries of ours already.
+  if (hello || brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) {
+    brochure.channelDeviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, ownVerdicts));
+  }
   if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
   if (log.enabled) {
     log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
-    for (const [kind, all] of [["transport", settings.transports], ["channel", settings.channels]] as const) {
-      for (const r of all.values()) {
-        const v = r.context.isViable();
-        if (!v.viable) log("not offering %s %s: %s", kind, r.name, v.reason);
-      }
-    }
+    for (const v of ownVerdicts) log("not offering %s %s: %s", v.kind, v.name, v.reason);
   }
   const exchange = async (frames: Uint8Array[]): Promise<BrochureAnswer> => {
     const sent = main.write(frames);
@@ -192,11 +259,23 @@ export async function dial(
       where: url,
     });
   }
-  if (log.enabled) {
-    log("%s answered: transport %s at %s, channels %s", url, answer.transport, answer.address, describePairs(answer.channelForDevicePair));
-  }
   const viableChannels = viable(settings.channels);
   const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
+  const listenerSaid = peerReport(answer.channelDeviceDescriptors);
+  const path: PathReport = {
+    side: "connect",
+    transport: answer.transport,
+    pairs,
+    offeredHere,
+    offeredThere: listenerSaid?.offered,
+    peerReported: listenerSaid !== undefined,
+    verdicts: [...ownVerdicts, ...(listenerSaid ? fromPeer(listenerSaid.verdicts) : inferredVerdicts(brochure, answer))],
+  };
+  if (log.enabled) {
+    const [first, ...rest] = describePathReport(path).split("\n");
+    log("%s answered, at %s: %s", url, answer.address, first);
+    for (const line of rest) log("%s: %s", url, line);
+  }
   // Every CPU tensor either way would otherwise fail on its first write.
   const cpuChannels = [...viableChannels].filter(([, c]) => c.deviceDescriptors().some((d) => sameDevice(d.device, CPU_DEVICE)));
   if (cpuChannels.length > 0 && !pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
@@ -252,6 +331,7 @@ export async function dial(
     peer: url,
     side: "connect",
     options: settings.pipeOptions,
+    path,
   };
 }
 
@@ -261,6 +341,7 @@ export async function dial(
  * for the connections it registered.
  */
 export async function answer(settings: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide): Promise<PipeParts> {
+  const all = settings;
   settings = restricted(settings);
   const { auth } = settings;
   let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
@@ -275,10 +356,14 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
   brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
   const from = main.remoteAddress;
   if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
-  const note = log.enabled ? (name: string, why: string) => log("%s: %s: %s", from, name, why) : undefined;
+  const verdicts: PathVerdict[] = [...leftOut(all, settings, false), ...notRegistered(all, brochure)];
+  const note = (v: PathVerdict) => {
+    verdicts.push(v);
+    if (log.enabled) log("%s: %s", from, verdictLine(v));
+  };
   const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
   if (!transport) {
-    const why = verdicts((n) => chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, n));
+    const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "transport");
     throw new TensorPipeError(
       ErrorCode.NEGOTIATION,
       `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")}; here: ${why || "none allowed"})${pathNote(settings)}`,
@@ -287,9 +372,26 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
   }
   const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
   if (settings.path && !choice.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
-    const why = verdicts((n) => chooseChannels(byPriority(settings.channels.values()), brochure, n));
+    const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "channel");
     throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`, { where: from });
   }
+  const dialerSaid = peerReport(brochure.channelDeviceDescriptors);
+  const offeredHere: OfferedBackends = {
+    transports: [...settings.transports.values()].filter((t) => listening.transports.has(t.name) && t.context.isViable().viable).map((t) => t.name),
+    channels: [...settings.channels.values()].filter((c) => c.context.isViable().viable).map((c) => c.name),
+  };
+  const path: PathReport = {
+    side: "listen",
+    transport: transport.name,
+    pairs: choice.pairs,
+    offeredHere,
+    offeredThere: offeredIn(brochure),
+    peerReported: dialerSaid !== undefined,
+    verdicts: dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts,
+  };
+  // Toward upstream, whose brochure carries neither, the answer is upstream's alone.
+  if (dialerSaid) choice.deviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, verdicts.filter((v) => v.by === "here")));
+  if (!brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);
   const registrations: Registration[] = [];
   const register = () => {
     const r = listening.registrations.register(session);
@@ -354,6 +456,7 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
       peer: pipeMain.remoteAddress,
       side: "listen",
       options: settings.pipeOptions,
+      path,
     };
   } catch (e) {
     for (const r of registrations) {

@@ -5,6 +5,8 @@
  */
 export { Context, type ContextOptions, type ConnectOptions, type ListenerOptions, type BackendInfo } from "./context.js";
 export type { PathPolicy } from "./path-policy.js";
+export { describePathReport } from "./path-report.js";
+export type { OfferedBackends, PathOutcome, PathReport, PathVerdict } from "./path-report.js";
 export { Listener, type ListenerEvents } from "./listener.js";
 export type { AuthOptions } from "./auth.js";
 export { Pipe } from "./pipe.js";

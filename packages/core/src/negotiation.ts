@@ -7,11 +7,12 @@ import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
 import { deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
+import type { PathVerdict } from "./path-report.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 import type { TransportContext } from "./transport.js";
 
-/** Told why each backend was or was not chosen (for debug logs). */
-export type Verdict = (name: string, verdict: string) => void;
+/** Told why each backend was or was not chosen (for pipe.path and debug logs). */
+export type Verdict = (verdict: PathVerdict) => void;
 
 /** A backend as registered with a context. */
 export interface Registered<T> {
@@ -91,29 +92,37 @@ export function chooseTransport(
   brochure: Brochure,
   note?: Verdict,
 ): Registered<TransportContext> | undefined {
+  let chosen: Registered<TransportContext> | undefined;
+  const say = (t: Registered<TransportContext>, outcome: PathVerdict["outcome"], reason: string, by: PathVerdict["by"] = "here") =>
+    note?.({ kind: "transport", name: t.name, by, outcome, reason });
   for (const t of transports) {
     const viability = t.context.isViable();
     if (!viability.viable) {
-      note?.(t.name, `not viable here: ${viability.reason}`);
+      say(t, "not viable", `not viable here: ${viability.reason}`);
       continue;
     }
     if (!listening.has(t.name)) {
-      note?.(t.name, "not listened on");
+      say(t, "not listened on", "not listened on");
       continue;
     }
     const remote = brochure.transportDomainDescriptors.get(t.name);
     if (remote === undefined) {
-      note?.(t.name, "the peer does not offer it");
+      say(t, "not offered", "the peer does not offer it", "there");
       continue;
     }
     const local = t.context.domainDescriptor();
-    if (remote === local) {
-      note?.(t.name, `chosen (priority ${t.priority})`);
-      return t;
+    if (remote !== local) {
+      say(t, "descriptors differ", `domains differ ("${local}" here, "${remote}" there)`);
+    } else if (chosen) {
+      say(t, "lower priority", `usable, but ${chosen.name} has a higher priority (${chosen.priority} against ${t.priority})`);
+    } else {
+      say(t, "chosen", `chosen (priority ${t.priority})`);
+      chosen = t;
+      // Without a listener for the verdicts, the rest need not be looked at.
+      if (!note) return t;
     }
-    note?.(t.name, `domains differ ("${local}" here, "${remote}" there)`);
   }
-  return undefined;
+  return chosen;
 }
 
 /** The listening side's channels for a pipe. */
@@ -135,17 +144,19 @@ export function chooseChannels(
   brochure: Brochure,
   note?: Verdict,
 ): ChannelChoice {
-  const taken = new Set<string>();
+  const taken = new Map<string, string>();
   const choice: ChannelChoice = { selected: [], deviceDescriptors: new Map(), pairs: [] };
   for (const c of channels) {
+    const say = (outcome: PathVerdict["outcome"], reason: string, pair?: string, by: PathVerdict["by"] = "here") =>
+      note?.({ kind: "channel", name: c.name, ...(pair === undefined ? {} : { pair }), by, outcome, reason });
     const viability = c.context.isViable();
     if (!viability.viable) {
-      note?.(c.name, `not viable here: ${viability.reason}`);
+      say("not viable", `not viable here: ${viability.reason}`);
       continue;
     }
     const remoteDevices = brochure.channelDeviceDescriptors.get(c.name);
     if (!remoteDevices) {
-      note?.(c.name, "the peer does not offer it");
+      say("not offered", "the peer does not offer it", undefined, "there");
       continue;
     }
     const localDevices = localDeviceDescriptors(c.context);
@@ -153,20 +164,21 @@ export function chooseChannels(
     for (const local of localDevices.values()) {
       for (const remote of remoteDevices.values()) {
         const key = pairKey(local.device, remote.device);
+        const pair = pairLabel(local.device, remote.device);
         if (taken.has(key)) {
-          note?.(c.name, `${pairLabel(local.device, remote.device)}: taken by a channel of higher priority`);
+          say("lower priority", `taken by ${taken.get(key)}, a channel of higher priority`, pair);
           continue;
         }
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
           if (note) {
             const why = c.context.describeMismatch?.(local.descriptor, remote.descriptor);
-            note(c.name, `${pairLabel(local.device, remote.device)}: descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)${why ? `: ${why}` : ""}`);
+            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)${why ? `: ${why}` : ""}`, pair);
           }
           continue;
         }
-        taken.add(key);
+        taken.set(key, c.name);
         choice.pairs.push({ local: local.device, remote: remote.device, channel: c.name });
-        note?.(c.name, `${pairLabel(local.device, remote.device)}: chosen (priority ${c.priority})`);
+        say("chosen", `chosen (priority ${c.priority})`, pair);
         needed = true;
       }
     }
@@ -238,7 +250,8 @@ export function describePairs(pairs: readonly DevicePairChoice[]): string {
   return pairs.map((p) => `${pairLabel(p.local, p.remote)}: ${p.channel}`).join(", ") || "none";
 }
 
-function pairLabel(local: Device, remote: Device): string {
+/** A device pair in words, this side's first: "cpu:0->cuda:1". */
+export function pairLabel(local: Device, remote: Device): string {
   return `${deviceKey(local)}->${deviceKey(remote)}`;
 }
 

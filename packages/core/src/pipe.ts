@@ -15,6 +15,7 @@ import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, Re
 import { allocationParts, badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
+import type { PathReport } from "./path-report.js";
 import type { DevicePairChoice } from "./protocol.js";
 import {
   type DescriptorLimits,
@@ -43,6 +44,8 @@ export interface PipeOpenMessage {
   transport: string;
   /** The channel for each device pair, from this side's view. */
   channels: readonly DevicePairChoice[];
+  /** What each side offered, what was chosen, and why not the rest (as `pipe.path`). */
+  path: PathReport;
 }
 
 /** A pipe ended; `error` says why (ERR_TP_CLOSED when this side closed it). */
@@ -103,6 +106,8 @@ export interface PipeParts {
   side: "connect" | "listen";
   /** Limits on what the peer sends. */
   options: PipeOptions;
+  /** What each side offered, what was chosen, and why not the rest. */
+  path: PathReport;
 }
 
 /** Tensors of a message that wait for the peer's DescriptorReply, or for an earlier message's. */
@@ -141,6 +146,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   readonly channelForDevicePair: readonly DevicePairChoice[];
   /** The peer: the URL dialled, or the address the pipe came from. */
   readonly peer: string;
+  /**
+   * The path negotiation took, from this end: what each side offered, the
+   * transport and channels chosen, and why every other one was not.
+   */
+  readonly path: PathReport;
   /** Settles (never rejects) with the error that ended the pipe. */
   readonly closed: Promise<TensorPipeError>;
 
@@ -241,6 +251,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.channels = parts.channels;
     this.channelForDevicePair = parts.pairs;
     this.peer = parts.peer;
+    this.path = parts.path;
     this.options = parts.options;
     this.closed = this.closedDeferred.promise;
     for (const p of parts.pairs) {
@@ -258,7 +269,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       log("pipe to %s open (%s side): transport %s, channels %s", this.peer, parts.side, this.transport, describePairs(parts.pairs));
     }
     if (diagnostics.pipeOpen.hasSubscribers) {
-      diagnostics.pipeOpen.publish({ pipe: this, side: parts.side, peer: this.peer, transport: this.transport, channels: parts.pairs });
+      diagnostics.pipeOpen.publish({ pipe: this, side: parts.side, peer: this.peer, transport: this.transport, channels: parts.pairs, path: this.path });
     }
   }
 

@@ -111,6 +111,15 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
       expect(pipe.transport).toBe("uv");
       expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(expected);
     });
+
+    it("reports its path, with the listener's part inferred and marked so", () => {
+      const path = pipe.path;
+      expect(path).toMatchObject({ side: "connect", transport: "uv", peerReported: false, offeredThere: undefined });
+      expect(path.verdicts).toContainEqual({ kind: "channel", name: expected, pair: "cpu:0->cpu:0", by: "there", outcome: "chosen", reason: "chosen by the listener" });
+      const others = path.verdicts.filter((v) => v.kind === "channel" && v.name !== expected && v.by !== "here");
+      expect(others.length).toBeGreaterThan(0);
+      for (const v of others) expect(v).toMatchObject({ by: "inferred", outcome: "not chosen", reason: expect.stringMatching(/upstream listener does not say which/) });
+    });
     exchanges(() => pipe);
   });
 
@@ -133,6 +142,11 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
 
     it(`negotiates ${channels.endsWith("cma") ? "cma" : "basic"}`, () => {
       expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channels.endsWith("cma") ? "cma" : "basic");
+    });
+
+    it("reports its path: what the upstream peer offered, and this side's reasons", () => {
+      expect(pipe.path).toMatchObject({ side: "listen", transport: "uv", peerReported: false, offeredThere: { transports: ["uv"], channels: expect.arrayContaining(channels.split(",")) } });
+      expect(pipe.path.verdicts).toContainEqual(expect.objectContaining({ kind: "channel", name: "mpt", by: "there", outcome: "not offered" }));
     });
     exchanges(() => pipe);
   });

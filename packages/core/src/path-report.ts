@@ -1,0 +1,226 @@
+/**
+ * The path a pipe took, as each end can tell it: what each side offered,
+ * what was chosen, and why every other transport and channel was not.
+ *
+ * The listening side judges, so it knows its own reasons; the connecting
+ * side knows why it left backends out of its offer. Between two
+ * tensorpipe-js ends each tells the other in a handshake entry of its own
+ * (PATH_REPORT_ENTRY), which upstream TensorPipe passes over as it passes
+ * over any channel it lacks; toward an upstream peer nothing is sent, and
+ * what that peer decided is inferred from its answer, and marked so.
+ */
+import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
+
+/** What became of one transport, or of one channel for one device pair. */
+export type PathOutcome =
+  | "chosen"
+  | "lower priority"
+  | "not viable"
+  | "not allowed"
+  | "not offered"
+  | "not registered"
+  | "not listened on"
+  | "descriptors differ"
+  | "not chosen";
+
+/** One transport, or one channel (for one device pair, where it says), and why it was or was not taken. */
+export interface PathVerdict {
+  /** A transport or a channel. */
+  readonly kind: "transport" | "channel";
+  /** Its registered name. */
+  readonly name: string;
+  /** The device pair, this side's device first ("cpu:0->cpu:0"); absent when the verdict is on the whole backend. */
+  readonly pair?: string;
+  /**
+   * Which end the verdict is about: "here"; "there" (the peer, as it said
+   * or as its answer shows); "inferred" where an upstream peer, which
+   * sends no reasons, could have had any of several.
+   */
+  readonly by: "here" | "there" | "inferred";
+  /** What became of it. */
+  readonly outcome: PathOutcome;
+  /** In words, with the descriptors where they differ and the fix where one is known. */
+  readonly reason: string;
+}
+
+/** The backends one side offered (the connecting side) or could use (the listening side). */
+export interface OfferedBackends {
+  /** The transports, by name. */
+  readonly transports: readonly string[];
+  /** The channels, by name. */
+  readonly channels: readonly string[];
+}
+
+/** The path of a pipe from one end: `pipe.path`. */
+export interface PathReport {
+  /** Which end of the handshake this is. */
+  readonly side: "connect" | "listen";
+  /** The transport chosen. */
+  readonly transport: string;
+  /** The channel of each device pair, this side's device first. */
+  readonly pairs: readonly DevicePairChoice[];
+  /** What this side offered or could use. */
+  readonly offeredHere: OfferedBackends;
+  /** What the peer offered or could use; undefined where an upstream listener did not say. */
+  readonly offeredThere: OfferedBackends | undefined;
+  /** Whether the peer told its reasons (a tensorpipe-js peer); else its part is inferred. */
+  readonly peerReported: boolean;
+  /** Every transport and channel either side has, and what became of it. */
+  readonly verdicts: readonly PathVerdict[];
+}
+
+/**
+ * The handshake entry, among the channels, that carries one side's
+ * verdicts and offer to the other: in the brochure what the connecting
+ * side left out and why, in the answer the listener's judgement.
+ */
+export const PATH_REPORT_ENTRY = "tensorpipe-js.path-report";
+
+/** What a side says of its part in the entry. */
+interface ReportBody {
+  offered: OfferedBackends;
+  verdicts: PathVerdict[];
+}
+
+// What a peer's report may hold: it is only shown, never acted on, but it
+// is the peer's text.
+const MAX_VERDICTS = 512;
+const MAX_TEXT = 1024;
+const OUTCOMES: ReadonlySet<string> = new Set<PathOutcome>([
+  "chosen",
+  "lower priority",
+  "not viable",
+  "not allowed",
+  "not offered",
+  "not registered",
+  "not listened on",
+  "descriptors differ",
+  "not chosen",
+]);
+
+/** The entry's devices for `body`. */
+export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVerdict[]): DeviceDescriptors {
+  const device = { type: "report", index: 0 };
+  const body: ReportBody = { offered, verdicts: [...verdicts] };
+  return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
+}
+
+/** A peer's text as shown here: bounded, without control characters. */
+function text(value: unknown): string | undefined {
+  if (typeof value !== "string") return undefined;
+  // eslint-disable-next-line no-control-regex
+  return value.slice(0, MAX_TEXT).replace(/[\u0000-\u001f\u007f]/g, "?");
+}
+
+function names(value: unknown): string[] {
+  if (!Array.isArray(value)) return [];
+  return value.slice(0, MAX_VERDICTS).map(text).filter((s): s is string => s !== undefined);
+}
+
+/** The peer's report from its brochure's or answer's channel entries; undefined when it sent none or sent nonsense. */
+export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>): ReportBody | undefined {
+  const raw = peerChannels.get(PATH_REPORT_ENTRY)?.get("report:0")?.descriptor;
+  if (raw === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== "object" || parsed === null) return undefined;
+  const { offered, verdicts } = parsed as { offered?: { transports?: unknown; channels?: unknown }; verdicts?: unknown };
+  const out: PathVerdict[] = [];
+  for (const v of Array.isArray(verdicts) ? verdicts.slice(0, MAX_VERDICTS) : []) {
+    if (typeof v !== "object" || v === null) continue;
+    const { kind, name, pair, by, outcome, reason } = v as Record<string, unknown>;
+    if ((kind !== "transport" && kind !== "channel") || (by !== "here" && by !== "there") || !OUTCOMES.has(outcome as string)) continue;
+    const n = text(name);
+    const r = text(reason);
+    if (n === undefined || r === undefined) continue;
+    const p = text(pair);
+    out.push({ kind, name: n, ...(p === undefined ? {} : { pair: p }), by, outcome: outcome as PathOutcome, reason: r });
+  }
+  return { offered: { transports: names(offered?.transports), channels: names(offered?.channels) }, verdicts: out };
+}
+
+/** "cpu:0->cuda:1" seen from the other end: "cuda:1->cpu:0". */
+function reversed(pair: string | undefined): string | undefined {
+  if (pair === undefined) return undefined;
+  const [a, b] = pair.split("->");
+  return b === undefined ? pair : `${b}->${a}`;
+}
+
+/**
+ * The peer's verdicts as this side tells them: its "here" is "there".
+ * Those it made about this side ("not offered" by us, say) are left to
+ * this side, which knows its own reasons.
+ */
+export function fromPeer(verdicts: readonly PathVerdict[]): PathVerdict[] {
+  const out: PathVerdict[] = [];
+  for (const v of verdicts) {
+    if (v.by !== "here") continue;
+    const pair = reversed(v.pair);
+    out.push({ ...v, ...(pair === undefined ? {} : { pair }), by: "there" });
+  }
+  return out;
+}
+
+/**
+ * What the connecting side can tell of an upstream listener's choice from
+ * its answer alone: what it chose, and for everything else offered, the
+ * reasons it could have had.
+ */
+export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): PathVerdict[] {
+  const out: PathVerdict[] = [];
+  for (const name of brochure.transportDomainDescriptors.keys()) {
+    if (name.startsWith("tensorpipe-js.")) continue;
+    out.push(
+      name === answer.transport
+        ? { kind: "transport", name, by: "there", outcome: "chosen", reason: "chosen by the listener" }
+        : {
+            kind: "transport",
+            name,
+            by: "inferred",
+            outcome: "not chosen",
+            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (an upstream listener does not say which)`,
+          },
+    );
+  }
+  const chosen = new Map<string, string[]>();
+  for (const p of answer.channelForDevicePair) {
+    // The answer's pairs are the listener's: its device first.
+    const pair = `${p.remote.type}:${p.remote.index}->${p.local.type}:${p.local.index}`;
+    chosen.set(p.channel, [...(chosen.get(p.channel) ?? []), pair]);
+  }
+  for (const name of brochure.channelDeviceDescriptors.keys()) {
+    if (name.startsWith("tensorpipe-js.")) continue;
+    const pairs = chosen.get(name);
+    if (pairs) {
+      for (const pair of pairs) out.push({ kind: "channel", name, pair, by: "there", outcome: "chosen", reason: "chosen by the listener" });
+    } else {
+      out.push({
+        kind: "channel",
+        name,
+        by: "inferred",
+        outcome: "not chosen",
+        reason: "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (an upstream listener does not say which)",
+      });
+    }
+  }
+  return out;
+}
+
+/** The report in lines, for logs and errors. */
+export function describePathReport(report: PathReport): string {
+  const lines = [
+    `${report.side} side: transport ${report.transport}; channels ${report.pairs.map((p) => `${p.local.type}:${p.local.index}->${p.remote.type}:${p.remote.index} ${p.channel}`).join(", ") || "none"}`,
+    `offered here: transports ${report.offeredHere.transports.join(", ") || "none"}; channels ${report.offeredHere.channels.join(", ") || "none"}`,
+    report.offeredThere
+      ? `offered there: transports ${report.offeredThere.transports.join(", ") || "none"}; channels ${report.offeredThere.channels.join(", ") || "none"}`
+      : "offered there: not said (an upstream peer); what it decided is inferred",
+  ];
+  for (const v of report.verdicts) {
+    lines.push(`${v.kind} ${v.name}${v.pair ? ` ${v.pair}` : ""}: ${v.outcome}${v.by === "here" ? "" : ` (${v.by})`}: ${v.reason}`);
+  }
+  return lines.join("\n");
+}

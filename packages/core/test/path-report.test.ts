@@ -1,0 +1,50 @@
+/**
+ * A peer's path report is its own text: shown, never acted on, and held to
+ * what a report can be whatever the peer sends.
+ */
+import { describe, expect, it } from "vitest";
+import type { DeviceDescriptors } from "../src/protocol.js";
+import { PATH_REPORT_ENTRY, fromPeer, peerReport, reportEntry } from "../src/path-report.js";
+
+function entry(descriptor: string): Map<string, DeviceDescriptors> {
+  return new Map([[PATH_REPORT_ENTRY, new Map([["report:0", { device: { type: "report", index: 0 }, descriptor }]])]]);
+}
+
+describe("a peer's path report", () => {
+  it("round-trips what this side sends", () => {
+    const verdicts = [{ kind: "channel", name: "cma", pair: "cpu:0->cpu:0", by: "here", outcome: "chosen", reason: "chosen (priority 1200)" }] as const;
+    const sent = new Map([[PATH_REPORT_ENTRY, reportEntry({ transports: ["uv"], channels: ["cma"] }, verdicts)]]);
+    expect(peerReport(sent)).toEqual({ offered: { transports: ["uv"], channels: ["cma"] }, verdicts });
+  });
+
+  it("is absent when the peer sent none, or sent something that is not a report", () => {
+    expect(peerReport(new Map())).toBeUndefined();
+    expect(peerReport(entry("{not json"))).toBeUndefined();
+    expect(peerReport(entry("42"))).toBeUndefined();
+  });
+
+  it("keeps only well-formed verdicts, bounded, without control characters", () => {
+    const junk = [
+      { kind: "channel", name: "x", by: "here", outcome: "rm -rf", reason: "unknown outcome" },
+      { kind: "disk", name: "x", by: "here", outcome: "chosen", reason: "unknown kind" },
+      { kind: "channel", name: 7, by: "here", outcome: "chosen", reason: "name not a string" },
+      { kind: "channel", name: "x", by: "inferred", outcome: "chosen", reason: "a peer infers nothing of its own side" },
+      null,
+    ];
+    const good = { kind: "transport", name: "uv\u001b[31m", by: "here", outcome: "not viable", reason: "r".repeat(2000) };
+    const many = Array.from({ length: 600 }, () => good);
+    const got = peerReport(entry(JSON.stringify({ offered: { transports: "uv", channels: [1, "basic"] }, verdicts: [...junk, ...many] })))!;
+    expect(got.offered).toEqual({ transports: [], channels: ["basic"] });
+    expect(got.verdicts.length).toBeLessThanOrEqual(512);
+    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv?[31m", by: "here", outcome: "not viable", reason: "r".repeat(1024) });
+  });
+
+  it("is told from this side: the peer's 'here' is 'there', its pairs reversed, its words on this side dropped", () => {
+    expect(
+      fromPeer([
+        { kind: "channel", name: "cuda-basic", pair: "cuda:0->cpu:0", by: "here", outcome: "chosen", reason: "chosen" },
+        { kind: "channel", name: "cma", by: "there", outcome: "not offered", reason: "the peer does not offer it" },
+      ]),
+    ).toEqual([{ kind: "channel", name: "cuda-basic", pair: "cpu:0->cuda:0", by: "there", outcome: "chosen", reason: "chosen" }]);
+  });
+});

@@ -1,0 +1,139 @@
+/**
+ * pipe.path: both ends of a pipe say what each side offered, what was
+ * chosen, and why every other transport and channel was not, each reason
+ * from the end that had it.
+ */
+import { type Context, type PathReport, type PathVerdict, describePathReport } from "@tensorpipe/core";
+import { notViable } from "@tensorpipe/core/backend";
+import { afterEach, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/bench";
+
+const closers: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+async function context(options?: Parameters<typeof createContext>[0]): Promise<Context> {
+  const c = await createContext(options);
+  closers.push(() => c.close());
+  return c;
+}
+
+/** Both ends of one pipe between two fresh contexts. */
+async function both(
+  listenUrls: string[],
+  connect: { options?: Parameters<Context["connect"]>[1]; setup?: (c: Context) => void } = {},
+  listen: { setup?: (c: Context) => void } = {},
+) {
+  const server = await context();
+  const client = await context();
+  listen.setup?.(server);
+  connect.setup?.(client);
+  const l = await server.listen(listenUrls);
+  closers.push(() => l.close());
+  const [here, there] = await Promise.all([client.connect(l.addresses()[0]!, connect.options), l.accept()]);
+  closers.push(() => here.close());
+  return { here: here.path, there: there.path };
+}
+
+function verdict(report: PathReport, kind: PathVerdict["kind"], name: string, pair?: string): PathVerdict | undefined {
+  return report.verdicts.find((v) => v.kind === kind && v.name === name && (pair === undefined || v.pair === pair));
+}
+
+/** A channel registered at `priority` that cannot run here, for `reason`. */
+function unrunnable(c: Context, name: string, reason: string): void {
+  c.registerChannel(5000, name, {
+    isViable: () => notViable(reason),
+    deviceDescriptors: () => [],
+    numConnectionsNeeded: () => 1,
+    canCommunicateWithRemote: () => false,
+    createChannel: () => {
+      throw new Error("never");
+    },
+    close: async () => {},
+  });
+}
+
+describe("pipe.path", () => {
+  it("on both ends: the same choice, each told by the side that made it", async () => {
+    const { here, there } = await both(["uv://127.0.0.1:0", "shm://"]);
+    for (const r of [here, there]) {
+      expect(r.transport).toBe("shm");
+      expect(r.peerReported).toBe(true);
+      expect(r.pairs.map((p) => p.channel)).toEqual(["cma"]);
+    }
+    expect(there.side).toBe("listen");
+    expect(verdict(there, "transport", "shm")).toMatchObject({ by: "here", outcome: "chosen" });
+    expect(verdict(there, "transport", "uv")).toMatchObject({ by: "here", outcome: "lower priority", reason: expect.stringMatching(/shm has a higher priority/) });
+    expect(verdict(there, "channel", "basic", "cpu:0->cpu:0")).toMatchObject({ outcome: "lower priority", reason: expect.stringMatching(/taken by cma/) });
+    // The dialling end learns the listener's reasons, as the listener's.
+    expect(here.side).toBe("connect");
+    expect(verdict(here, "transport", "shm")).toMatchObject({ by: "there", outcome: "chosen" });
+    expect(verdict(here, "transport", "uv")).toMatchObject({ by: "there", outcome: "lower priority" });
+    expect(verdict(here, "channel", "mpt", "cpu:0->cpu:0")).toMatchObject({ by: "there", outcome: "lower priority" });
+    expect(here.offeredThere).toEqual(there.offeredHere);
+    expect(there.offeredThere).toEqual(here.offeredHere);
+    expect(describePathReport(here)).toMatch(/^connect side: transport shm; channels cpu:0->cpu:0 cma\n/);
+  });
+
+  it("a transport the listener does not listen on: the dialling end is told so", async () => {
+    const { here } = await both(["uv://127.0.0.1:0"]);
+    expect(here.transport).toBe("uv");
+    expect(verdict(here, "transport", "shm")).toMatchObject({ by: "there", outcome: "not listened on" });
+  });
+
+  it("a channel that cannot run at the listener: the dialling end gets the listener's reason", async () => {
+    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) }, { setup: (c) => unrunnable(c, "fast", "its device is gone") });
+    expect(verdict(there, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: its device is gone" });
+    expect(verdict(here, "channel", "fast")).toMatchObject({ by: "there", outcome: "not viable", reason: "not viable here: its device is gone" });
+  });
+
+  it("a channel that cannot run at the dialling end: the listener gets its reason instead of 'not offered'", async () => {
+    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => unrunnable(c, "fast", "no such device here") }, { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) });
+    expect(verdict(here, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: no such device here" });
+    expect(there.verdicts.filter((v) => v.name === "fast")).toEqual([
+      { kind: "channel", name: "fast", by: "there", outcome: "not viable", reason: "not viable here: no such device here" },
+    ]);
+  });
+
+  it("a backend the dialling end's path forbids: both ends say it was not allowed, and by whom", async () => {
+    const { here, there } = await both(["uv://127.0.0.1:0", "shm://"], { options: { path: { forbid: ["mpt"] } } });
+    expect(verdict(here, "channel", "mpt")).toMatchObject({ by: "here", outcome: "not allowed", reason: expect.stringMatching(/never mpt/) });
+    expect(verdict(there, "channel", "mpt")).toMatchObject({ by: "there", outcome: "not allowed" });
+    expect(here.offeredHere.channels).not.toContain("mpt");
+  });
+
+  it("a brochure upstream could have sent (uv + basic) stays upstream's: each end tells its own part and infers the rest", async () => {
+    const server = await context({ transports: ["uv"], channels: ["basic", "mpt"] });
+    const client = await context({ transports: ["uv"], channels: ["basic", "mpt"] });
+    const l = await server.listen("uv://127.0.0.1:0");
+    closers.push(() => l.close());
+    const [a, b] = await Promise.all([client.connect(l.addresses()[0]!, { path: { forbid: ["mpt"] } }), l.accept()]);
+    closers.push(() => a.close());
+    expect(a.path).toMatchObject({ peerReported: false, offeredThere: undefined });
+    expect(verdict(a.path, "channel", "basic")).toMatchObject({ by: "there", outcome: "chosen" });
+    expect(verdict(a.path, "channel", "mpt")).toMatchObject({ by: "here", outcome: "not allowed" });
+    expect(b.path).toMatchObject({ peerReported: false, offeredThere: { transports: ["uv"], channels: ["basic"] } });
+    expect(verdict(b.path, "channel", "mpt")).toMatchObject({ by: "there", outcome: "not offered" });
+  });
+
+  it("a backend only one end has is named on both", async () => {
+    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "only-here", fastChannel()) });
+    expect(verdict(there, "channel", "only-here")).toMatchObject({ by: "here", outcome: "not registered" });
+    expect(verdict(here, "channel", "only-here")).toMatchObject({ by: "there", outcome: "not registered" });
+  });
+});
+
+/** A channel that runs and matches nothing, so that it is offered but never chosen. */
+function fastChannel() {
+  return {
+    isViable: () => ({ viable: true as const }),
+    deviceDescriptors: () => [{ device: { type: "cpu", index: 0 }, descriptor: `fast-${process.pid}-${Math.random()}` }],
+    numConnectionsNeeded: () => 1,
+    canCommunicateWithRemote: (a: string, b: string) => a === b,
+    createChannel: () => {
+      throw new Error("never chosen");
+    },
+    close: async () => {},
+  };
+}
