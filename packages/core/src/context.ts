@@ -13,6 +13,7 @@ import { type PathPolicy, checkPathPolicy } from "./path-policy.js";
 import { Pipe, type PipeParts } from "./pipe.js";
 import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "./protocol.js";
 import { type ContextStats, PipeCounters, addCount } from "./stats.js";
+import type { FlightEvent } from "./flight-recorder.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
 
@@ -49,6 +50,13 @@ export interface ContextOptions {
    * are exactly upstream's. Both ends need it.
    */
   auth?: AuthOptions;
+  /**
+   * Events each pipe's flight recorder keeps (default 64; 0 turns it off):
+   * the handshake's steps, the path, each message's size and time, errors.
+   * `pipe.flightRecord()` and `context.flightRecords()` give them; a failed
+   * pipe's or handshake's error carries them as `flightRecord`.
+   */
+  flightRecorder?: number;
 }
 
 /** Options of Context.connect(): a signal or a timeout for the whole handshake (default: the context's handshakeTimeout). */
@@ -68,6 +76,14 @@ export interface ListenerOptions {
   path?: PathPolicy;
 }
 
+/** One open pipe's flight record, as Context.flightRecords() lists it. */
+export interface PipeFlightRecord {
+  /** The pipe. */
+  pipe: Pipe;
+  /** Its last events, oldest first. */
+  events: FlightEvent[];
+}
+
 /** A registered backend, as Context.backends() lists it. */
 export interface BackendInfo {
   /** Transport or channel. */
@@ -83,6 +99,15 @@ export interface BackendInfo {
 const DEFAULT_HANDSHAKE_TIMEOUT = 10_000;
 const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
 const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
+const DEFAULT_FLIGHT_RECORDER = 64;
+
+function flightRecorderSize(value: number | undefined): number {
+  if (value === undefined) return DEFAULT_FLIGHT_RECORDER;
+  if (!Number.isSafeInteger(value) || value < 0 || value > 1_000_000) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${String(value)}`);
+  }
+  return value;
+}
 
 /** `value`, or `fallback` when undefined; else ERR_TP_INVALID_ARG naming the option. */
 function positiveInteger(name: string, value: number | undefined, fallback: number): number {
@@ -141,7 +166,7 @@ export class Context {
       channels: this.channels,
       auth: this.auth,
       handshakeTimeout: this.handshakeTimeout,
-      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits },
+      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: flightRecorderSize(options.flightRecorder) },
     };
   }
 
@@ -260,6 +285,11 @@ export class Context {
       this.ended.add(pipe.counters);
     });
     return pipe;
+  }
+
+  /** Every open pipe's flight record (ContextOptions.flightRecorder), with the pipe it is of. */
+  flightRecords(): PipeFlightRecord[] {
+    return [...this.pipes].map((pipe) => ({ pipe, events: pipe.flightRecord() }));
   }
 
   /** What every pipe of this context carried, open and ended, and what its listeners dropped. */

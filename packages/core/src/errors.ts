@@ -1,3 +1,5 @@
+import type { FlightEvent } from "./flight-recorder.js";
+
 /**
  * Errors are values with a stable `code`. Native errno-style codes from a
  * backend (ECONNRESET, EPIPE, ...) are kept in `errno` and `syscall`.
@@ -53,6 +55,11 @@ export class TensorPipeError extends Error {
   readonly syscall?: string;
   /** Where it happened: an address, a pipe or a backend. */
   readonly where?: string;
+  /**
+   * The last events of the pipe or handshake this error ended, oldest
+   * first (ContextOptions.flightRecorder): what it was doing when it failed.
+   */
+  flightRecord?: readonly FlightEvent[];
 
   constructor(code: ErrorCode, message: string, options: TensorPipeErrorOptions = {}) {
     super(options.where ? `${message} (${options.where})` : message, { cause: options.cause });

@@ -7,7 +7,8 @@
 import { splitHostPort } from "./address.js";
 import { AUTH_ENTRY, type AuthSession, type SharedSecretAuth } from "./auth.js";
 import type { Channel, ChannelContext } from "./channel.js";
-import { debugLog } from "./debug.js";
+import { debugLog, describeError } from "./debug.js";
+import { HandshakeEvents, attachFlightRecord } from "./flight-recorder.js";
 import { CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import {
@@ -170,6 +171,15 @@ function pathNote(settings: HandshakeSettings): string {
   return settings.path ? `; this side's path: ${describePath(settings.path)}` : "";
 }
 
+/** `e` as a TensorPipeError carrying the handshake's events. */
+function recorded(e: unknown, events: HandshakeEvents): unknown {
+  if (events.enabled && e instanceof TensorPipeError) {
+    events.add("error", describeError(e));
+    attachFlightRecord(e, () => events.events);
+  }
+  return e;
+}
+
 /** Same host (scope aside) and port, for addresses of the form host:port. */
 function sameEndpoint(a: string, b: string): boolean {
   try {
@@ -212,6 +222,24 @@ export async function dial(
   signal: AbortSignal | undefined,
   opened: Connection[],
 ): Promise<PipeParts> {
+  const events = new HandshakeEvents(settings.pipeOptions.flightRecorder > 0);
+  events.add("handshake", `dial ${url} over ${transport.name}`);
+  try {
+    return await dialSteps(settings, url, transport, address, signal, opened, events);
+  } catch (e) {
+    throw recorded(e, events);
+  }
+}
+
+async function dialSteps(
+  settings: HandshakeSettings,
+  url: string,
+  transport: Registered<TransportContext>,
+  address: string,
+  signal: AbortSignal | undefined,
+  opened: Connection[],
+  events: HandshakeEvents,
+): Promise<PipeParts> {
   const all = settings;
   settings = restricted(settings);
   let main: Connection;
@@ -233,6 +261,7 @@ export async function dial(
     brochure.channelDeviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, ownVerdicts));
   }
   if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
+  if (events.enabled) events.add("handshake", `connected; offering ${describeBrochure(brochure)}`);
   if (log.enabled) {
     log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
     for (const v of ownVerdicts) log("not offering %s %s: %s", v.kind, v.name, v.reason);
@@ -271,6 +300,7 @@ export async function dial(
     peerReported: listenerSaid !== undefined,
     verdicts: [...ownVerdicts, ...(listenerSaid ? fromPeer(listenerSaid.verdicts) : inferredVerdicts(brochure, answer))],
   };
+  if (events.enabled) events.add("path", `answered from ${answer.address}: ${describePathReport(path).split("\n")[0]}`);
   if (log.enabled) {
     const [first, ...rest] = describePathReport(path).split("\n");
     log("%s answered, at %s: %s", url, answer.address, first);
@@ -309,6 +339,7 @@ export async function dial(
     ...[...answer.channelRegistrationIds.values()].flat().map(openRequested),
   ]);
   if (newMain !== main) main.close();
+  events.add("handshake", `opened the ${2 + channelConnections.length} connection(s) asked for`);
   const channels = new Map<string, Channel>();
   let next = 0;
   for (const [name, ids] of answer.channelRegistrationIds) {
@@ -332,6 +363,7 @@ export async function dial(
     side: "connect",
     options: settings.pipeOptions,
     path,
+    events: events.events,
   };
 }
 
@@ -341,6 +373,22 @@ export async function dial(
  * for the connections it registered.
  */
 export async function answer(settings: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide): Promise<PipeParts> {
+  const events = new HandshakeEvents(settings.pipeOptions.flightRecorder > 0);
+  events.add("handshake", `connection from ${main.remoteAddress} over ${cameOn}`);
+  try {
+    return await answerSteps(settings, main, cameOn, listening, events);
+  } catch (e) {
+    throw recorded(e, events);
+  }
+}
+
+async function answerSteps(
+  settings: HandshakeSettings,
+  main: Connection,
+  cameOn: string,
+  listening: ListeningSide,
+  events: HandshakeEvents,
+): Promise<PipeParts> {
   const all = settings;
   settings = restricted(settings);
   const { auth } = settings;
@@ -356,6 +404,7 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
   brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
   const from = main.remoteAddress;
   if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
+  if (events.enabled) events.add("handshake", `offered ${describeBrochure(brochure)}`);
   const verdicts: PathVerdict[] = [...leftOut(all, settings, false), ...notRegistered(all, brochure)];
   const note = (v: PathVerdict) => {
     verdicts.push(v);
@@ -389,6 +438,7 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
     peerReported: dialerSaid !== undefined,
     verdicts: dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts,
   };
+  if (events.enabled) events.add("path", describePathReport(path).split("\n")[0]!);
   // Toward upstream, whose brochure carries neither, the answer is upstream's alone.
   if (dialerSaid) choice.deviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, verdicts.filter((v) => v.by === "here")));
   if (!brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);
@@ -430,7 +480,9 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
         })
       : main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
     givenUp.catch(() => undefined);
+    events.add("handshake", `answered; waiting for the ${registrations.length} connection(s) asked for`);
     const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() => clearTimeout(timer));
+    events.add("handshake", "every connection came");
     let i = 0;
     const pipeMain = mainReg ? conns[i++]! : main;
     const reply = conns[i++]!;
@@ -457,6 +509,7 @@ export async function answer(settings: HandshakeSettings, main: Connection, came
       side: "listen",
       options: settings.pipeOptions,
       path,
+      events: events.events,
     };
   } catch (e) {
     for (const r of registrations) {

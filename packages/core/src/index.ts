@@ -3,9 +3,10 @@
  * what can be observed of them. Backend authors: `@tensorpipe/core/backend`;
  * tests: `@tensorpipe/core/testing`.
  */
-export { Context, type ContextOptions, type ConnectOptions, type ListenerOptions, type BackendInfo } from "./context.js";
+export { Context, type ContextOptions, type ConnectOptions, type ListenerOptions, type BackendInfo, type PipeFlightRecord } from "./context.js";
 export type { PathPolicy } from "./path-policy.js";
 export { describePathReport } from "./path-report.js";
+export { describeFlightEvents, type FlightEvent, type FlightEventKind } from "./flight-recorder.js";
 export type { OfferedBackends, PathOutcome, PathReport, PathVerdict } from "./path-report.js";
 export { Listener, type ListenerEvents } from "./listener.js";
 export type { AuthOptions } from "./auth.js";

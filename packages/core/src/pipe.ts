@@ -16,6 +16,7 @@ import { allocationParts, badPayload, checkDevice, checkMessageShape, checkTenso
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { PathReport } from "./path-report.js";
+import { type FlightEvent, FlightRecorder, attachFlightRecord } from "./flight-recorder.js";
 import type { DevicePairChoice } from "./protocol.js";
 import {
   type DescriptorLimits,
@@ -86,6 +87,8 @@ export interface PipeOptions {
   maxDescriptorLength: number;
   /** What one message's descriptor may announce. */
   limits: Readonly<DescriptorLimits>;
+  /** Events the pipe's flight recorder keeps (0: none). */
+  flightRecorder: number;
 }
 
 /** What a pipe is made of once the handshake is done (built by Context). */
@@ -108,6 +111,8 @@ export interface PipeParts {
   options: PipeOptions;
   /** What each side offered, what was chosen, and why not the rest. */
   path: PathReport;
+  /** The handshake's steps, for the flight recorder. */
+  events: readonly FlightEvent[];
 }
 
 /** Tensors of a message that wait for the peer's DescriptorReply, or for an earlier message's. */
@@ -162,6 +167,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private cpuChannel?: Channel;
   /** @internal Live counters; stats() copies them. */
   readonly counters = new PipeCounters();
+  /** The last events, when ContextOptions.flightRecorder keeps any. */
+  private readonly recorder?: FlightRecorder;
   /** Each channel's name and counters, found from the channel on the hot path. */
   private readonly channelInfo = new Map<Channel, { name: string; stats: ChannelStats }>();
   /** Payload and tensor bytes of the message encodeDescriptor took last. */
@@ -186,7 +193,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private readsInFlight = 0;
   // Bound once, not per message.
   private readonly failOperation = (e: unknown): never => this.onOperationError(e);
+  private readonly writeSettled = (): void => this.recorder!.written();
   private readonly readSettled = (): void => {
+    this.recorder?.received();
     this.readsInFlight--;
     this.maybeFinishEnded();
   };
@@ -223,6 +232,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.fail(e);
       return;
     }
+    this.recorder?.descriptor(bytes.byteLength);
     const waiter = this.descriptorWaiters.shift();
     if (waiter) {
       this.current = d;
@@ -253,6 +263,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.peer = parts.peer;
     this.path = parts.path;
     this.options = parts.options;
+    if (parts.options.flightRecorder > 0) this.recorder = new FlightRecorder(parts.options.flightRecorder, parts.events);
     this.closed = this.closedDeferred.promise;
     for (const p of parts.pairs) {
       const channel = this.channels.get(p.channel);
@@ -271,6 +282,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (diagnostics.pipeOpen.hasSubscribers) {
       diagnostics.pipeOpen.publish({ pipe: this, side: parts.side, peer: this.peer, transport: this.transport, channels: parts.pairs, path: this.path });
     }
+  }
+
+  /**
+   * The pipe's last events, oldest first: the handshake's steps, the path,
+   * each message's size and time, errors (ContextOptions.flightRecorder;
+   * empty when it is 0). A failed pipe's error carries them as `flightRecord`.
+   */
+  flightRecord(): FlightEvent[] {
+    return this.recorder?.events() ?? [];
   }
 
   /** Messages and bytes each way so far, by channel, and errors by code. */
@@ -321,7 +341,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (tensorsSent === DONE) all = written;
     else if (written === DONE) all = tensorsSent;
     else all = Promise.all([written, tensorsSent]).then(noop);
-    return this.guard(all === DONE ? DONE : all.catch(this.failOperation), options, "pipe write");
+    const recorder = this.recorder;
+    if (recorder) recorder.write(this.encodedBytes, all !== DONE);
+    if (all === DONE) return this.guard(DONE, options, "pipe write");
+    return this.guard(recorder ? all.then(this.writeSettled, this.failOperation) : all.catch(this.failOperation), options, "pipe write");
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -533,6 +556,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     this.current = undefined;
     this.counters.messagesReceived++;
+    const before = this.counters.bytesReceived;
     if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOf(d, tensors));
     // Reads that finished at once (DONE) need nothing more.
     let pending: Promise<void>[] | undefined;
@@ -554,6 +578,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       const got = channel.recv(buffer, t.length);
       if (got !== DONE) (pending ??= []).push(got);
     }
+    this.recorder?.read(this.counters.bytesReceived - before, pending !== undefined);
     // Counted before the next descriptor is asked for: that may fail the stream at once.
     if (pending !== undefined) this.readsInFlight++;
     this.fetchDescriptor();
@@ -733,6 +758,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** An operation refused for its own reason: counted, the pipe goes on. */
   private refuse(e: unknown): Promise<never> {
     this.counters.countError((e as TensorPipeError).code ?? ErrorCode.SYSTEM);
+    if (this.recorder && e instanceof TensorPipeError) this.recorder.note("error", `refused: ${describeError(e)}`);
     return Promise.reject(e);
   }
 
@@ -760,6 +786,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const err = this.describe(e);
     this.failure = err;
     if (how === "error") this.counters.countError(err.code);
+    const recorder = this.recorder;
+    if (recorder) {
+      if (how === "error") recorder.note("error", describeError(err));
+      else recorder.note("closed", how === "ended" ? `ended by the peer between messages (${describeError(err)})` : how);
+      attachFlightRecord(err, () => recorder.events());
+    }
     for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
     for (const s of this.tensorSends.splice(0)) s.done.reject(err);
     this.main.close(err);
