@@ -287,6 +287,11 @@ export class Context {
     return pipe;
   }
 
+  /** Whether `pipe` is one of this context's open pipes (for observers of diagnostics channels, which every context shares). */
+  ownsPipe(pipe: Pipe): boolean {
+    return this.pipes.has(pipe);
+  }
+
   /** Every open pipe's flight record (ContextOptions.flightRecorder), with the pipe it is of. */
   flightRecords(): PipeFlightRecord[] {
     return [...this.pipes].map((pipe) => ({ pipe, events: pipe.flightRecord() }));

@@ -17,4 +17,6 @@ export const channels = {
   messageWrite: diagnostics_channel.channel("tensorpipe:message:write"),
   /** `tensorpipe:message:read`. */
   messageRead: diagnostics_channel.channel("tensorpipe:message:read"),
+  /** `tensorpipe:message:done`. */
+  messageDone: diagnostics_channel.channel("tensorpipe:message:done"),
 } as const;

@@ -10,13 +10,14 @@
  * | `tensorpipe:listener:connectionError` | {@link ListenerErrorMessage}    |
  * | `tensorpipe:message:write`            | {@link MessageSizesMessage}     |
  * | `tensorpipe:message:read`             | {@link MessageSizesMessage}     |
+ * | `tensorpipe:message:done`             | {@link MessageDoneMessage}      |
  */
 import type { ListenerErrorMessage } from "./listener.js";
-import type { MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+import type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
 import { channels } from "./diagnostic-channels.js";
 
 export type { ListenerErrorMessage } from "./listener.js";
-export type { MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+export type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
 
 /** A diagnostics_channel channel whose messages are all of type `M`. */
 export interface TypedChannel<M> {
@@ -44,4 +45,6 @@ export const diagnostics = channels as unknown as {
   readonly messageWrite: TypedChannel<MessageSizesMessage>;
   /** `tensorpipe:message:read`. */
   readonly messageRead: TypedChannel<MessageSizesMessage>;
+  /** `tensorpipe:message:done`. */
+  readonly messageDone: TypedChannel<MessageDoneMessage>;
 };

@@ -18,6 +18,7 @@ export {
   type PipeCloseMessage,
   type ListenerErrorMessage,
   type MessageSizesMessage,
+  type MessageDoneMessage,
   type TypedChannel,
 } from "./diagnostics.js";
 export type {

@@ -81,6 +81,23 @@ export interface MessageSizesMessage {
 }
 
 
+/**
+ * A write or read finished (`tensorpipe:message:done`): its bytes, the
+ * channel of its first tensor, and how long it took.
+ */
+export interface MessageDoneMessage {
+  /** The pipe. */
+  pipe: Pipe;
+  /** "write": all its bytes left this process's memory; "read": all of them landed. */
+  direction: "write" | "read";
+  /** Payload and tensor bytes. */
+  bytes: number;
+  /** The channel of its first tensor; "" for a message without tensors (or one whose target the peer picks). */
+  channel: string;
+  /** From write() or read() to the end, in seconds. */
+  seconds: number;
+}
+
 /** Limits a pipe enforces on what its peer sends. */
 export interface PipeOptions {
   /** Largest descriptor frame accepted from the peer. */
@@ -311,6 +328,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    */
   write(message: Message, options?: OperationOptions): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
+    const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     let missingTargets: number;
     try {
       missingTargets = this.encodeDescriptor(message);
@@ -343,6 +361,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     else all = Promise.all([written, tensorsSent]).then(noop);
     const recorder = this.recorder;
     if (recorder) recorder.write(this.encodedBytes, all !== DONE);
+    if (started > 0) this.publishDone("write", all, this.encodedBytes, this.firstChannel(message.tensors?.[0]), started);
     if (all === DONE) return this.guard(DONE, options, "pipe write");
     return this.guard(recorder ? all.then(this.writeSettled, this.failOperation) : all.catch(this.failOperation), options, "pipe write");
   }
@@ -543,6 +562,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    */
   read(allocation: Partial<Allocation>, options?: OperationOptions): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
+    const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     const d = this.current;
     if (!d) return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
     let targets: Device[] | undefined;
@@ -579,6 +599,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (got !== DONE) (pending ??= []).push(got);
     }
     this.recorder?.read(this.counters.bytesReceived - before, pending !== undefined);
+    if (started > 0) {
+      const first = d.tensors[0] && tensors[0] && this.channelBetween(bufferDevice(tensors[0].buffer), d.tensors[0].sourceDevice);
+      const settled = pending === undefined ? DONE : pending.length === 1 ? pending[0]! : Promise.all(pending);
+      this.publishDone("read", settled, this.counters.bytesReceived - before, (first && this.channelInfo.get(first)?.name) ?? "", started);
+    }
     // Counted before the next descriptor is asked for: that may fail the stream at once.
     if (pending !== undefined) this.readsInFlight++;
     this.fetchDescriptor();
@@ -724,6 +749,23 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
     if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended, "ended");
+  }
+
+  /** The channel name of a tensor about to be written, "" when the peer picks its target. */
+  private firstChannel(t: MessageTensor | undefined): string {
+    if (!t) return "";
+    const source = bufferDevice(t.buffer);
+    const target = targetOf(t, source);
+    const channel = target && this.channelBetween(source, target);
+    return (channel && this.channelInfo.get(channel)?.name) ?? "";
+  }
+
+  /** Publishes on `tensorpipe:message:done` once `settled` has, if it succeeds. */
+  private publishDone(direction: "write" | "read", settled: Promise<unknown>, bytes: number, channel: string, started: number): void {
+    const publish = () =>
+      diagnostics.messageDone.publish({ pipe: this, direction, bytes, channel, seconds: (performance.now() - started) / 1000 } satisfies MessageDoneMessage);
+    if (settled === DONE) publish();
+    else settled.then(publish, noop);
   }
 
   /** What diagnostics_channel subscribers learn of a message: its sizes, and the channel of each tensor. */

@@ -56,6 +56,10 @@ it("compile strict as written, and the README's first example runs", () => {
     symlinkSync(join(repo, "packages", p), join(app, "node_modules", manifest.name));
   }
   symlinkSync(join(repo, "node_modules/@types/node"), join(app, "node_modules/@types/node"));
+  // What the metrics package's README has its users install beside it.
+  mkdirSync(join(app, "node_modules/@opentelemetry"), { recursive: true });
+  symlinkSync(join(repo, "packages/metrics/node_modules/prom-client"), join(app, "node_modules/prom-client"));
+  symlinkSync(join(repo, "packages/metrics/node_modules/@opentelemetry/api"), join(app, "node_modules/@opentelemetry/api"));
   writeFileSync(join(app, "package.json"), JSON.stringify({ type: "module" }));
   writeFileSync(
     join(app, "tsconfig.json"),

@@ -25,6 +25,7 @@ const PUBLISHED = [
   "channel-cuda-ipc",
   "channel-cuda-gdr",
   "rendezvous",
+  "metrics",
   "cli",
 ];
 const NATIVE: Record<string, string> = {
@@ -143,6 +144,10 @@ describe("the published packages", () => {
         // A command only: nothing to import.
         expect(m.bin).toEqual({ tensorpipe: "./dist/main.js" });
         expect(m.exports).toEqual({ "./package.json": "./package.json" });
+      } else if (name === "metrics") {
+        // One entry point per monitoring stack, none for the package itself.
+        expect(Object.keys(m.exports as object)).toEqual(["./prometheus", "./opentelemetry"]);
+        for (const f of ["prometheus.js", "prometheus.d.ts", "opentelemetry.js", "opentelemetry.d.ts"]) expect(files).toContain(`package/dist/${f}`);
       } else {
         expect(files).toContain("package/dist/index.js");
         expect(files).toContain("package/dist/index.d.ts");
