@@ -84,6 +84,8 @@ function placement(ports: readonly UsablePort[]): { gpus: CudaDeviceInfo[]; clos
  */
 export class CudaGdrChannelContext implements ChannelContext {
   private opened?: NicSet & { close(): void };
+  /** Probed once: every handshake asks isViable() and deviceDescriptors() again. */
+  private surveyed?: { viability: Viability; ports: UsablePort[] };
 
   constructor(private readonly options: CudaGdrChannelOptions = {}) {}
 
@@ -102,6 +104,11 @@ export class CudaGdrChannelContext implements ChannelContext {
 
   /** Whether the channel can work here, with the ports it would use: one probe of the devices. */
   private survey(): { viability: Viability; ports: UsablePort[] } {
+    this.surveyed ??= this.probe();
+    return this.surveyed;
+  }
+
+  private probe(): { viability: Viability; ports: UsablePort[] } {
     const { ports, reason } = rdmaPorts(this.options);
     if (ports.length === 0) return { viability: notViable(reason!), ports };
     const cuda = cudaInfo();

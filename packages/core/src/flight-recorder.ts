@@ -19,7 +19,7 @@ export type FlightEventKind =
   | "write"
   /** A write that did not finish at once finished, `ms` after it was taken. */
   | "written"
-  /** A descriptor came, announcing `bytes`. */
+  /** A descriptor frame of `bytes` came. */
   | "descriptor"
   /** read() was given memory for `bytes`. */
   | "read"
@@ -68,33 +68,41 @@ export class HandshakeEvents {
   }
 }
 
-/** The ring of one pipe. */
+/**
+ * The ring of one pipe. An idle pipe holds only its handshake's events:
+ * the ring is made at the first message, so that memory follows traffic.
+ */
 export class FlightRecorder {
-  private readonly times: Float64Array;
-  private readonly kinds: Uint8Array;
-  private readonly sizes: Float64Array;
-  private readonly details: (string | undefined)[];
-  /** Events recorded so far; the ring holds the last `capacity`. */
+  // Per event: its time, its size (or duration), its kind.
+  private slots?: Float64Array;
+  private readonly details: (string | undefined)[] = [];
+  /** Events recorded so far, handshake's included; the ring holds the last `capacity`. */
   private count = 0;
   // Writes and reads finish in the order they were taken: the start of each
-  // still in flight, oldest first, as ring positions' times.
+  // still in flight, oldest first.
   private readonly writeStarts: number[] = [];
   private readonly readStarts: number[] = [];
 
-  constructor(readonly capacity: number, earlier: readonly FlightEvent[] = []) {
-    this.times = new Float64Array(capacity);
-    this.kinds = new Uint8Array(capacity);
-    this.sizes = new Float64Array(capacity);
-    this.details = new Array<string | undefined>(capacity).fill(undefined);
-    for (const e of earlier) this.push(KINDS.indexOf(e.kind), e.at === undefined ? NaN : e.at - performance.timeOrigin, e.bytes ?? 0, e.detail);
-  }
+  constructor(
+    readonly capacity: number,
+    private readonly earlier: readonly FlightEvent[] = [],
+  ) {}
 
   private push(kind: number, time: number, size: number, detail: string | undefined): void {
+    if (!this.slots) {
+      this.slots = new Float64Array(this.capacity * 3);
+      for (const e of this.earlier) this.write3(KINDS.indexOf(e.kind), e.at === undefined ? NaN : e.at - performance.timeOrigin, e.bytes ?? 0, e.detail);
+    }
+    this.write3(kind, time, size, detail);
+  }
+
+  private write3(kind: number, time: number, size: number, detail: string | undefined): void {
     const i = this.count++ % this.capacity;
-    this.times[i] = time;
-    this.kinds[i] = kind;
-    this.sizes[i] = size;
-    this.details[i] = detail;
+    const slots = this.slots!;
+    slots[3 * i] = time;
+    slots[3 * i + 1] = size;
+    slots[3 * i + 2] = kind;
+    if (detail !== undefined || this.details[i] !== undefined) this.details[i] = detail;
   }
 
   /** write() took a message of `bytes`; `pending` when it did not finish at once. */
@@ -114,7 +122,7 @@ export class FlightRecorder {
     this.push(Kind.Written, now, now - (this.writeStarts.shift() ?? now), undefined);
   }
 
-  /** A descriptor came, announcing `bytes`. */
+  /** A descriptor frame of `bytes` came. */
   descriptor(bytes: number): void {
     this.push(Kind.Descriptor, NaN, bytes, undefined);
   }
@@ -143,14 +151,16 @@ export class FlightRecorder {
 
   /** The events the ring holds, oldest first. */
   events(): FlightEvent[] {
+    const slots = this.slots;
+    if (!slots) return this.earlier.slice(-this.capacity);
     const out: FlightEvent[] = [];
     const n = Math.min(this.count, this.capacity);
     for (let k = this.count - n; k < this.count; k++) {
       const i = k % this.capacity;
-      const kind = KINDS[this.kinds[i]!]!;
-      const time = this.times[i]!;
+      const kind = KINDS[slots[3 * i + 2]!]!;
+      const time = slots[3 * i]!;
       const at = Number.isNaN(time) ? {} : { at: performance.timeOrigin + time };
-      const size = this.sizes[i]!;
+      const size = slots[3 * i + 1]!;
       const detail = this.details[i];
       if (kind === "written" || kind === "received") out.push({ ...at, kind, ms: size });
       else if (kind === "write" || kind === "read" || kind === "descriptor") out.push({ ...at, kind, bytes: size });

@@ -42,6 +42,7 @@ import {
   type PathVerdict,
   describePathReport,
   fromPeer,
+  pathHeadline,
   inferredVerdicts,
   peerReport,
   reportEntry,
@@ -161,6 +162,11 @@ function withPeerReasons(verdicts: readonly PathVerdict[], peer: readonly PathVe
   return [...verdicts.filter((v) => !(v.outcome === "not offered" && said.has(`${v.kind} ${v.name}`))), ...peer];
 }
 
+/** An offer in a few words: "transports uv, shm; channels cma, basic". */
+function describeOffer(o: OfferedBackends): string {
+  return `transports ${o.transports.join(", ") || "none"}; channels ${o.channels.join(", ") || "none"}`;
+}
+
 /** Names of the backends a brochure offers, its own entries left out. */
 function offeredIn(b: Brochure): OfferedBackends {
   const own = (name: string) => !name.startsWith("tensorpipe-js.");
@@ -261,7 +267,7 @@ async function dialSteps(
     brochure.channelDeviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, ownVerdicts));
   }
   if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
-  if (events.enabled) events.add("handshake", `connected; offering ${describeBrochure(brochure)}`);
+  if (events.enabled) events.add("handshake", `connected; offering ${describeOffer(offeredHere)}`);
   if (log.enabled) {
     log("connect to %s over %s: offering %s", url, transport.name, describeBrochure(brochure));
     for (const v of ownVerdicts) log("not offering %s %s: %s", v.kind, v.name, v.reason);
@@ -300,7 +306,7 @@ async function dialSteps(
     peerReported: listenerSaid !== undefined,
     verdicts: [...ownVerdicts, ...(listenerSaid ? fromPeer(listenerSaid.verdicts) : inferredVerdicts(brochure, answer))],
   };
-  if (events.enabled) events.add("path", `answered from ${answer.address}: ${describePathReport(path).split("\n")[0]}`);
+  if (events.enabled) events.add("path", `answered from ${answer.address}: ${pathHeadline(path)}`);
   if (log.enabled) {
     const [first, ...rest] = describePathReport(path).split("\n");
     log("%s answered, at %s: %s", url, answer.address, first);
@@ -404,7 +410,7 @@ async function answerSteps(
   brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
   const from = main.remoteAddress;
   if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
-  if (events.enabled) events.add("handshake", `offered ${describeBrochure(brochure)}`);
+  if (events.enabled) events.add("handshake", `offered ${describeOffer(offeredIn(brochure))}`);
   const verdicts: PathVerdict[] = [...leftOut(all, settings, false), ...notRegistered(all, brochure)];
   const note = (v: PathVerdict) => {
     verdicts.push(v);
@@ -438,7 +444,7 @@ async function answerSteps(
     peerReported: dialerSaid !== undefined,
     verdicts: dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts,
   };
-  if (events.enabled) events.add("path", describePathReport(path).split("\n")[0]!);
+  if (events.enabled) events.add("path", pathHeadline(path));
   // Toward upstream, whose brochure carries neither, the answer is upstream's alone.
   if (dialerSaid) choice.deviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, verdicts.filter((v) => v.by === "here")));
   if (!brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);

@@ -112,7 +112,8 @@ export function chooseTransport(
     }
     const local = t.context.domainDescriptor();
     if (remote !== local) {
-      say(t, "descriptors differ", `domains differ ("${local}" here, "${remote}" there)`);
+      const why = t.context.describeMismatch?.(local, remote);
+      say(t, "descriptors differ", `domains differ ("${local}" here, "${remote}" there)${why ? `: ${why}` : ""}`);
     } else if (chosen) {
       say(t, "lower priority", `usable, but ${chosen.name} has a higher priority (${chosen.priority} against ${t.priority})`);
     } else {

@@ -210,10 +210,15 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
   return out;
 }
 
+/** The report's first line: the side, and what was chosen. */
+export function pathHeadline(report: Pick<PathReport, "side" | "transport" | "pairs">): string {
+  return `${report.side} side: transport ${report.transport}; channels ${report.pairs.map((p) => `${p.local.type}:${p.local.index}->${p.remote.type}:${p.remote.index} ${p.channel}`).join(", ") || "none"}`;
+}
+
 /** The report in lines, for logs and errors. */
 export function describePathReport(report: PathReport): string {
   const lines = [
-    `${report.side} side: transport ${report.transport}; channels ${report.pairs.map((p) => `${p.local.type}:${p.local.index}->${p.remote.type}:${p.remote.index} ${p.channel}`).join(", ") || "none"}`,
+    pathHeadline(report),
     `offered here: transports ${report.offeredHere.transports.join(", ") || "none"}; channels ${report.offeredHere.channels.join(", ") || "none"}`,
     report.offeredThere
       ? `offered there: transports ${report.offeredThere.transports.join(", ") || "none"}; channels ${report.offeredThere.channels.join(", ") || "none"}`

@@ -14,6 +14,13 @@ export interface TransportContext {
    * strings (e.g. "uv:*" anywhere, or a machine id for shared memory).
    */
   domainDescriptor(): string;
+  /**
+   * Why two processes whose domain descriptors differ cannot use this
+   * transport together, in words, with what would join them (a container
+   * flag, say); undefined when it cannot tell. Shown in negotiation's
+   * reasons (pipe.path, NODE_DEBUG, errors).
+   */
+  describeMismatch?(localDescriptor: string, remoteDescriptor: string): string | undefined;
   /** Extra URL schemes accepted for this transport ("tcp" for "uv"). */
   readonly aliases?: readonly string[];
   /**

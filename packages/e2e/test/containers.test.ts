@@ -66,3 +66,33 @@ describe("cma in restricted containers", () => {
     });
   });
 });
+
+describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "true"]).status !== 0)("a peer in another user namespace (needs unshare)", () => {
+  it("is not paired over shm or cma, and each pipe's path names the user namespaces and the flag", async () => {
+    const server = await createContext();
+    try {
+      const listener = await server.listen(["uv://127.0.0.1:0", "shm://"]);
+      const script = `
+        const { createContext } = await import(${benchDist});
+        const c = await createContext();
+        const p = await c.connect(${JSON.stringify(listener.addresses().find((a) => a.startsWith("uv://")))});
+        console.log(JSON.stringify(p.path));
+        await c.close();`;
+      const child = spawn("unshare", ["--user", "--map-root-user", process.execPath, "--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout!.on("data", (d) => (out += d));
+      const pipe = await listener.accept({ timeout: 20_000 });
+      await new Promise((r) => child.once("exit", r));
+      expect(pipe.transport).toBe("uv");
+      const shm = pipe.path.verdicts.find((v) => v.kind === "transport" && v.name === "shm");
+      expect(shm).toMatchObject({ by: "here", outcome: "descriptors differ", reason: expect.stringMatching(/user namespaces differ: run both in one \(docker run --userns=host/) });
+      expect(shm!.reason).not.toMatch(/network namespaces differ/);
+      // The peer, told by the listener, says the same.
+      const theirs = JSON.parse(out) as { verdicts: { kind: string; name: string; by: string; reason: string }[] };
+      expect(theirs.verdicts.find((v) => v.kind === "transport" && v.name === "shm")).toMatchObject({ by: "there", reason: shm!.reason });
+      expect(theirs.verdicts.find((v) => v.kind === "channel" && v.name === "cma")?.reason).toMatch(/user namespaces differ/);
+    } finally {
+      await server.close();
+    }
+  });
+});

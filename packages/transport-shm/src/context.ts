@@ -98,6 +98,30 @@ export class ShmTransport implements TransportContext {
     return `shm:${id.bootId}:${id.netNs}:${id.userNs}`;
   }
 
+  /**
+   * Which part of the domain two processes differ in, and what joins them.
+   * shm needs neither /dev/shm nor an IPC namespace (its rings are memfds
+   * handed over a socket): one machine, one network namespace (its
+   * abstract Unix socket lives there) and one user namespace.
+   */
+  describeMismatch(localDescriptor: string, remoteDescriptor: string): string | undefined {
+    const parse = (d: string) => /^shm:([^:]+):(net:\[\d+\]):(user:\[\d+\])$/.exec(d);
+    const here = parse(localDescriptor);
+    const there = parse(remoteDescriptor);
+    if (!here || !there) return undefined;
+    const why: string[] = [];
+    if (here[1] !== there[1]) why.push("another machine (or boot): shared memory only joins processes of one machine");
+    else {
+      if (here[2] !== there[2]) {
+        why.push(
+          "network namespaces differ: shm meets over an abstract Unix socket, which lives in a network namespace; run both in one (docker run --network=host, or --network=container:<other>; containers of one Kubernetes pod share it)",
+        );
+      }
+      if (here[3] !== there[3]) why.push("user namespaces differ: run both in one (docker run --userns=host, or the same user namespace remapping)");
+    }
+    return why.length > 0 ? why.join("; ") : undefined;
+  }
+
   private addon() {
     const { addon, error } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, `shm transport unavailable: ${error?.message}`);
