@@ -5,7 +5,8 @@
 import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
 import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
-import { type BackendOptions, findBackends } from "./backends.js";
+import { type PathReport, describePathReport } from "@tensorpipe/core";
+import { type BackendOptions, createContext, findBackends } from "./backends.js";
 
 /** One backend as `tensorpipe doctor` reports it. */
 export interface DoctorBackend {
@@ -82,6 +83,39 @@ export interface DoctorReport {
   limits: DoctorLimits;
   /** Whether at least one transport and one channel can work. */
   usable: boolean;
+  /** With --peer: the path a pipe to that listener took, and why, or why none opened. */
+  peer?: DoctorPeer;
+}
+
+/** A pipe tried to a listener (`tensorpipe doctor --peer URL`). */
+export interface DoctorPeer {
+  /** The URL dialled. */
+  url: string;
+  /** The pipe's path, as pipe.path says it, when one opened. */
+  path?: PathReport;
+  /** Why none opened: the error's code and message. */
+  error?: { code: string; message: string };
+}
+
+/**
+ * Opens a pipe to `url` with every backend that can run here, and tells
+ * its path: which transport and channels both ends chose, and why not the
+ * others, each from the end that knew (a peer in another container says
+ * which namespace or capability differs).
+ */
+export async function tryPeer(url: string, options: BackendOptions = {}): Promise<DoctorPeer> {
+  const context = await createContext(options);
+  try {
+    const pipe = await context.connect(url);
+    const path = pipe.path;
+    pipe.close();
+    return { url, path };
+  } catch (e) {
+    const err = e as { code?: string; message?: string };
+    return { url, error: { code: err.code ?? "ERR_TP_SYSTEM", message: err.message ?? String(e) } };
+  } finally {
+    await context.close();
+  }
 }
 
 function readNumber(path: string): number | undefined {
@@ -228,5 +262,10 @@ export function formatDoctor(r: DoctorReport): string[] {
     lines.push(`  memory: ${r.limits.availableMiB} MiB available${cgroup}: an idle pipe holds under 100 KiB, a busy one what it has in flight (over shm up to 2 x ringSize)`);
   }
   lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
+  if (r.peer) {
+    lines.push("", `pipe to ${r.peer.url}`);
+    if (r.peer.path) lines.push(...describePathReport(r.peer.path).split("\n").map((l) => `  ${l}`));
+    else lines.push(`  FAILED: ${r.peer.error!.code}: ${r.peer.error!.message}`);
+  }
   return lines;
 }

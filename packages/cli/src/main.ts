@@ -10,7 +10,7 @@
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { DEFAULT_SIZES, runBench } from "./bench.js";
-import { formatDoctor, runDoctor } from "./doctor.js";
+import { formatDoctor, runDoctor, tryPeer } from "./doctor.js";
 import { parseSize, sizeLabel } from "./figures.js";
 import { runPeer } from "./peer.js";
 
@@ -21,6 +21,9 @@ commands:
            and the network interfaces and addresses
              --json               the report as JSON
              --interface NAME     ask uv about this interface
+             --peer URL           open a pipe to a listener (another container,
+                                  \`tensorpipe peer\` there) and tell its path: what
+                                  each side offered, what was chosen, why not the rest
              --backend MODULE     a third-party backend package too (it exports
                                   \`backend\`); may be given again
   bench    spawn \`tensorpipe peer\` and time round trips and one-way streams
@@ -83,8 +86,9 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command === "doctor") {
-    const values = parse(rest, { json: { type: "boolean" }, interface: { type: "string" }, backend: { type: "string", multiple: true } });
+    const values = parse(rest, { json: { type: "boolean" }, interface: { type: "string" }, peer: { type: "string" }, backend: { type: "string", multiple: true } });
     const report = await runDoctor({ interface: values.interface, backends: values.backend });
+    if (values.peer !== undefined) report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
     return report.usable ? 0 : 1;
   }

@@ -52,7 +52,10 @@ describe.each([
       listener.on("connectionError", (e: Error) => dropped.push(e));
       const accepted: unknown[] = [];
       void (async () => {
-        for await (const pipe of listener) accepted.push(pipe);
+        for await (const pipe of listener) {
+          accepted.push(pipe);
+          void pipe.write({ metadata: "accepted" }).catch(() => undefined);
+        }
       })();
       // Another process: its first frames go out while this loop is held.
       const { stdout } = await run(process.execPath, [burstClient, listener.addresses()[0]!, "40"]);
