@@ -258,7 +258,7 @@ export class Context {
     const handshake = async (): Promise<Pipe> => {
       const leave = await this.dials.enter(signal);
       try {
-        return this.adopt(await dial(settings, url, transport, address, signal, opened));
+        return this.adopt(await dial(settings, { url, transport, address, signal, opened }));
       } finally {
         leave();
       }

@@ -107,19 +107,12 @@ export class FlightRecorder {
 
   /** write() took a message of `bytes`; `pending` when it did not finish at once. */
   write(bytes: number, pending: boolean): void {
-    if (!pending) {
-      this.push(Kind.Write, NaN, bytes, undefined);
-      return;
-    }
-    const now = performance.now();
-    this.push(Kind.Write, now, bytes, undefined);
-    this.writeStarts.push(now);
+    this.begin(Kind.Write, bytes, pending, this.writeStarts);
   }
 
   /** The oldest pending write finished. */
   written(): void {
-    const now = performance.now();
-    this.push(Kind.Written, now, now - (this.writeStarts.shift() ?? now), undefined);
+    this.finish(Kind.Written, this.writeStarts);
   }
 
   /** A descriptor frame of `bytes` came. */
@@ -129,19 +122,29 @@ export class FlightRecorder {
 
   /** read() was given memory for `bytes`; `pending` when it did not finish at once. */
   read(bytes: number, pending: boolean): void {
-    if (!pending) {
-      this.push(Kind.Read, NaN, bytes, undefined);
-      return;
-    }
-    const now = performance.now();
-    this.push(Kind.Read, now, bytes, undefined);
-    this.readStarts.push(now);
+    this.begin(Kind.Read, bytes, pending, this.readStarts);
   }
 
   /** The oldest pending read finished. */
   received(): void {
+    this.finish(Kind.Received, this.readStarts);
+  }
+
+  /** A write or read taken; timed only when it did not finish at once. */
+  private begin(kind: Kind, bytes: number, pending: boolean, starts: number[]): void {
+    if (!pending) {
+      this.push(kind, NaN, bytes, undefined);
+      return;
+    }
     const now = performance.now();
-    this.push(Kind.Received, now, now - (this.readStarts.shift() ?? now), undefined);
+    this.push(kind, now, bytes, undefined);
+    starts.push(now);
+  }
+
+  /** The oldest pending one of `starts` finished: its duration. */
+  private finish(kind: Kind, starts: number[]): void {
+    const now = performance.now();
+    this.push(kind, now, now - (starts.shift() ?? now), undefined);
   }
 
   /** A rare event, in words. */

@@ -214,38 +214,37 @@ function duringHandshake(url: string, err: TensorPipeError, auth: boolean): Tens
   );
 }
 
+/** Where the connecting side dials, and what it keeps of the attempt. */
+export interface DialTarget {
+  /** The URL, for errors. */
+  readonly url: string;
+  /** The transport of the first connection. */
+  readonly transport: Registered<TransportContext>;
+  /** Its address, as that transport takes it. */
+  readonly address: string;
+  /** Cancels every connection of the attempt. */
+  readonly signal: AbortSignal | undefined;
+  /** Every connection opened, for the caller to close if it gives up. */
+  readonly opened: Connection[];
+}
+
 /**
  * The connecting side: dials `address` over `transport`, offers what this
  * side has, and opens the connections the listener's answer asks for.
  * Every connection opened goes into `opened` (so that the caller can close
  * them all if it gives up), each under `signal`.
  */
-export async function dial(
-  settings: HandshakeSettings,
-  url: string,
-  transport: Registered<TransportContext>,
-  address: string,
-  signal: AbortSignal | undefined,
-  opened: Connection[],
-): Promise<PipeParts> {
+export async function dial(settings: HandshakeSettings, target: DialTarget): Promise<PipeParts> {
   const events = new HandshakeEvents(settings.pipeOptions.flightRecorder > 0);
-  events.add("handshake", `dial ${url} over ${transport.name}`);
+  events.add("handshake", `dial ${target.url} over ${target.transport.name}`);
   try {
-    return await dialSteps(settings, url, transport, address, signal, opened, events);
+    return await dialSteps(settings, target, events);
   } catch (e) {
     throw recorded(e, events);
   }
 }
 
-async function dialSteps(
-  settings: HandshakeSettings,
-  url: string,
-  transport: Registered<TransportContext>,
-  address: string,
-  signal: AbortSignal | undefined,
-  opened: Connection[],
-  events: HandshakeEvents,
-): Promise<PipeParts> {
+async function dialSteps(settings: HandshakeSettings, { url, transport, address, signal, opened }: DialTarget, events: HandshakeEvents): Promise<PipeParts> {
   const all = settings;
   settings = restricted(settings);
   let main: Connection;

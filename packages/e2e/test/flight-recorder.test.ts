@@ -2,28 +2,20 @@
  * The flight recorder: each pipe's last events, bounded, on demand and on
  * the error that ends it; a failed handshake's steps on its error.
  */
-import { type Context, ErrorCode, type FlightEvent, type TensorPipeError, describeFlightEvents } from "@tensorpipe/core";
-import { afterEach, describe, expect, it } from "vitest";
+import { ErrorCode, type FlightEvent, type TensorPipeError, describeFlightEvents } from "@tensorpipe/core";
+import { describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
+import { closedAfterEach } from "./contexts.js";
 
-const closers: (() => unknown)[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c();
-});
-
-async function context(options?: Parameters<typeof createContext>[0]): Promise<Context> {
-  const c = await createContext(options);
-  closers.push(() => c.close());
-  return c;
-}
+const { context, closeLater } = closedAfterEach();
 
 async function pipePair(options?: Parameters<typeof createContext>[0], urls = ["uv://127.0.0.1:0", "shm://"]) {
   const server = await context(options);
   const client = await context(options);
   const l = await server.listen(urls);
-  closers.push(() => l.close());
+  closeLater(() => l.close());
   const [here, there] = await Promise.all([client.connect(l.addresses()[0]!), l.accept()]);
-  closers.push(() => here.close());
+  closeLater(() => here.close());
   return { client, server, here, there };
 }
 
@@ -107,7 +99,7 @@ describe("the flight recorder", () => {
     const server = await context({ transports: ["uv"], channels: ["basic"] });
     const client = await context();
     const l = await server.listen("uv://127.0.0.1:0", { path: { channels: ["basic"] } });
-    closers.push(() => l.close());
+    closeLater(() => l.close());
     const dropped = new Promise<TensorPipeError>((resolve) => l.once("connectionError", resolve));
     const err = (await client.connect(l.addresses()[0]!, { path: { channels: ["cma"] } }).catch((e: unknown) => e)) as TensorPipeError;
     expect(err.code).toBe(ErrorCode.NEGOTIATION);

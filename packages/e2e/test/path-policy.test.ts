@@ -5,9 +5,9 @@
  * instead of falling back.
  */
 import { CPU_DEVICE, type Context, ErrorCode, type Listener, type PathPolicy, type TensorPipeError } from "@tensorpipe/core";
-import { notViable } from "@tensorpipe/core/backend";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
+import { registerUnrunnable } from "./contexts.js";
 
 const pairs = ["uv", "shm"].flatMap((transport) => ["basic", "cma", "mpt"].map((channel) => ({ transport, channel })));
 
@@ -113,16 +113,7 @@ describe("the path a pipe may take", () => {
   });
 
   it("a path that leaves nothing able to run here fails at once, with the reasons", async () => {
-    client.registerChannel(1, "unrunnable", {
-      isViable: () => notViable("a test channel that cannot run"),
-      deviceDescriptors: () => [],
-      numConnectionsNeeded: () => 1,
-      canCommunicateWithRemote: () => false,
-      createChannel: () => {
-        throw new Error("never");
-      },
-      close: async () => {},
-    });
+    registerUnrunnable(client, "unrunnable", "a test channel that cannot run", 1);
     await expect(client.connect(open.addresses()[0]!, { path: { channels: ["unrunnable"] } })).rejects.toMatchObject({
       code: ErrorCode.NEGOTIATION,
       message: expect.stringMatching(/the path leaves no channel that can run here \(unrunnable: a test channel that cannot run\)/),

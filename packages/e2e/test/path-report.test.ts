@@ -4,20 +4,10 @@
  * from the end that had it.
  */
 import { type Context, type PathReport, type PathVerdict, describePathReport } from "@tensorpipe/core";
-import { notViable } from "@tensorpipe/core/backend";
-import { afterEach, describe, expect, it } from "vitest";
-import { createContext } from "@tensorpipe/bench";
+import { describe, expect, it } from "vitest";
+import { closedAfterEach, registerUnrunnable } from "./contexts.js";
 
-const closers: (() => unknown)[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c();
-});
-
-async function context(options?: Parameters<typeof createContext>[0]): Promise<Context> {
-  const c = await createContext(options);
-  closers.push(() => c.close());
-  return c;
-}
+const { context, closeLater } = closedAfterEach();
 
 /** Both ends of one pipe between two fresh contexts. */
 async function both(
@@ -30,28 +20,14 @@ async function both(
   listen.setup?.(server);
   connect.setup?.(client);
   const l = await server.listen(listenUrls);
-  closers.push(() => l.close());
+  closeLater(() => l.close());
   const [here, there] = await Promise.all([client.connect(l.addresses()[0]!, connect.options), l.accept()]);
-  closers.push(() => here.close());
+  closeLater(() => here.close());
   return { here: here.path, there: there.path };
 }
 
 function verdict(report: PathReport, kind: PathVerdict["kind"], name: string, pair?: string): PathVerdict | undefined {
   return report.verdicts.find((v) => v.kind === kind && v.name === name && (pair === undefined || v.pair === pair));
-}
-
-/** A channel registered at `priority` that cannot run here, for `reason`. */
-function unrunnable(c: Context, name: string, reason: string): void {
-  c.registerChannel(5000, name, {
-    isViable: () => notViable(reason),
-    deviceDescriptors: () => [],
-    numConnectionsNeeded: () => 1,
-    canCommunicateWithRemote: () => false,
-    createChannel: () => {
-      throw new Error("never");
-    },
-    close: async () => {},
-  });
 }
 
 describe("pipe.path", () => {
@@ -83,13 +59,13 @@ describe("pipe.path", () => {
   });
 
   it("a channel that cannot run at the listener: the dialling end gets the listener's reason", async () => {
-    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) }, { setup: (c) => unrunnable(c, "fast", "its device is gone") });
+    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) }, { setup: (c) => registerUnrunnable(c, "fast", "its device is gone") });
     expect(verdict(there, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: its device is gone" });
     expect(verdict(here, "channel", "fast")).toMatchObject({ by: "there", outcome: "not viable", reason: "not viable here: its device is gone" });
   });
 
   it("a channel that cannot run at the dialling end: the listener gets its reason instead of 'not offered'", async () => {
-    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => unrunnable(c, "fast", "no such device here") }, { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) });
+    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => registerUnrunnable(c, "fast", "no such device here") }, { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) });
     expect(verdict(here, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: no such device here" });
     expect(there.verdicts.filter((v) => v.name === "fast")).toEqual([
       { kind: "channel", name: "fast", by: "there", outcome: "not viable", reason: "not viable here: no such device here" },
@@ -107,9 +83,9 @@ describe("pipe.path", () => {
     const server = await context({ transports: ["uv"], channels: ["basic", "mpt"] });
     const client = await context({ transports: ["uv"], channels: ["basic", "mpt"] });
     const l = await server.listen("uv://127.0.0.1:0");
-    closers.push(() => l.close());
+    closeLater(() => l.close());
     const [a, b] = await Promise.all([client.connect(l.addresses()[0]!, { path: { forbid: ["mpt"] } }), l.accept()]);
-    closers.push(() => a.close());
+    closeLater(() => a.close());
     expect(a.path).toMatchObject({ peerReported: false, offeredThere: undefined });
     expect(verdict(a.path, "channel", "basic")).toMatchObject({ by: "there", outcome: "chosen" });
     expect(verdict(a.path, "channel", "mpt")).toMatchObject({ by: "here", outcome: "not allowed" });
