@@ -43,6 +43,10 @@ import {
   describePathReport,
   fromPeer,
   pathHeadline,
+  MAX_PEER_NAMES,
+  MAX_VERDICTS,
+  peerNames,
+  peerText,
   inferredVerdicts,
   peerReport,
   reportEntry,
@@ -96,11 +100,15 @@ export interface ListeningSide {
 
 /** A brochure in one line: each backend offered, with its descriptors. */
 function describeBrochure(b: Brochure): string {
+  const safe = (s: string) => peerText(s, 256);
+  const some = <T>(all: T[], show: (x: T) => string) => {
+    const shown = all.slice(0, MAX_PEER_NAMES).map(show);
+    if (all.length > MAX_PEER_NAMES) shown.push(`(${all.length - MAX_PEER_NAMES} more)`);
+    return shown.join(", ") || "none";
+  };
   const transports = [...b.transportDomainDescriptors].filter(([name]) => name !== AUTH_ENTRY);
-  const channels = [...b.channelDeviceDescriptors].filter(([name]) => name !== PATH_REPORT_ENTRY).map(
-    ([name, devices]) => `${name} [${[...devices.values()].map((d) => `${deviceKey(d.device)} "${d.descriptor}"`).join(", ")}]`,
-  );
-  return `transports ${transports.map(([n, d]) => `${n} "${d}"`).join(", ") || "none"}; channels ${channels.join(", ") || "none"}`;
+  const channels = [...b.channelDeviceDescriptors].filter(([name]) => name !== PATH_REPORT_ENTRY);
+  return `transports ${some(transports, ([n, d]) => `${safe(n)} "${safe(d)}"`)}; channels ${some(channels, ([name, devices]) => `${safe(name)} [${some([...devices.values()], (d) => `${safe(deviceKey(d.device))} "${safe(d.descriptor)}"`)}]`)}`;
 }
 
 function viable<T extends { isViable(): Viability }>(from: ReadonlyMap<string, Registered<T>>): Map<string, T> {
@@ -142,13 +150,20 @@ function leftOut(all: HandshakeSettings, allowed: HandshakeSettings, notViable: 
   return out;
 }
 
-/** The peer's backends this side has none of, by the names it offered them under. */
+/**
+ * The peer's backends this side has none of, by the names it offered them
+ * under: the first few, made safe to show, and a count of the rest (a
+ * peer's names cost it a few bytes each, and must not cost this side more).
+ */
 function notRegistered(all: HandshakeSettings, b: Brochure): PathVerdict[] {
   const out: PathVerdict[] = [];
-  const lacks = (kind: PathVerdict["kind"], names: Iterable<string>, here: ReadonlyMap<string, unknown>) => {
-    for (const name of names) {
-      if (name.startsWith("tensorpipe-js.") || here.has(name)) continue;
+  const lacks = (kind: PathVerdict["kind"], offered: Iterable<string>, here: ReadonlyMap<string, unknown>) => {
+    const unknown = peerNames([...offered].filter((name) => !here.has(name)));
+    for (const name of unknown.names) {
       out.push({ kind, name, by: "here", outcome: "not registered", reason: "the peer offers it; this side has none registered under that name" });
+    }
+    if (unknown.more > 0) {
+      out.push({ kind, name: `(${unknown.more} more)`, by: "here", outcome: "not registered", reason: `the peer offers ${unknown.more} more ${kind}s this side does not have` });
     }
   };
   lacks("transport", b.transportDomainDescriptors.keys(), all.transports);
@@ -167,10 +182,9 @@ function describeOffer(o: OfferedBackends): string {
   return `transports ${o.transports.join(", ") || "none"}; channels ${o.channels.join(", ") || "none"}`;
 }
 
-/** Names of the backends a brochure offers, its own entries left out. */
+/** Names of the backends a brochure offers, its own entries left out: the first few of each, made safe to show. */
 function offeredIn(b: Brochure): OfferedBackends {
-  const own = (name: string) => !name.startsWith("tensorpipe-js.");
-  return { transports: [...b.transportDomainDescriptors.keys()].filter(own), channels: [...b.channelDeviceDescriptors.keys()].filter(own) };
+  return { transports: peerNames(b.transportDomainDescriptors.keys()).names, channels: peerNames(b.channelDeviceDescriptors.keys()).names };
 }
 
 function pathNote(settings: HandshakeSettings): string {
@@ -411,7 +425,13 @@ async function answerSteps(
   if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
   if (events.enabled) events.add("handshake", `offered ${describeOffer(offeredIn(brochure))}`);
   const verdicts: PathVerdict[] = [...leftOut(all, settings, false), ...notRegistered(all, brochure)];
+  // A peer's devices cost it a few bytes each: past a bound, its verdicts are counted, not kept.
+  let uncounted = 0;
   const note = (v: PathVerdict) => {
+    if (verdicts.length >= MAX_VERDICTS) {
+      uncounted++;
+      return;
+    }
     verdicts.push(v);
     if (log.enabled) log("%s: %s", from, verdictLine(v));
   };
@@ -420,7 +440,7 @@ async function answerSteps(
     const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "transport");
     throw new TensorPipeError(
       ErrorCode.NEGOTIATION,
-      `no transport in common (peer has: ${[...brochure.transportDomainDescriptors.keys()].join(", ")}; here: ${why || "none allowed"})${pathNote(settings)}`,
+      `no transport in common (peer has: ${offeredIn(brochure).transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`,
       { where: from },
     );
   }
@@ -429,6 +449,7 @@ async function answerSteps(
     const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "channel");
     throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`, { where: from });
   }
+  if (uncounted > 0) verdicts.push({ kind: "channel", name: `(${uncounted} more)`, by: "here", outcome: "descriptors differ", reason: `${uncounted} more verdicts on the peer's devices, not kept` });
   const dialerSaid = peerReport(brochure.channelDeviceDescriptors);
   const offeredHere: OfferedBackends = {
     transports: [...settings.transports.values()].filter((t) => listening.transports.has(t.name) && t.context.isViable().viable).map((t) => t.name),

@@ -7,7 +7,7 @@ import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
 import { deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import type { PathVerdict } from "./path-report.js";
+import { type PathVerdict, peerText } from "./path-report.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 import type { TransportContext } from "./transport.js";
 
@@ -113,7 +113,7 @@ export function chooseTransport(
     const local = t.context.domainDescriptor();
     if (remote !== local) {
       const why = t.context.describeMismatch?.(local, remote);
-      say(t, "descriptors differ", `domains differ ("${local}" here, "${remote}" there)${why ? `: ${why}` : ""}`);
+      say(t, "descriptors differ", `domains differ ("${local}" here, "${peerText(remote, 256)}" there)${why ? `: ${why}` : ""}`);
     } else if (chosen) {
       say(t, "lower priority", `usable, but ${chosen.name} has a higher priority (${chosen.priority} against ${t.priority})`);
     } else {
@@ -173,7 +173,7 @@ export function chooseChannels(
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
           if (note) {
             const why = c.context.describeMismatch?.(local.descriptor, remote.descriptor);
-            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${remote.descriptor}" there)${why ? `: ${why}` : ""}`, pair);
+            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${peerText(remote.descriptor, 256)}" there)${why ? `: ${why}` : ""}`, peerText(pair, 128));
           }
           continue;
         }

@@ -84,8 +84,12 @@ interface ReportBody {
 
 // What a peer's report may hold: it is only shown, never acted on, but it
 // is the peer's text.
-const MAX_VERDICTS = 512;
+/** Verdicts a report holds at most, the peer's or this side's. */
+export const MAX_VERDICTS = 512;
 const MAX_TEXT = 1024;
+/** Names a peer offers that are kept (shown, listed as not registered here): the rest are counted. */
+export const MAX_PEER_NAMES = 32;
+const MAX_NAME = 128;
 const OUTCOMES: ReadonlySet<string> = new Set<PathOutcome>([
   "chosen",
   "lower priority",
@@ -105,16 +109,43 @@ export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVer
   return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
 }
 
-/** A peer's text as shown here: bounded, without control characters. */
+// Control characters (C0, C1), line and paragraph separators, bidi
+// overrides and invisible marks: what could forge a line or hide text in
+// a log or a terminal.
+// eslint-disable-next-line no-control-regex
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]/g;
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/** A peer's text as shown here: at most `max` characters, whole code points, nothing that could forge a line or hide text. */
+export function peerText(value: string, max = MAX_TEXT): string {
+  let cut = value.length > max ? value.slice(0, max) : value;
+  // Not half a surrogate pair at the cut, nor a lone one anywhere.
+  return cut.replace(LONE_SURROGATE, "\ufffd").replace(UNSAFE, "?");
+}
+
 function text(value: unknown): string | undefined {
-  if (typeof value !== "string") return undefined;
-  // eslint-disable-next-line no-control-regex
-  return value.slice(0, MAX_TEXT).replace(/[\u0000-\u001f\u007f]/g, "?");
+  return typeof value === "string" ? peerText(value) : undefined;
+}
+
+/** The first MAX_PEER_NAMES of a peer's backend names, made safe to show, and how many more there were. */
+export function peerNames(names: Iterable<string>): { names: string[]; more: number } {
+  const out: string[] = [];
+  let more = 0;
+  for (const n of names) {
+    if (n.startsWith("tensorpipe-js.")) continue;
+    if (out.length < MAX_PEER_NAMES) out.push(peerText(n, MAX_NAME));
+    else more++;
+  }
+  return { names: out, more };
 }
 
 function names(value: unknown): string[] {
   if (!Array.isArray(value)) return [];
-  return value.slice(0, MAX_VERDICTS).map(text).filter((s): s is string => s !== undefined);
+  return value
+    .slice(0, MAX_PEER_NAMES)
+    .filter((s): s is string => typeof s === "string")
+    .map((s) => peerText(s, MAX_NAME));
 }
 
 /** The peer's report from its brochure's or answer's channel entries; undefined when it sent none or sent nonsense. */
@@ -130,6 +161,8 @@ export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>)
   if (typeof parsed !== "object" || parsed === null) return undefined;
   const { offered, verdicts } = parsed as { offered?: { transports?: unknown; channels?: unknown }; verdicts?: unknown };
   const out: PathVerdict[] = [];
+  // One verdict per backend and pair: a peer's repeats are dropped.
+  const seen = new Set<string>();
   for (const v of Array.isArray(verdicts) ? verdicts.slice(0, MAX_VERDICTS) : []) {
     if (typeof v !== "object" || v === null) continue;
     const { kind, name, pair, by, outcome, reason } = v as Record<string, unknown>;
@@ -138,6 +171,9 @@ export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>)
     const r = text(reason);
     if (n === undefined || r === undefined) continue;
     const p = text(pair);
+    const key = `${kind}\u0000${n}\u0000${p ?? ""}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
     out.push({ kind, name: n, ...(p === undefined ? {} : { pair: p }), by, outcome: outcome as PathOutcome, reason: r });
   }
   return { offered: { transports: names(offered?.transports), channels: names(offered?.channels) }, verdicts: out };
@@ -160,9 +196,23 @@ export function fromPeer(verdicts: readonly PathVerdict[]): PathVerdict[] {
   for (const v of verdicts) {
     if (v.by !== "here") continue;
     const pair = reversed(v.pair);
-    out.push({ ...v, ...(pair === undefined ? {} : { pair }), by: "there" });
+    out.push({ ...v, ...(pair === undefined ? {} : { pair }), by: "there", reason: toldFromHere(v.reason) });
   }
   return out;
+}
+
+// The peer's words about its side and ours, as this side says them.
+const RETOLD: readonly [RegExp, string][] = [
+  [/^not viable here: /, "not viable there: "],
+  [/^not allowed by this side's path/, "not allowed by the peer's path"],
+  [/^the peer offers it; this side has none registered under that name$/, "this side offers it; the peer has none registered under that name"],
+  [/^domains differ \("(.*)" here, "(.*)" there\)/, 'domains differ ("$2" here, "$1" there)'],
+  [/^descriptors do not match \("(.*)" here, "(.*)" there\)/, 'descriptors do not match ("$2" here, "$1" there)'],
+];
+
+function toldFromHere(reason: string): string {
+  for (const [from, to] of RETOLD) if (from.test(reason)) return reason.replace(from, to);
+  return reason;
 }
 
 /**
@@ -186,11 +236,13 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
           },
     );
   }
-  const chosen = new Map<string, string[]>();
-  for (const p of answer.channelForDevicePair) {
+  const chosen = new Map<string, Set<string>>();
+  for (const p of answer.channelForDevicePair.slice(0, MAX_VERDICTS)) {
     // The answer's pairs are the listener's: its device first.
-    const pair = `${p.remote.type}:${p.remote.index}->${p.local.type}:${p.local.index}`;
-    chosen.set(p.channel, [...(chosen.get(p.channel) ?? []), pair]);
+    const pair = peerText(`${p.remote.type}:${p.remote.index}->${p.local.type}:${p.local.index}`, 128);
+    let pairs = chosen.get(p.channel);
+    if (!pairs) chosen.set(p.channel, (pairs = new Set()));
+    pairs.add(pair);
   }
   for (const name of brochure.channelDeviceDescriptors.keys()) {
     if (name.startsWith("tensorpipe-js.")) continue;
@@ -225,7 +277,8 @@ export function describePathReport(report: PathReport): string {
       : "offered there: not said (an upstream peer); what it decided is inferred",
   ];
   for (const v of report.verdicts) {
-    lines.push(`${v.kind} ${v.name}${v.pair ? ` ${v.pair}` : ""}: ${v.outcome}${v.by === "here" ? "" : ` (${v.by})`}: ${v.reason}`);
+    const said = v.reason.startsWith(v.outcome) ? v.reason : `${v.outcome}: ${v.reason}`;
+    lines.push(`${v.kind} ${v.name}${v.pair ? ` ${v.pair}` : ""}${v.by === "here" ? "" : ` (${v.by})`}: ${said}`);
   }
   return lines.join("\n");
 }

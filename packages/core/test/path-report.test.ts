@@ -39,6 +39,20 @@ describe("a peer's path report", () => {
     expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv?[31m", by: "here", outcome: "not viable", reason: "r".repeat(1024) });
   });
 
+  it("replaces what could forge a line or hide text, and never leaves half a character", () => {
+    const hostile = "a\u0085b\u2028c\u202ed\u200be\ufefff\ud800g" + "\ud83d\ude00".repeat(600);
+    const got = peerReport(entry(JSON.stringify({ verdicts: [{ kind: "channel", name: hostile, by: "here", outcome: "chosen", reason: "r" }] })))!;
+    const name = got.verdicts[0]!.name;
+    expect(name.startsWith("a?b?c?d?e?f\ufffdg")).toBe(true);
+    expect(name.length).toBeLessThanOrEqual(1024);
+    expect(name).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
+  });
+
+  it("drops a peer's repeats", () => {
+    const v = { kind: "transport", name: "uv", by: "here", outcome: "chosen", reason: "r" };
+    expect(peerReport(entry(JSON.stringify({ verdicts: [v, v, { ...v, reason: "again" }] })))!.verdicts).toEqual([v]);
+  });
+
   it("is told from this side: the peer's 'here' is 'there', its pairs reversed, its words on this side dropped", () => {
     expect(
       fromPeer([
@@ -46,5 +60,9 @@ describe("a peer's path report", () => {
         { kind: "channel", name: "cma", by: "there", outcome: "not offered", reason: "the peer does not offer it" },
       ]),
     ).toEqual([{ kind: "channel", name: "cuda-basic", pair: "cpu:0->cuda:0", by: "there", outcome: "chosen", reason: "chosen" }]);
+    expect(fromPeer([{ kind: "channel", name: "x", by: "here", outcome: "not viable", reason: "not viable here: no GPU" }])[0]!.reason).toBe("not viable there: no GPU");
+    expect(fromPeer([{ kind: "transport", name: "shm", by: "here", outcome: "descriptors differ", reason: 'domains differ ("a" here, "b" there): why' }])[0]!.reason).toBe(
+      'domains differ ("b" here, "a" there): why',
+    );
   });
 });

@@ -51,7 +51,7 @@ describe("debug logs (NODE_DEBUG)", () => {
     expect(out).toMatch(/: basic: cpu:0->cpu:0: taken by cma, a channel of higher priority/);
     expect(out).toMatch(/answered, at 127\.0\.0\.1:\d+: connect side: transport uv; channels cpu:0->cpu:0 cma/);
     // The connecting side tells the listener's reasons as the listener's.
-    expect(out).toMatch(/uv:\/\/127\.0\.0\.1:\d+: channel basic cpu:0->cpu:0: lower priority \(there\): taken by cma/);
+    expect(out).toMatch(/uv:\/\/127\.0\.0\.1:\d+: channel basic cpu:0->cpu:0 \(there\): lower priority: taken by cma/);
     // Only the section asked for.
     expect(out).not.toMatch(/TENSORPIPE:PIPE|TENSORPIPE:UV|TENSORPIPE \d+/);
   });

@@ -4,6 +4,8 @@
  * from the end that had it.
  */
 import { type Context, type PathReport, type PathVerdict, describePathReport } from "@tensorpipe/core";
+import { onTheWire, protocol } from "@tensorpipe/core/testing";
+import { RawSocket } from "./raw-socket.js";
 import { describe, expect, it } from "vitest";
 import { closedAfterEach, registerUnrunnable } from "./contexts.js";
 
@@ -61,14 +63,14 @@ describe("pipe.path", () => {
   it("a channel that cannot run at the listener: the dialling end gets the listener's reason", async () => {
     const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) }, { setup: (c) => registerUnrunnable(c, "fast", "its device is gone") });
     expect(verdict(there, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: its device is gone" });
-    expect(verdict(here, "channel", "fast")).toMatchObject({ by: "there", outcome: "not viable", reason: "not viable here: its device is gone" });
+    expect(verdict(here, "channel", "fast")).toMatchObject({ by: "there", outcome: "not viable", reason: "not viable there: its device is gone" });
   });
 
   it("a channel that cannot run at the dialling end: the listener gets its reason instead of 'not offered'", async () => {
     const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => registerUnrunnable(c, "fast", "no such device here") }, { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) });
     expect(verdict(here, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: no such device here" });
     expect(there.verdicts.filter((v) => v.name === "fast")).toEqual([
-      { kind: "channel", name: "fast", by: "there", outcome: "not viable", reason: "not viable here: no such device here" },
+      { kind: "channel", name: "fast", by: "there", outcome: "not viable", reason: "not viable there: no such device here" },
     ]);
   });
 
@@ -113,3 +115,38 @@ function fastChannel() {
     close: async () => {},
   };
 }
+
+describe("a hostile peer's brochure", () => {
+  it("costs the listener what the peer sent, not what its names multiply into, and shows nothing that forges a line", async () => {
+    const server = await context({ transports: ["uv"], channels: ["basic"] });
+    const l = await server.listen("uv://127.0.0.1:0");
+    closeLater(() => l.close());
+    const many = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}\u001b[31m\n\u2028forged: chosen`);
+    const transports = new Map<string, string>([["uv", "uv:*"], ...many("t", 12_000).map((n) => [n, "x"] as [string, string])]);
+    const devices = new Map(Array.from({ length: 5_000 }, (_, i) => [`cpu:${i}`, { device: { type: "cpu", index: i }, descriptor: `junk\u001b${i}` }]));
+    const channels = new Map<string, Map<string, { device: { type: string; index: number }; descriptor: string }>>([
+      ["basic", devices],
+      ...many("c", 12_000).map((n) => [n, new Map()] as [string, Map<string, never>]),
+      ["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify({ offered: { transports: [], channels: [] }, verdicts: [] }) }]])],
+    ]);
+    const brochure = protocol.encodeBrochure({ transportDomainDescriptors: transports, channelDeviceDescriptors: channels });
+    expect(brochure.length).toBeLessThan(1 << 20);
+    const port = Number(l.addresses()[0]!.split(":").at(-1));
+    const main = await RawSocket.connect(port);
+    main.write(onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), brochure]));
+    const frame = await main.readFrame();
+    // The answer, report included, is a small fraction of what was sent.
+    expect(frame.length).toBeLessThan(brochure.length / 4);
+    const answer = protocol.decodeBrochureAnswer(frame);
+    const report = JSON.parse(answer.channelDeviceDescriptors.get("tensorpipe-js.path-report")!.get("report:0")!.descriptor) as { verdicts: PathVerdict[] };
+    expect(report.verdicts.length).toBeLessThanOrEqual(513);
+    for (const v of report.verdicts) expect(`${v.name} ${v.pair ?? ""} ${v.reason}`).not.toMatch(/[\u0000-\u001f\u2028]/);
+    expect(report.verdicts).toContainEqual(expect.objectContaining({ outcome: "not registered", name: "(11968 more)" }));
+    main.socket.destroy();
+    // And the listener goes on.
+    const client = await context({ transports: ["uv"], channels: ["basic"] });
+    const [a, b] = await Promise.all([client.connect(l.addresses()[0]!), l.accept()]);
+    closeLater(() => a.close());
+    expect(b.transport).toBe("uv");
+  });
+});
