@@ -90,7 +90,7 @@ async function main(argv: string[]): Promise<number> {
     const report = await runDoctor({ interface: values.interface, backends: values.backend });
     if (values.peer !== undefined) report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
-    return report.usable ? 0 : 1;
+    return report.usable && report.peer?.error === undefined ? 0 : 1;
   }
   if (command === "bench") {
     const values = parse(rest, {

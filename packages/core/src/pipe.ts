@@ -209,8 +209,16 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private ended?: TensorPipeError;
   private readsInFlight = 0;
   // Bound once, not per message.
-  private readonly failOperation = (e: unknown): never => this.onOperationError(e);
-  private readonly writeSettled = (): void => this.recorder!.written();
+  /** Writes taken that have not finished: a peer that ends the stream meanwhile did not end it cleanly. */
+  private writesInFlight = 0;
+  private readonly writeSettled = (): void => {
+    this.writesInFlight--;
+    this.recorder?.written();
+  };
+  private readonly writeFailed = (e: unknown): never => {
+    this.writesInFlight--;
+    return this.onOperationError(e);
+  };
   private readonly readSettled = (): void => {
     this.recorder?.received();
     this.readsInFlight--;
@@ -363,7 +371,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (recorder) recorder.write(this.encodedBytes, all !== DONE);
     if (started > 0) this.publishDone("write", all, this.encodedBytes, this.firstChannel(message.tensors?.[0]), started);
     if (all === DONE) return this.guard(DONE, options, "pipe write");
-    return this.guard(recorder ? all.then(this.writeSettled, this.failOperation) : all.catch(this.failOperation), options, "pipe write");
+    this.writesInFlight++;
+    return this.guard(all.then(this.writeSettled, this.writeFailed), options, "pipe write");
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -748,7 +757,18 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
-    if (this.ended && this.readsInFlight === 0 && !this.prefetched && !this.current) this.fail(this.ended, "ended");
+    if (!this.ended || this.readsInFlight > 0 || this.prefetched || this.current) return;
+    if (this.writesInFlight === 0) {
+      this.fail(this.ended, "ended");
+      return;
+    }
+    // What this side was still writing is lost: not a clean end.
+    this.fail(
+      new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.writesInFlight} write(s) of this side unfinished`, {
+        where: `pipe to ${this.peer}`,
+        cause: this.ended,
+      }),
+    );
   }
 
   /** The channel name of a tensor about to be written, "" when the peer picks its target. */

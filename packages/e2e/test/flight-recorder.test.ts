@@ -89,6 +89,19 @@ describe("the flight recorder", () => {
     expect(err.flightRecord!.at(-1)!.detail).toMatch(/^ERR_TP_(PEER_CLOSED|CONNECTION_RESET): /);
   });
 
+  it("calls a peer's close while this side's write is unfinished an error: counted, and recorded as one", async () => {
+    const { here, there } = await pipePair();
+    expect(here.channelFor({ type: "cpu", index: 0 }, { type: "cpu", index: 0 })).toBe("cma");
+    // Read by address over cma: the write is unfinished until the peer reads.
+    const writing = here.write({ tensors: [{ buffer: new Uint8Array(128 << 20) }] });
+    await there.readDescriptor();
+    there.close();
+    const err = (await writing.catch((e: unknown) => e)) as TensorPipeError;
+    expect(err.code).toBe(ErrorCode.PEER_CLOSED);
+    expect(here.stats().errors).toEqual({ [ErrorCode.PEER_CLOSED]: 1 });
+    expect(here.flightRecord().at(-1)).toMatchObject({ kind: "error", detail: expect.stringMatching(/write\(s\) of this side unfinished/) });
+  });
+
   it("records refused operations without ending the pipe", async () => {
     const { here } = await pipePair();
     await expect(here.write({ tensors: [{ buffer: new ArrayBuffer(4) as never }] })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });

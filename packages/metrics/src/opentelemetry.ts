@@ -7,7 +7,7 @@
  * ("transmit", "receive") and `error.type`.
  */
 import type { Attributes, Meter, ObservableResult } from "@opentelemetry/api";
-import type { Context } from "@tensorpipe/core";
+import { type Context, ErrorCode, TensorPipeError } from "@tensorpipe/core";
 import { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type Direction, MessageObserver, type MetricsOptions, channelLabel } from "./observer.js";
 
 export { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type MetricsOptions } from "./observer.js";
@@ -20,6 +20,15 @@ export interface OpenTelemetryMetrics {
 
 const IO: Record<Direction, string> = { sent: "transmit", received: "receive" };
 
+/** Options of openTelemetryMetrics(). */
+export interface OpenTelemetryOptions extends MetricsOptions {
+  /** Carried by every observation: what tells contexts on one Meter apart. */
+  readonly attributes?: Attributes;
+}
+
+// Which contexts each Meter has instruments for: twice would count twice.
+const exportedOn = new WeakMap<Meter, WeakSet<Context>>();
+
 /**
  * Creates on `meter`, for `context`:
  *
@@ -29,7 +38,14 @@ const IO: Record<Direction, string> = { sent: "transmit", received: "receive" };
  * - `tensorpipe.errors` by `error.type` (the code), `tensorpipe.listener.dropped_connections` by `error.type`;
  * - histograms `tensorpipe.tensor.size` (By) and `tensorpipe.message.duration` (s) by `tensorpipe.channel` and `network.io.direction`.
  */
-export function openTelemetryMetrics(context: Context, meter: Meter, options: MetricsOptions = {}): OpenTelemetryMetrics {
+export function openTelemetryMetrics(context: Context, meter: Meter, options: OpenTelemetryOptions = {}): OpenTelemetryMetrics {
+  const exported = exportedOn.get(meter) ?? new WeakSet<Context>();
+  if (exported.has(context)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, "this context's metrics are on this Meter already: close() the first before exporting it again");
+  }
+  exported.add(context);
+  exportedOn.set(meter, exported);
+  const own: Attributes = { ...options.attributes };
   let open = true;
   const observe = (name: string, kind: "counter" | "updown", description: string, unit: string, report: (r: ObservableResult<Attributes>) => void) => {
     const instrument = kind === "counter" ? meter.createObservableCounter(name, { description, unit }) : meter.createObservableUpDownCounter(name, { description, unit });
@@ -38,11 +54,11 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Me
     });
   };
   const both = (r: ObservableResult<Attributes>, sent: number, received: number, attributes: Attributes = {}) => {
-    r.observe(sent, { ...attributes, "network.io.direction": IO.sent });
-    r.observe(received, { ...attributes, "network.io.direction": IO.received });
+    r.observe(sent, { ...own, ...attributes, "network.io.direction": IO.sent });
+    r.observe(received, { ...own, ...attributes, "network.io.direction": IO.received });
   };
-  observe("tensorpipe.pipes.opened", "counter", "Pipes the context opened or accepted.", "{pipe}", (r) => r.observe(context.stats().pipesOpened));
-  observe("tensorpipe.pipes.open", "updown", "Pipes of the context still open.", "{pipe}", (r) => r.observe(context.stats().pipesOpen));
+  observe("tensorpipe.pipes.opened", "counter", "Pipes the context opened or accepted.", "{pipe}", (r) => r.observe(context.stats().pipesOpened, own));
+  observe("tensorpipe.pipes.open", "updown", "Pipes of the context still open.", "{pipe}", (r) => r.observe(context.stats().pipesOpen, own));
   observe("tensorpipe.messages", "counter", "Messages written (taken by write()) and read (given memory by read()).", "{message}", (r) => {
     const s = context.stats();
     both(r, s.messagesSent, s.messagesReceived);
@@ -58,10 +74,10 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Me
     for (const [channel, c] of Object.entries(context.stats().channels)) both(r, c.bytesSent, c.bytesReceived, { "tensorpipe.channel": channel });
   });
   observe("tensorpipe.errors", "counter", "Errors that ended pipes, and operations refused, by code.", "{error}", (r) => {
-    for (const [code, n] of Object.entries(context.stats().errors)) r.observe(n, { "error.type": code });
+    for (const [code, n] of Object.entries(context.stats().errors)) r.observe(n, { ...own, "error.type": code });
   });
   observe("tensorpipe.listener.dropped_connections", "counter", "Connections the context's listeners dropped before they became pipes, by code.", "{connection}", (r) => {
-    for (const [code, n] of Object.entries(context.stats().connectionErrors)) r.observe(n, { "error.type": code });
+    for (const [code, n] of Object.entries(context.stats().connectionErrors)) r.observe(n, { ...own, "error.type": code });
   });
   const sizes = meter.createHistogram("tensorpipe.tensor.size", {
     description: "Bytes of each tensor written or read, by channel.",
@@ -74,13 +90,14 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Me
     advice: { explicitBucketBoundaries: [...(options.durationBuckets ?? DEFAULT_DURATION_BUCKETS)] },
   });
   const observer = new MessageObserver(context, {
-    tensor: (direction, channel, bytes) => sizes.record(bytes, { "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
-    message: (direction, channel, seconds) => durations.record(seconds, { "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
+    tensor: (direction, channel, bytes) => sizes.record(bytes, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
+    message: (direction, channel, seconds) => durations.record(seconds, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
   });
   return {
     close() {
       open = false;
       observer.close();
+      exported.delete(context);
     },
   };
 }

@@ -99,7 +99,10 @@ describe("metrics of a context", () => {
     const durations = point("tensorpipe.message.duration", { "tensorpipe.channel": "basic", "network.io.direction": "transmit" });
     expect(durations).toBeUndefined();
     expect((point("tensorpipe.message.duration", { "tensorpipe.channel": "basic", "network.io.direction": "receive" }) as OtelHistogram).count).toBe(2);
+    // Twice on one Meter would count twice: refused, until closed.
+    expect(() => openTelemetryMetrics(server, provider.getMeter("tensorpipe-test"))).toThrow(/on this Meter already/);
     metrics.close();
+    openTelemetryMetrics(server, provider.getMeter("tensorpipe-test"), { attributes: { "tensorpipe.context": "server" } }).close();
     await provider.shutdown();
   });
 });
