@@ -3,7 +3,9 @@
 // the work that produces the tensor is done: the sender waits for its stream
 // on the host, not the receiver through an interprocess event, which
 // cost about 275 us per transfer on an H100 (cuda_ipc_baseline). The
-// receiver opens the allocation and copies device to device into its own.
+// receiver opens the allocation and copies device to device into its own,
+// on its stream, where the request arrives; the driver tells the loop when
+// the copy is done (cuLaunchHostFunc), so no thread waits per copy.
 // Opened allocations are cached per handle, as opening one costs far more
 // than a copy.
 #include <napi.h>
@@ -121,19 +123,106 @@ Napi::Value ExportTensor(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// Copies whose completion the driver reports from its own thread
+// (cuLaunchHostFunc), handed to the loop through one uv_async: no thread
+// blocks per copy. What the driver reports after the environment went is
+// dropped (its JS callback with it).
+class Completions : public EnvResource {
+ public:
+  // A copy under way: its callback, and the error that ended it, if any.
+  struct Copy {
+    const Driver* driver;
+    CUresult result = CUDA_SUCCESS;
+    const char* call = "";
+    Napi::FunctionReference callback;
+    std::unique_ptr<Napi::AsyncContext> asyncContext;
+    std::shared_ptr<Completions> to;
+  };
+
+  Completions(EnvLifecycle& lifecycle, napi_env env) : lifecycle_(lifecycle), env_(env) {
+    async_ = new uv_async_t;
+    async_->data = this;
+    uv_async_init(lifecycle.loop(), async_, OnAsync);
+    uv_unref(reinterpret_cast<uv_handle_t*>(async_));
+    lifecycle.Own(this);
+  }
+
+  // Reports `copy` done once the work queued on `stream` so far is.
+  CUresult After(CUstream stream, Copy* copy) { return copy->driver->cuLaunchHostFunc(stream, OnHost, copy); }
+
+  // Reports `copy` on the loop's next turn (a copy that never started).
+  void Now(Copy* copy) { Deliver(copy); }
+
+  void Teardown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+      ready_.clear();
+    }
+    uv_close(reinterpret_cast<uv_handle_t*>(async_), [](uv_handle_t* h) { delete reinterpret_cast<uv_async_t*>(h); });
+    lifecycle_.Released(this);
+  }
+
+  // Copies in flight keep the loop alive, as a job on the pool would.
+  void Started() {
+    if (inFlight_++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(async_));
+  }
+
+ private:
+  static void OnHost(void* data) {
+    auto* copy = static_cast<Copy*>(data);
+    copy->to->Deliver(copy);
+  }
+
+  void Deliver(Copy* copy) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return;
+    ready_.push_back(copy);
+    uv_async_send(async_);
+  }
+
+  static void OnAsync(uv_async_t* h) {
+    auto* self = static_cast<Completions*>(h->data);
+    std::vector<Copy*> ready;
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      ready.swap(self->ready_);
+    }
+    self->inFlight_ -= ready.size();
+    if (self->inFlight_ == 0) uv_unref(reinterpret_cast<uv_handle_t*>(self->async_));
+    Napi::Env env(self->env_);
+    for (Copy* c : ready) {
+      std::unique_ptr<Copy> copy(c);
+      FromLoop(env, [&] {
+        napi_value arg = env.Null();
+        if (copy->result != CUDA_SUCCESS) arg = CudaError(env, *copy->driver, copy->result, copy->call).Value();
+        InvokeCallback(copy->callback, *copy->asyncContext, {arg});
+      });
+    }
+  }
+
+  EnvLifecycle& lifecycle_;
+  napi_env env_;
+  uv_async_t* async_;
+  std::mutex mutex_;
+  bool closed_ = false;
+  std::vector<Copy*> ready_;
+  size_t inFlight_ = 0;
+};
+
+using Copy = Completions::Copy;
+
 struct IpcEnv : AddonEnv, EnvResource {
   explicit IpcEnv(napi_env env);
   void Teardown() override;
   napi_env env;
   // The channel contexts that imported memory here.
   std::set<double> contexts;
+  std::shared_ptr<Completions> completions;
 };
 
-struct Import : PoolJob {
-  void Run() override;
-  void Done(int status) override;
-
-  const Driver* driver;
+// Where one copy comes from and goes.
+struct CopyPlan {
   uintptr_t env;
   double context;
   int device;
@@ -142,70 +231,121 @@ struct Import : PoolJob {
   CUdeviceptr dst;
   size_t bytes;
   CUstream stream;
-  CUresult result = CUDA_SUCCESS;
-  const char* call = "";
-  Napi::FunctionReference callback;
-  std::unique_ptr<Napi::AsyncContext> asyncContext;
 };
 
-void Import::Run() {
-  const Driver& d = *driver;
-  auto fail = [&](CUresult r, const char* what) {
-    result = r;
-    call = what;
-    return r != CUDA_SUCCESS;
-  };
-  if (fail(cuda::UseDevice(d, device), "cuCtxSetCurrent")) return;
-  CUdeviceptr base = 0;
-  {
-    std::lock_guard<std::mutex> lock(openedMutex);
-    OpenedKey key{env, context, device, memHandle};
-    auto it = opened.find(key);
-    if (it != opened.end()) {
-      base = it->second;
-    } else {
-      cuda::CUipcMemHandle h;
-      std::memcpy(h.reserved, memHandle.data(), kHandleBytes);
-      if (fail(d.cuIpcOpenMemHandle(&base, h, cuda::kIpcMemLazyEnablePeerAccess), "cuIpcOpenMemHandle")) return;
-      opened[key] = base;
-    }
-  }
-  if (!fail(d.cuMemcpyDtoDAsync(dst, base + offset, bytes, stream), "cuMemcpyDtoDAsync")) {
-    fail(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  }
+// The peer's allocation, if this context opened it already.
+bool CachedBase(const CopyPlan& p, CUdeviceptr* base) {
+  std::lock_guard<std::mutex> lock(openedMutex);
+  auto it = opened.find(OpenedKey{p.env, p.context, p.device, p.memHandle});
+  if (it == opened.end()) return false;
+  *base = it->second;
+  return true;
 }
 
-void Import::Done(int status) {
-  Napi::Env env = callback.Env();
-  FromLoop(env, [&] {
-    napi_value arg = env.Null();
-    if (status < 0) arg = UvError(env, status, "cuda-ipc copy").Value();
-    else if (result != CUDA_SUCCESS) arg = CudaError(env, *driver, result, call).Value();
-    InvokeCallback(callback, *asyncContext, {arg});
-  });
+// Queues the copy from the peer's allocation at `base`, and its report;
+// false (the error in `copy`) when the driver refused either.
+bool Enqueue(const CopyPlan& p, CUdeviceptr base, Copy* copy) {
+  const Driver& d = *copy->driver;
+  CUresult r = d.cuMemcpyDtoDAsync(p.dst, base + p.offset, p.bytes, p.stream);
+  copy->call = "cuMemcpyDtoDAsync";
+  if (r == CUDA_SUCCESS) {
+    r = copy->to->After(p.stream, copy);
+    copy->call = "cuLaunchHostFunc";
+  }
+  copy->result = r;
+  return r == CUDA_SUCCESS;
 }
+
+// The first copy from a peer's allocation opens it, which takes far longer
+// than a copy (about 155 us on an H100): on the pool, not the loop.
+struct Open : PoolJob {
+  void Run() override {
+    const Driver& d = *copy->driver;
+    CUresult r = cuda::UseDevice(d, plan.device);
+    const char* call = "cuCtxSetCurrent";
+    CUdeviceptr base = 0;
+    if (r == CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> lock(openedMutex);
+      OpenedKey key{plan.env, plan.context, plan.device, plan.memHandle};
+      auto it = opened.find(key);
+      if (it != opened.end()) {
+        base = it->second;
+      } else {
+        cuda::CUipcMemHandle h;
+        std::memcpy(h.reserved, plan.memHandle.data(), kHandleBytes);
+        call = "cuIpcOpenMemHandle";
+        r = d.cuIpcOpenMemHandle(&base, h, cuda::kIpcMemLazyEnablePeerAccess);
+        if (r == CUDA_SUCCESS) opened[key] = base;
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      copy->result = r;
+      copy->call = call;
+      return;
+    }
+    queued = Enqueue(plan, base, copy);
+  }
+  void Done(int status) override {
+    // A queued copy reports itself; one that never started is reported now.
+    if (queued) return;
+    if (status < 0) {
+      copy->result = cuda::CUDA_ERROR_UNKNOWN;
+      copy->call = "uv_queue_work";
+    }
+    copy->to->Now(copy);
+  }
+
+  CopyPlan plan;
+  Copy* copy = nullptr;
+  bool queued = false;
+};
 
 // importCopy(context, device, memHandle, offset, dst: bigint, bytes,
 //            stream: bigint, callback(err)): copies the peer's tensor into
-// dst; settles once the bytes are there.
+// dst on `stream`; settles once the bytes are there. From an allocation
+// opened before, the copy is queued here and now.
 Napi::Value ImportCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  auto op = std::make_unique<Import>();
-  op->driver = &cuda::NeedDriver(env);
-  op->env = reinterpret_cast<uintptr_t>(static_cast<napi_env>(env));
-  op->context = info[0].As<Napi::Number>().DoubleValue();
-  op->device = info[1].As<Napi::Number>().Int32Value();
-  op->memHandle = HandleArg(info[2]);
-  op->offset = static_cast<uint64_t>(info[3].As<Napi::Number>().DoubleValue());
-  op->dst = static_cast<CUdeviceptr>(BigIntArg(info[4], "dst"));
-  op->bytes = static_cast<size_t>(info[5].As<Napi::Number>().DoubleValue());
-  op->stream = cuda::StreamArg(info[6]);
-  op->callback = Napi::Persistent(info[7].As<Napi::Function>());
-  op->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaIpc.copy");
   IpcEnv* data = AddonEnv::Get<IpcEnv>(env);
-  data->contexts.insert(op->context);
-  int r = op.release()->Queue(data->lifecycle);
-  if (r < 0) throw UvError(env, r, "uv_queue_work");
+  CopyPlan plan;
+  plan.env = reinterpret_cast<uintptr_t>(static_cast<napi_env>(env));
+  plan.context = info[0].As<Napi::Number>().DoubleValue();
+  plan.device = info[1].As<Napi::Number>().Int32Value();
+  plan.memHandle = HandleArg(info[2]);
+  plan.offset = static_cast<uint64_t>(info[3].As<Napi::Number>().DoubleValue());
+  plan.dst = static_cast<CUdeviceptr>(BigIntArg(info[4], "dst"));
+  plan.bytes = static_cast<size_t>(info[5].As<Napi::Number>().DoubleValue());
+  plan.stream = cuda::StreamArg(info[6]);
+  auto copy = std::make_unique<Copy>();
+  copy->driver = &cuda::NeedDriver(env);
+  copy->callback = Napi::Persistent(info[7].As<Napi::Function>());
+  copy->asyncContext = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaIpc.copy");
+  copy->to = data->completions;
+  data->contexts.insert(plan.context);
+  data->completions->Started();
+  CUdeviceptr base = 0;
+  if (CachedBase(plan, &base)) {
+    Copy* c = copy.release();
+    CUresult r = cuda::UseDevice(*c->driver, plan.device);
+    if (r != CUDA_SUCCESS) {
+      c->result = r;
+      c->call = "cuCtxSetCurrent";
+      c->to->Now(c);
+    } else if (!Enqueue(plan, base, c)) {
+      c->to->Now(c);
+    }
+    return env.Undefined();
+  }
+  auto open = std::make_unique<Open>();
+  open->plan = std::move(plan);
+  open->copy = copy.release();
+  Copy* c = open->copy;
+  int r = open.release()->Queue(data->lifecycle);
+  if (r < 0) {
+    c->result = cuda::CUDA_ERROR_UNKNOWN;
+    c->call = "uv_queue_work";
+    c->to->Now(c);
+  }
   return env.Undefined();
 }
 
@@ -226,7 +366,7 @@ void CloseImportedBy(napi_env env, double context) {
 
 // What this environment's channel contexts opened goes with it, closed
 // or not: a terminated worker never calls closeImported.
-IpcEnv::IpcEnv(napi_env env) : AddonEnv(env), env(env) { lifecycle.Own(this); }
+IpcEnv::IpcEnv(napi_env env) : AddonEnv(env), env(env), completions(std::make_shared<Completions>(lifecycle, env)) { lifecycle.Own(this); }
 
 void IpcEnv::Teardown() {
   for (double context : contexts) CloseImportedBy(env, context);

@@ -162,6 +162,13 @@ struct State {
   size_t capacity = 0;
   std::chrono::microseconds delay{0};
   std::chrono::microseconds peerEventWait{0};
+  std::chrono::microseconds ipcOpen{0};
+  // What the host waited for and opened, for tests that count them per
+  // transfer (TENSORPIPE_CUDA_EMULATOR_COUNTS).
+  std::atomic<uint64_t> hostWaits{0};
+  std::atomic<uint64_t> memHandleOpens{0};
+  std::atomic<uint64_t> eventHandleOpens{0};
+  std::atomic<uint64_t> hostFuncs{0};
   std::vector<Context*> contexts;
   std::vector<Stream*> legacy;
   // Owned here until drained after cuStreamDestroy; waits hold them too.
@@ -172,6 +179,10 @@ struct State {
   uint64_t nextId = 1;
 };
 
+// An IPC handle opened: counted, and as slow as on an H100 (about 155 us),
+// so that an open per transfer shows.
+void Opening(std::atomic<uint64_t>& count);
+
 // Never destroyed: stream threads may still be waiting when the process exits.
 State& S() {
   static State* s = new State();
@@ -179,6 +190,23 @@ State& S() {
 }
 
 thread_local Context* current = nullptr;
+
+void Opening(std::atomic<uint64_t>& count) {
+  count++;
+  std::this_thread::sleep_for(S().ipcOpen);
+}
+
+// At exit, with TENSORPIPE_CUDA_EMULATOR_COUNTS=<dir>: <dir>/<pid>.json.
+void WriteCounts() {
+  State& st = S();
+  std::string path = std::string(getenv("TENSORPIPE_CUDA_EMULATOR_COUNTS")) + "/" + std::to_string(getpid()) + ".json";
+  FILE* f = fopen(path.c_str(), "w");
+  if (f == nullptr) return;
+  fprintf(f, "{\"hostWaits\":%llu,\"memHandleOpens\":%llu,\"eventHandleOpens\":%llu,\"hostFuncs\":%llu}\n",
+          static_cast<unsigned long long>(st.hostWaits.load()), static_cast<unsigned long long>(st.memHandleOpens.load()),
+          static_cast<unsigned long long>(st.eventHandleOpens.load()), static_cast<unsigned long long>(st.hostFuncs.load()));
+  fclose(f);
+}
 
 void RunStream(std::shared_ptr<Stream> s) {
   State& st = S();
@@ -415,6 +443,8 @@ CUresult cuInit(unsigned flags) {
   st.capacity = EnvNumber("TENSORPIPE_CUDA_EMULATOR_MEMORY_MIB", 16384) << 20;
   st.delay = std::chrono::microseconds(EnvNumber("TENSORPIPE_CUDA_EMULATOR_DELAY_US", 500));
   st.peerEventWait = std::chrono::microseconds(EnvNumber("TENSORPIPE_CUDA_EMULATOR_PEER_EVENT_WAIT_US", 300));
+  st.ipcOpen = std::chrono::microseconds(EnvNumber("TENSORPIPE_CUDA_EMULATOR_IPC_OPEN_US", 155));
+  if (getenv("TENSORPIPE_CUDA_EMULATOR_COUNTS")) atexit(WriteCounts);
   st.used.assign(st.deviceCount, 0);
   for (int i = 0; i < st.deviceCount; i++) {
     st.contexts.push_back(new Context{i});
@@ -649,6 +679,7 @@ CUresult cuStreamDestroy_v2(void* stream) {
 }
 
 CUresult cuStreamSynchronize(void* stream) {
+  S().hostWaits++;
   return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>& lock) {
     uint64_t ticket = s->enqueued;
     S().changed.wait(lock, [&] { return s->completed >= ticket; });
@@ -669,6 +700,22 @@ CUresult cuStreamWaitEvent(void* stream, Event* e, unsigned flags) {
         std::this_thread::sleep_for(S().peerEventWait);
         l.lock();
       }
+    });
+    return kSuccess;
+  });
+}
+
+// Calls fn(data) on the stream's thread once the work queued before it is
+// done, as the driver calls it on a thread of its own; fn must not call
+// the driver.
+CUresult cuLaunchHostFunc(void* stream, void (*fn)(void*), void* data) {
+  if (fn == nullptr) return kInvalidValue;
+  return OnStream(stream, [&](Stream* s, std::unique_lock<std::mutex>&) {
+    S().hostFuncs++;
+    Enqueue(s, [fn, data](std::unique_lock<std::mutex>& lock) {
+      lock.unlock();
+      fn(data);
+      lock.lock();
     });
     return kSuccess;
   });
@@ -708,6 +755,7 @@ CUresult cuEventRecord(Event* e, void* stream) {
 CUresult cuEventSynchronize(Event* e) {
   if (CUresult r = Ready(false)) return r;
   if (e == nullptr) return kInvalidHandle;
+  S().hostWaits++;
   std::unique_lock<std::mutex> lock(S().mu);
   WaitEvent(e->counters, e->counters->recorded.load(), lock);
   return kSuccess;
@@ -759,6 +807,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, IpcHandle handle, unsigned flag
   }
   int fd = OpenPeerFd(handle);
   if (fd < 0) return kInvalidValue;
+  Opening(st.memHandleOpens);
   Allocation* a = nullptr;
   CUresult r = MapAllocation(fd, handle.size, current->device, st.nextId++, out, &a);
   if (r != kSuccess) return r;
@@ -794,6 +843,7 @@ CUresult cuIpcOpenEventHandle(Event** out, IpcHandle handle) {
   if (memcmp(handle.magic, kEventMagic, 8) != 0) return kInvalidValue;
   int fd = OpenPeerFd(handle);
   if (fd < 0) return kInvalidValue;
+  Opening(S().eventHandleOpens);
   void* m = mmap(nullptr, PageRound(1), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return kMapFailed;

@@ -33,6 +33,7 @@ struct CUuuid {
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+constexpr CUresult CUDA_ERROR_UNKNOWN = 999;
 constexpr unsigned kStreamNonBlocking = 0x1;
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kEventInterprocess = 0x4;
@@ -71,6 +72,7 @@ struct Driver {
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuLaunchHostFunc)(CUstream, void (*)(void*), void*);
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
@@ -145,7 +147,8 @@ inline Loaded Load() {
             Resolve(lib, "cuMemsetD8Async", &d.cuMemsetD8Async, w) && Resolve(lib, "cuStreamCreate", &d.cuStreamCreate, w) &&
             Resolve(lib, "cuStreamDestroy_v2", &d.cuStreamDestroy, w) &&
             Resolve(lib, "cuStreamSynchronize", &d.cuStreamSynchronize, w) &&
-            Resolve(lib, "cuStreamWaitEvent", &d.cuStreamWaitEvent, w) && Resolve(lib, "cuEventCreate", &d.cuEventCreate, w) &&
+            Resolve(lib, "cuStreamWaitEvent", &d.cuStreamWaitEvent, w) &&
+            Resolve(lib, "cuLaunchHostFunc", &d.cuLaunchHostFunc, w) && Resolve(lib, "cuEventCreate", &d.cuEventCreate, w) &&
             Resolve(lib, "cuEventRecord", &d.cuEventRecord, w) &&
             Resolve(lib, "cuEventSynchronize", &d.cuEventSynchronize, w) &&
             Resolve(lib, "cuEventQuery", &d.cuEventQuery, w) &&

@@ -1,0 +1,55 @@
+/**
+ * What cuda-ipc asks of the driver per transfer, counted by the CUDA
+ * emulator (TENSORPIPE_CUDA_EMULATOR_COUNTS), which makes each IPC open as
+ * slow as an H100's (about 155 us): the receiver opens a peer's allocation
+ * once, however many tensors come from it, and no thread waits on the host
+ * for a copy; the driver reports each copy done (cuLaunchHostFunc).
+ */
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { cudaViability } from "@tensorpipe/cuda";
+import { describe, expect, it } from "vitest";
+
+const fixture = fileURLToPath(new URL("./fixtures/ipc-repeat.mjs", import.meta.url));
+const emulated = (process.env.TENSORPIPE_CUDA_DRIVER ?? "").includes("emulator");
+
+interface Counts {
+  hostWaits: number;
+  memHandleOpens: number;
+  eventHandleOpens: number;
+  hostFuncs: number;
+}
+
+/** `count` tensors of `size` from one allocation to one, between two processes; what each asked of the driver. */
+async function transfers(count: number, size: number): Promise<{ receiver: Counts; sender: Counts }> {
+  const dir = mkdtempSync(join(tmpdir(), "tp-cuda-counts-"));
+  const env = { ...process.env, TENSORPIPE_CUDA_EMULATOR_COUNTS: dir };
+  const run = (args: string[]) => {
+    const child = spawn(process.execPath, [fixture, ...args], { env, stdio: ["ignore", "pipe", "inherit"] });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    return { child, exited };
+  };
+  const receiver = run(["receive", String(count), String(size)]);
+  const url = await new Promise<string>((resolve) => receiver.child.stdout!.once("data", (d: Buffer) => resolve(d.toString().trim())));
+  const sender = run(["send", url, String(count), String(size)]);
+  expect(await receiver.exited).toBe(0);
+  expect(await sender.exited).toBe(0);
+  const counts = (pid: number) => JSON.parse(readFileSync(join(dir, `${pid}.json`), "utf8")) as Counts;
+  return { receiver: counts(receiver.child.pid!), sender: counts(sender.child.pid!) };
+}
+
+describe.skipIf(!emulated || !cudaViability().viable)("cuda-ipc per transfer, counted by the emulator", () => {
+  it("opens a peer's allocation once and waits on the host for no copy", async () => {
+    const few = await transfers(3, 1 << 20);
+    const many = await transfers(24, 1 << 20);
+    expect([few.receiver.memHandleOpens, many.receiver.memHandleOpens]).toEqual([1, 1]);
+    // Whatever the receiver waits for on the host, it is not per transfer.
+    expect(many.receiver.hostWaits).toBe(few.receiver.hostWaits);
+    // Each copy's end comes from the driver.
+    expect(many.receiver.hostFuncs - few.receiver.hostFuncs).toBe(21);
+    expect(many.receiver.eventHandleOpens + many.sender.eventHandleOpens).toBe(0);
+  });
+});
