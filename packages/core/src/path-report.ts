@@ -232,7 +232,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
             name,
             by: "inferred",
             outcome: "not chosen",
-            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (an upstream listener does not say which)`,
+            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)`,
           },
     );
   }
@@ -255,7 +255,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
         name,
         by: "inferred",
         outcome: "not chosen",
-        reason: "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (an upstream listener does not say which)",
+        reason: "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)",
       });
     }
   }
@@ -274,7 +274,7 @@ export function describePathReport(report: PathReport): string {
     `offered here: transports ${report.offeredHere.transports.join(", ") || "none"}; channels ${report.offeredHere.channels.join(", ") || "none"}`,
     report.offeredThere
       ? `offered there: transports ${report.offeredThere.transports.join(", ") || "none"}; channels ${report.offeredThere.channels.join(", ") || "none"}`
-      : "offered there: not said (an upstream peer); what it decided is inferred",
+      : "offered there: not said (an upstream peer, or ours answering a brochure of upstream's backends alone); what it decided is inferred",
   ];
   for (const v of report.verdicts) {
     const said = v.reason.startsWith(v.outcome) ? v.reason : `${v.outcome}: ${v.reason}`;
