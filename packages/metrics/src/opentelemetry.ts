@@ -6,9 +6,10 @@
  * dotted names, units ("By", "s", "{message}"), `network.io.direction`
  * ("transmit", "receive") and `error.type`.
  */
-import type { Attributes, Meter, ObservableResult } from "@opentelemetry/api";
+import type { Attributes, Meter } from "@opentelemetry/api";
 import { type Context, ErrorCode, TensorPipeError } from "@tensorpipe/core";
 import { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type Direction, MessageObserver, type MetricsOptions, channelLabel } from "./observer.js";
+import { HISTOGRAMS, STATS_METRICS, type StatPoint } from "./stats-metrics.js";
 
 export { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type MetricsOptions } from "./observer.js";
 
@@ -47,48 +48,24 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Op
   exportedOn.set(meter, exported);
   const own: Attributes = { ...options.attributes };
   let open = true;
-  const observe = (name: string, kind: "counter" | "updown", description: string, unit: string, report: (r: ObservableResult<Attributes>) => void) => {
-    const instrument = kind === "counter" ? meter.createObservableCounter(name, { description, unit }) : meter.createObservableUpDownCounter(name, { description, unit });
+  const attributesOf = (point: StatPoint): Attributes => ({
+    ...own,
+    ...(point.channel === undefined ? {} : { "tensorpipe.channel": point.channel }),
+    ...(point.direction === undefined ? {} : { "network.io.direction": IO[point.direction] }),
+    ...(point.code === undefined ? {} : { "error.type": point.code }),
+  });
+  for (const m of STATS_METRICS) {
+    const described = { description: m.help, unit: m.unit };
+    const instrument = m.kind === "counter" ? meter.createObservableCounter(m.opentelemetry, described) : meter.createObservableUpDownCounter(m.opentelemetry, described);
     instrument.addCallback((r) => {
-      if (open) report(r);
+      if (!open) return;
+      for (const point of m.read(context.stats())) r.observe(point.value, attributesOf(point));
     });
-  };
-  const both = (r: ObservableResult<Attributes>, sent: number, received: number, attributes: Attributes = {}) => {
-    r.observe(sent, { ...own, ...attributes, "network.io.direction": IO.sent });
-    r.observe(received, { ...own, ...attributes, "network.io.direction": IO.received });
-  };
-  observe("tensorpipe.pipes.opened", "counter", "Pipes the context opened or accepted.", "{pipe}", (r) => r.observe(context.stats().pipesOpened, own));
-  observe("tensorpipe.pipes.open", "updown", "Pipes of the context still open.", "{pipe}", (r) => r.observe(context.stats().pipesOpen, own));
-  observe("tensorpipe.messages", "counter", "Messages written (taken by write()) and read (given memory by read()).", "{message}", (r) => {
-    const s = context.stats();
-    both(r, s.messagesSent, s.messagesReceived);
-  });
-  observe("tensorpipe.io", "counter", "Payload and tensor bytes (descriptors and framing not counted).", "By", (r) => {
-    const s = context.stats();
-    both(r, s.bytesSent, s.bytesReceived);
-  });
-  observe("tensorpipe.channel.tensors", "counter", "Tensors by the channel that carried them.", "{tensor}", (r) => {
-    for (const [channel, c] of Object.entries(context.stats().channels)) both(r, c.tensorsSent, c.tensorsReceived, { "tensorpipe.channel": channel });
-  });
-  observe("tensorpipe.channel.io", "counter", "Tensor bytes by the channel that carried them.", "By", (r) => {
-    for (const [channel, c] of Object.entries(context.stats().channels)) both(r, c.bytesSent, c.bytesReceived, { "tensorpipe.channel": channel });
-  });
-  observe("tensorpipe.errors", "counter", "Errors that ended pipes, and operations refused, by code.", "{error}", (r) => {
-    for (const [code, n] of Object.entries(context.stats().errors)) r.observe(n, { ...own, "error.type": code });
-  });
-  observe("tensorpipe.listener.dropped_connections", "counter", "Connections the context's listeners dropped before they became pipes, by code.", "{connection}", (r) => {
-    for (const [code, n] of Object.entries(context.stats().connectionErrors)) r.observe(n, { ...own, "error.type": code });
-  });
-  const sizes = meter.createHistogram("tensorpipe.tensor.size", {
-    description: "Bytes of each tensor written or read, by channel.",
-    unit: "By",
-    advice: { explicitBucketBoundaries: [...(options.sizeBuckets ?? DEFAULT_SIZE_BUCKETS)] },
-  });
-  const durations = meter.createHistogram("tensorpipe.message.duration", {
-    description: "From write() or read() until the message's bytes left or landed, by the channel of its first tensor.",
-    unit: "s",
-    advice: { explicitBucketBoundaries: [...(options.durationBuckets ?? DEFAULT_DURATION_BUCKETS)] },
-  });
+  }
+  const histogram = (h: (typeof HISTOGRAMS)[keyof typeof HISTOGRAMS], buckets: readonly number[]) =>
+    meter.createHistogram(h.opentelemetry, { description: h.help, unit: h.unit, advice: { explicitBucketBoundaries: [...buckets] } });
+  const sizes = histogram(HISTOGRAMS.size, options.sizeBuckets ?? DEFAULT_SIZE_BUCKETS);
+  const durations = histogram(HISTOGRAMS.duration, options.durationBuckets ?? DEFAULT_DURATION_BUCKETS);
   const observer = new MessageObserver(context, {
     tensor: (direction, channel, bytes) => sizes.record(bytes, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
     message: (direction, channel, seconds) => durations.record(seconds, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
