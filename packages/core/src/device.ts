@@ -16,6 +16,11 @@ export function deviceKey(d: Device): string {
   return `${d.type}:${d.index}`;
 }
 
+/** A device pair in words, this side's first: "cpu:0->cuda:1". */
+export function pairLabel(local: Device, remote: Device): string {
+  return `${deviceKey(local)}->${deviceKey(remote)}`;
+}
+
 /** Whether two devices are the same one. */
 export function sameDevice(a: Device, b: Device): boolean {
   return a.type === b.type && a.index === b.index;

@@ -173,13 +173,6 @@ export class FlightRecorder {
   }
 }
 
-/** Gives `error` these events, unless an earlier end already gave it its own. */
-export function attachFlightRecord(error: unknown, events: () => readonly FlightEvent[]): void {
-  if (typeof error === "object" && error !== null && "code" in error && (error as { flightRecord?: unknown }).flightRecord === undefined) {
-    (error as { flightRecord?: readonly FlightEvent[] }).flightRecord = events();
-  }
-}
-
 /** Events in lines, for logs and bug reports: "+0.123 ms write 8 B" ("at once" where not timed). */
 export function describeFlightEvents(events: readonly FlightEvent[]): string {
   const t0 = events.find((e) => e.at !== undefined)?.at ?? 0;

@@ -8,7 +8,7 @@ import { splitHostPort } from "./address.js";
 import { AUTH_ENTRY, type AuthSession, type SharedSecretAuth } from "./auth.js";
 import type { Channel, ChannelContext } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
-import { HandshakeEvents, attachFlightRecord } from "./flight-recorder.js";
+import { HandshakeEvents } from "./flight-recorder.js";
 import { CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import {
@@ -122,9 +122,12 @@ function verdictLine(v: PathVerdict): string {
   return `${v.name}: ${v.pair ? `${v.pair}: ` : ""}${v.reason}`;
 }
 
-/** The verdicts on `kind` in one line. */
-function verdictsOf(verdicts: readonly PathVerdict[], kind: PathVerdict["kind"]): string {
-  return verdicts.filter((v) => v.kind === kind).map(verdictLine).join("; ");
+/** What the choice said of the backends of `kind` this side could use, in one line (for the error when none was left). */
+function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kind"]): string {
+  return verdicts
+    .filter((v) => v.kind === kind && v.outcome !== "not allowed" && v.outcome !== "not registered")
+    .map(verdictLine)
+    .join("; ");
 }
 
 /**
@@ -195,7 +198,8 @@ function pathNote(settings: HandshakeSettings): string {
 function recorded(e: unknown, events: HandshakeEvents): unknown {
   if (events.enabled && e instanceof TensorPipeError) {
     events.add("error", describeError(e));
-    attachFlightRecord(e, () => events.events);
+    // An earlier end may have given it its own.
+    e.flightRecord ??= events.events;
   }
   return e;
 }
@@ -423,7 +427,8 @@ async function answerSteps(
   brochure.transportDomainDescriptors.delete(AUTH_ENTRY);
   const from = main.remoteAddress;
   if (log.enabled) log("%s over %s offers %s", from, cameOn, describeBrochure(brochure));
-  if (events.enabled) events.add("handshake", `offered ${describeOffer(offeredIn(brochure))}`);
+  const offeredThere = offeredIn(brochure);
+  if (events.enabled) events.add("handshake", `offered ${describeOffer(offeredThere)}`);
   const verdicts: PathVerdict[] = [...leftOut(all, settings, false), ...notRegistered(all, brochure)];
   // A peer's devices cost it a few bytes each: past a bound, its verdicts are counted, not kept.
   let uncounted = 0;
@@ -437,16 +442,16 @@ async function answerSteps(
   };
   const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
   if (!transport) {
-    const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "transport");
+    const why = choiceVerdicts(verdicts, "transport");
     throw new TensorPipeError(
       ErrorCode.NEGOTIATION,
-      `no transport in common (peer has: ${offeredIn(brochure).transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`,
+      `no transport in common (peer has: ${offeredThere.transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`,
       { where: from },
     );
   }
   const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
   if (settings.path && !choice.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
-    const why = verdictsOf(verdicts.filter((v) => v.outcome !== "not allowed" && v.outcome !== "not registered"), "channel");
+    const why = choiceVerdicts(verdicts, "channel");
     throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`, { where: from });
   }
   if (uncounted > 0) verdicts.push({ kind: "channel", name: `(${uncounted} more)`, by: "here", outcome: "descriptors differ", reason: `${uncounted} more verdicts on the peer's devices, not kept` });
@@ -460,7 +465,7 @@ async function answerSteps(
     transport: transport.name,
     pairs: choice.pairs,
     offeredHere,
-    offeredThere: offeredIn(brochure),
+    offeredThere,
     peerReported: dialerSaid !== undefined,
     verdicts: dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts,
   };

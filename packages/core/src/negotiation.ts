@@ -5,7 +5,7 @@
  */
 import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
-import { deviceKey } from "./device.js";
+import { deviceKey, pairLabel } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import { type PathVerdict, peerText } from "./path-report.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
@@ -249,11 +249,6 @@ export function checkAnswer(
 /** Each pair's devices and channel, for logs: "cpu:0->cuda:1: cuda-basic, ...", or "none". */
 export function describePairs(pairs: readonly DevicePairChoice[]): string {
   return pairs.map((p) => `${pairLabel(p.local, p.remote)}: ${p.channel}`).join(", ") || "none";
-}
-
-/** A device pair in words, this side's first: "cpu:0->cuda:1". */
-export function pairLabel(local: Device, remote: Device): string {
-  return `${deviceKey(local)}->${deviceKey(remote)}`;
 }
 
 /** A (local, remote) device pair as a string key. */

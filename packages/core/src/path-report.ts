@@ -9,6 +9,7 @@
  * over any channel it lacks; toward an upstream peer nothing is sent, and
  * what that peer decided is inferred from its answer, and marked so.
  */
+import { pairLabel } from "./device.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 
 /** What became of one transport, or of one channel for one device pair. */
@@ -239,7 +240,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
   const chosen = new Map<string, Set<string>>();
   for (const p of answer.channelForDevicePair.slice(0, MAX_VERDICTS)) {
     // The answer's pairs are the listener's: its device first.
-    const pair = peerText(`${p.remote.type}:${p.remote.index}->${p.local.type}:${p.local.index}`, 128);
+    const pair = peerText(pairLabel(p.remote, p.local), 128);
     let pairs = chosen.get(p.channel);
     if (!pairs) chosen.set(p.channel, (pairs = new Set()));
     pairs.add(pair);
@@ -264,7 +265,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
 
 /** The report's first line: the side, and what was chosen. */
 export function pathHeadline(report: Pick<PathReport, "side" | "transport" | "pairs">): string {
-  return `${report.side} side: transport ${report.transport}; channels ${report.pairs.map((p) => `${p.local.type}:${p.local.index}->${p.remote.type}:${p.remote.index} ${p.channel}`).join(", ") || "none"}`;
+  return `${report.side} side: transport ${report.transport}; channels ${report.pairs.map((p) => `${pairLabel(p.local, p.remote)} ${p.channel}`).join(", ") || "none"}`;
 }
 
 /** The report in lines, for logs and errors. */

@@ -16,7 +16,7 @@ import { allocationParts, badPayload, checkDevice, checkMessageShape, checkTenso
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { PathReport } from "./path-report.js";
-import { type FlightEvent, FlightRecorder, attachFlightRecord } from "./flight-recorder.js";
+import { type FlightEvent, FlightRecorder } from "./flight-recorder.js";
 import type { DevicePairChoice } from "./protocol.js";
 import {
   type DescriptorLimits,
@@ -369,7 +369,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     else all = Promise.all([written, tensorsSent]).then(noop);
     const recorder = this.recorder;
     if (recorder) recorder.write(this.encodedBytes, all !== DONE);
-    if (started > 0) this.publishDone("write", all, this.encodedBytes, this.firstChannel(message.tensors?.[0]), started);
+    if (started > 0) this.publishDone("write", all, this.encodedBytes, message.tensors?.[0] ? this.sentChannelName(message.tensors[0]) : "", started);
     if (all === DONE) return this.guard(DONE, options, "pipe write");
     this.writesInFlight++;
     return this.guard(all.then(this.writeSettled, this.writeFailed), options, "pipe write");
@@ -608,20 +608,19 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (got !== DONE) (pending ??= []).push(got);
     }
     this.recorder?.read(this.counters.bytesReceived - before, pending !== undefined);
+    const settled: Promise<unknown> = pending === undefined ? DONE : pending.length === 1 ? pending[0]! : Promise.all(pending);
     if (started > 0) {
-      const first = d.tensors[0] && tensors[0] && this.channelBetween(bufferDevice(tensors[0].buffer), d.tensors[0].sourceDevice);
-      const settled = pending === undefined ? DONE : pending.length === 1 ? pending[0]! : Promise.all(pending);
-      this.publishDone("read", settled, this.counters.bytesReceived - before, (first && this.channelInfo.get(first)?.name) ?? "", started);
+      const channel = d.tensors.length > 0 ? this.receivedChannelName(tensors[0]!.buffer, d.tensors[0]!.sourceDevice) : "";
+      this.publishDone("read", settled, this.counters.bytesReceived - before, channel, started);
     }
     // Counted before the next descriptor is asked for: that may fail the stream at once.
-    if (pending !== undefined) this.readsInFlight++;
+    if (settled !== DONE) this.readsInFlight++;
     this.fetchDescriptor();
-    if (pending === undefined) {
+    if (settled === DONE) {
       this.maybeFinishEnded();
       return this.guard(DONE, options, "pipe read");
     }
-    const all = (pending.length === 1 ? pending[0]! : Promise.all(pending)).then(this.readSettled, this.readFailed);
-    return this.guard(all, options, "pipe read");
+    return this.guard(settled.then(this.readSettled, this.readFailed), options, "pipe read");
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
@@ -771,12 +770,19 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     );
   }
 
-  /** The channel name of a tensor about to be written, "" when the peer picks its target. */
-  private firstChannel(t: MessageTensor | undefined): string {
-    if (!t) return "";
+  /** The name of the channel that sends `t`; "" while the peer has yet to pick its target. */
+  private sentChannelName(t: MessageTensor): string {
     const source = bufferDevice(t.buffer);
     const target = targetOf(t, source);
-    const channel = target && this.channelBetween(source, target);
+    return this.channelName(target && this.channelBetween(source, target));
+  }
+
+  /** The name of the channel that receives into `buffer` a tensor from `source` at the peer. */
+  private receivedChannelName(buffer: TensorBuffer, source: Device): string {
+    return this.channelName(this.channelBetween(bufferDevice(buffer), source));
+  }
+
+  private channelName(channel: Channel | undefined): string {
     return (channel && this.channelInfo.get(channel)?.name) ?? "";
   }
 
@@ -794,18 +800,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const all = m.tensors ?? [];
     for (let i = 0; i < all.length; i++) {
       const t = all[i]!;
-      let length: number;
-      let channel: Channel | undefined;
-      if ("buffer" in t) {
-        length = t.length ?? t.buffer.byteLength;
-        const source = bufferDevice(t.buffer);
-        const target = targetOf(t, source);
-        channel = target && this.channelBetween(source, target);
-      } else {
-        length = t.length;
-        channel = this.channelBetween(bufferDevice(allocated![i]!.buffer), t.sourceDevice);
-      }
-      tensors.push({ length, channel: (channel && this.channelInfo.get(channel)?.name) ?? "" });
+      if ("buffer" in t) tensors.push({ length: t.length ?? t.buffer.byteLength, channel: this.sentChannelName(t) });
+      else tensors.push({ length: t.length, channel: this.receivedChannelName(allocated![i]!.buffer, t.sourceDevice) });
     }
     return {
       pipe: this,
@@ -852,7 +848,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (recorder) {
       if (how === "error") recorder.note("error", describeError(err));
       else recorder.note("closed", how === "ended" ? `ended by the peer between messages (${describeError(err)})` : how);
-      attachFlightRecord(err, () => recorder.events());
+      // An earlier end may have given it its own.
+      err.flightRecord ??= recorder.events();
     }
     for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
     for (const s of this.tensorSends.splice(0)) s.done.reject(err);
