@@ -165,7 +165,8 @@ export function chooseChannels(
     for (const local of localDevices.values()) {
       for (const remote of remoteDevices.values()) {
         const key = pairKey(local.device, remote.device);
-        const pair = pairLabel(local.device, remote.device);
+        // The remote device's type is the peer's text, in every verdict on the pair.
+        const pair = peerText(pairLabel(local.device, remote.device), 128);
         if (taken.has(key)) {
           say("lower priority", `taken by ${taken.get(key)}, a channel of higher priority`, pair);
           continue;
@@ -173,7 +174,7 @@ export function chooseChannels(
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
           if (note) {
             const why = c.context.describeMismatch?.(local.descriptor, remote.descriptor);
-            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${peerText(remote.descriptor, 256)}" there)${why ? `: ${why}` : ""}`, peerText(pair, 128));
+            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${peerText(remote.descriptor, 256)}" there)${why ? `: ${why}` : ""}`, pair);
           }
           continue;
         }

@@ -123,7 +123,9 @@ describe("a hostile peer's brochure", () => {
     closeLater(() => l.close());
     const many = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}\u001b[31m\n\u2028forged: chosen`);
     const transports = new Map<string, string>([["uv", "uv:*"], ...many("t", 12_000).map((n) => [n, "x"] as [string, string])]);
-    const devices = new Map(Array.from({ length: 5_000 }, (_, i) => [`cpu:${i}`, { device: { type: "cpu", index: i }, descriptor: `junk\u001b${i}` }]));
+    // First, a device the channel pairs with (its descriptor matches), named to forge a line.
+    const devices = new Map([["x:0", { device: { type: "x\u001b[2J\nforged", index: 0 }, descriptor: "any" }]]);
+    for (let i = 0; i < 5_000; i++) devices.set(`cpu:${i}`, { device: { type: "cpu", index: i }, descriptor: `junk\u001b${i}` });
     const channels = new Map<string, Map<string, { device: { type: string; index: number }; descriptor: string }>>([
       ["basic", devices],
       ...many("c", 12_000).map((n) => [n, new Map()] as [string, Map<string, never>]),
