@@ -6,12 +6,12 @@
  * for a copy; the driver reports each copy done (cuLaunchHostFunc).
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cudaViability } from "@tensorpipe/cuda";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 
 const fixture = fileURLToPath(new URL("./fixtures/ipc-repeat.mjs", import.meta.url));
 const emulated = (process.env.TENSORPIPE_CUDA_DRIVER ?? "").includes("emulator");
@@ -26,6 +26,7 @@ interface Counts {
 /** `count` tensors of `size` from one allocation to one, between two processes; what each asked of the driver. */
 async function transfers(count: number, size: number): Promise<{ receiver: Counts; sender: Counts }> {
   const dir = mkdtempSync(join(tmpdir(), "tp-cuda-counts-"));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
   const env = { ...process.env, TENSORPIPE_CUDA_EMULATOR_COUNTS: dir };
   const run = (args: string[]) => {
     const child = spawn(process.execPath, [fixture, ...args], { env, stdio: ["ignore", "pipe", "inherit"] });

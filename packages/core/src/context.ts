@@ -9,7 +9,7 @@ import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./erro
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
 import { type Registered, byPriority } from "./negotiation.js";
-import { type PathPolicy, checkPathPolicy } from "./path-policy.js";
+import { type PathPolicy, checkListenedTransports, checkPathPolicy } from "./path-policy.js";
 import { Pipe, type PipeParts } from "./pipe.js";
 import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "./protocol.js";
 import { type ContextStats, PipeCounters, addCount } from "./stats.js";
@@ -234,6 +234,7 @@ export class Context {
       const { scheme, address } = parseUrl(url);
       return { transport: this.transportForScheme(scheme), scheme, address };
     });
+    if (path) checkListenedTransports(path, this.transports, targets.map((t) => t.transport.name));
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const listener = await Listener.open(targets, settings, this.maxPendingHandshakes, (parts) => this.adopt(parts));
     this.listeners.add(listener);

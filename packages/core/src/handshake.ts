@@ -27,6 +27,7 @@ import type { PipeOptions, PipeParts } from "./pipe.js";
 import {
   type Brochure,
   type BrochureAnswer,
+  type DeviceDescriptors,
   ConnectionKind,
   decodeBrochure,
   decodeBrochureAnswer,
@@ -117,17 +118,21 @@ function viable<T extends { isViable(): Viability }>(from: ReadonlyMap<string, R
   return out;
 }
 
-/** A verdict as logs and errors give it: "cma: cpu:0->cpu:0: chosen (priority 1200)". */
+/** A verdict as logs give it: "cma: cpu:0->cpu:0: chosen (priority 1200)". */
 function verdictLine(v: PathVerdict): string {
   return `${v.name}: ${v.pair ? `${v.pair}: ` : ""}${v.reason}`;
 }
 
 /** What the choice said of the backends of `kind` this side could use, in one line (for the error when none was left). */
-function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kind"]): string {
-  return verdicts
-    .filter((v) => v.kind === kind && v.outcome !== "not allowed" && v.outcome !== "not registered")
-    .map(verdictLine)
-    .join("; ");
+function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kind"], withPath = false): string {
+  // Backends with the same reason share it: "mpt, basic: not allowed by ...".
+  const byReason = new Map<string, string[]>();
+  for (const v of verdicts) {
+    if (v.kind !== kind || (!withPath && v.outcome === "not allowed") || v.outcome === "not registered") continue;
+    const reason = `${v.pair ? `${v.pair}: ` : ""}${v.reason}`;
+    byReason.set(reason, [...(byReason.get(reason) ?? []), v.name]);
+  }
+  return [...byReason].map(([reason, names]) => `${names.join(", ")}: ${reason}`).join("; ");
 }
 
 /**
@@ -192,6 +197,31 @@ function offeredIn(b: Brochure): OfferedBackends {
 
 function pathNote(settings: HandshakeSettings): string {
   return settings.path ? `; this side's path: ${describePath(settings.path)}` : "";
+}
+
+/** The transport a listener names in an answer that refuses the pipe: none. */
+const REFUSED = "";
+
+/** A listener's answer that refuses the pipe, with its report saying why. */
+function refusal(report: DeviceDescriptors): BrochureAnswer {
+  return {
+    transport: REFUSED,
+    address: "",
+    transportRegistrationIds: new Map(),
+    transportDomainDescriptor: "",
+    channelRegistrationIds: new Map(),
+    channelDeviceDescriptors: new Map([[PATH_REPORT_ENTRY, report]]),
+    channelForDevicePair: [],
+  };
+}
+
+/** The error for a listener's refusal: what it found none of, and its reasons, told from this side. */
+function refused(answer: BrochureAnswer, url: string, settings: HandshakeSettings): TensorPipeError {
+  const report = peerReport(answer.channelDeviceDescriptors);
+  const kind = report?.refused ?? "transport";
+  const why = report ? choiceVerdicts(fromPeer(report.verdicts), kind, true) : "";
+  const what = kind === "transport" ? "no transport in common" : "no channel for CPU tensors";
+  return new TensorPipeError(ErrorCode.NEGOTIATION, `the listener refused the pipe: ${what} (there: ${why || (report ? "none allowed" : "it gave no reasons")})${pathNote(settings)}`, { where: url });
 }
 
 /** `e` as a TensorPipeError carrying the handshake's events. */
@@ -279,8 +309,9 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   const ownVerdicts = leftOut(all, settings, true);
   const hello = auth?.hello();
   // A brochure that upstream could have sent stays byte for byte upstream's:
-  // the reasons are traded only where it carries entries of ours already.
-  if (hello || brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) {
+  // the reasons are traded only where it carries entries of ours already,
+  // or where a path makes a refusal likely and its reasons worth the bytes.
+  if (hello || settings.path || brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) {
     brochure.channelDeviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, ownVerdicts));
   }
   if (hello) brochure.transportDomainDescriptors.set(AUTH_ENTRY, hello.entry);
@@ -311,6 +342,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
       where: url,
     });
   }
+  if (answer.transport === REFUSED) throw refused(answer, url, settings);
   const viableChannels = viable(settings.channels);
   const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
   const listenerSaid = peerReport(answer.channelDeviceDescriptors);
@@ -440,26 +472,29 @@ async function answerSteps(
     verdicts.push(v);
     if (log.enabled) log("%s: %s", from, verdictLine(v));
   };
-  const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
-  if (!transport) {
-    const why = choiceVerdicts(verdicts, "transport");
-    throw new TensorPipeError(
-      ErrorCode.NEGOTIATION,
-      `no transport in common (peer has: ${offeredThere.transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`,
-      { where: from },
-    );
-  }
-  const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
-  if (settings.path && !choice.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
-    const why = choiceVerdicts(verdicts, "channel");
-    throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`, { where: from });
-  }
-  if (uncounted > 0) verdicts.push({ kind: "channel", name: `(${uncounted} more)`, by: "here", outcome: "descriptors differ", reason: `${uncounted} more verdicts on the peer's devices, not kept` });
   const dialerSaid = peerReport(brochure.channelDeviceDescriptors);
   const offeredHere: OfferedBackends = {
     transports: [...settings.transports.values()].filter((t) => listening.transports.has(t.name) && t.context.isViable().viable).map((t) => t.name),
     channels: [...settings.channels.values()].filter((c) => c.context.isViable().viable).map((c) => c.name),
   };
+  // A dialler that asked for reasons (ours; upstream never does) hears why
+  // before the connection closes, instead of guessing from the close.
+  const refuse = async (kind: PathVerdict["kind"], message: string): Promise<never> => {
+    const err = new TensorPipeError(ErrorCode.NEGOTIATION, message, { where: from });
+    if (dialerSaid) await main.write([encodeBrochureAnswer(refusal(reportEntry(offeredHere, verdicts.filter((v) => v.by === "here"), kind)))]).catch(() => undefined);
+    throw err;
+  };
+  const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
+  if (!transport) {
+    const why = choiceVerdicts(verdicts, "transport");
+    return refuse("transport", `no transport in common (peer has: ${offeredThere.transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`);
+  }
+  const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
+  if (settings.path && !choice.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) {
+    const why = choiceVerdicts(verdicts, "channel");
+    return refuse("channel", `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`);
+  }
+  if (uncounted > 0) verdicts.push({ kind: "channel", name: `(${uncounted} more)`, by: "here", outcome: "descriptors differ", reason: `${uncounted} more verdicts on the peer's devices, not kept` });
   const path: PathReport = {
     side: "listen",
     transport: transport.name,

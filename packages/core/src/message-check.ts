@@ -1,8 +1,9 @@
 /**
  * What write() says of a message it cannot send, and read() of memory it
  * cannot fill: which part is wrong, what it got, and how to fix it
- * (ERR_TP_INVALID_ARG), instead of a TypeError from deep inside. The checks themselves are the cheap ones write() makes
- * anyway; the words are built only for a message that fails them.
+ * (ERR_TP_INVALID_ARG), instead of a TypeError from deep inside. The checks
+ * themselves are the cheap ones write() makes anyway; the words are built
+ * only for a message that fails them.
  */
 import type { Device, DeviceBuffer } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
@@ -14,7 +15,7 @@ function invalid(message: string): TensorPipeError {
 
 /** What a value is, as a user would name it. */
 export function kindOf(value: unknown): string {
-  if (value === null) return "null";
+  if (value === null || value === undefined) return String(value);
   if (Array.isArray(value)) return "an Array";
   if (value instanceof ArrayBuffer) return "an ArrayBuffer";
   if (typeof SharedArrayBuffer !== "undefined" && value instanceof SharedArrayBuffer) return "a SharedArrayBuffer";
@@ -88,7 +89,6 @@ export function checkDevice(i: number, device: unknown): void {
   if (typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0) return;
   throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${kindOf(device)}`);
 }
-
 
 /** The payloads and tensors of what read() was given, each [] when left out. */
 export function allocationParts(a: Partial<Allocation>): Allocation {

@@ -75,6 +75,19 @@ function runnable(kind: string, allowed: ReadonlyMap<string, Registered<{ isViab
   throw new TensorPipeError(ErrorCode.NEGOTIATION, `the path leaves no ${kind} that can run here${why.length > 0 ? ` (${why.join("; ")})` : ""}`);
 }
 
+/**
+ * Throws unless `path` allows one of the transports a listener listens on:
+ * else every handshake it took would fail, and only its peers would hear.
+ */
+export function checkListenedTransports(path: PathPolicy, transports: ReadonlyMap<string, Registered<TransportContext>>, listened: readonly string[]): void {
+  const allowed = allowedBackends(transports, path, "transport");
+  if (listened.some((name) => allowed.has(name))) return;
+  throw invalid(
+    `path (${describePath(path)}) allows none of the transports this listener listens on (${listened.join(", ")}): ` +
+      `listen on a URL of an allowed transport (${[...allowed.keys()].join(", ")}) too, or allow one of these`,
+  );
+}
+
 /** The backends `path` lets a pipe use. */
 export function allowedBackends<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): ReadonlyMap<string, Registered<T>> {
   const only = kind === "transport" ? path.transports : path.channels;

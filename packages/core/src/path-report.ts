@@ -81,6 +81,8 @@ export const PATH_REPORT_ENTRY = "tensorpipe-js.path-report";
 interface ReportBody {
   offered: OfferedBackends;
   verdicts: PathVerdict[];
+  /** In a listener's refusal: what it found none of that it could use. */
+  refused?: PathVerdict["kind"];
 }
 
 // What a peer's report may hold: it is only shown, never acted on, but it
@@ -104,9 +106,9 @@ const OUTCOMES: ReadonlySet<string> = new Set<PathOutcome>([
 ]);
 
 /** The entry's devices for `body`. */
-export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVerdict[]): DeviceDescriptors {
+export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVerdict[], refused?: PathVerdict["kind"]): DeviceDescriptors {
   const device = { type: "report", index: 0 };
-  const body: ReportBody = { offered, verdicts: [...verdicts] };
+  const body: ReportBody = { offered, verdicts: [...verdicts], ...(refused ? { refused } : {}) };
   return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
 }
 
@@ -160,7 +162,7 @@ export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>)
     return undefined;
   }
   if (typeof parsed !== "object" || parsed === null) return undefined;
-  const { offered, verdicts } = parsed as { offered?: { transports?: unknown; channels?: unknown }; verdicts?: unknown };
+  const { offered, verdicts, refused } = parsed as { offered?: { transports?: unknown; channels?: unknown }; verdicts?: unknown; refused?: unknown };
   const out: PathVerdict[] = [];
   // One verdict per backend and pair: a peer's repeats are dropped.
   const seen = new Set<string>();
@@ -177,7 +179,9 @@ export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>)
     seen.add(key);
     out.push({ kind, name: n, ...(p === undefined ? {} : { pair: p }), by, outcome: outcome as PathOutcome, reason: r });
   }
-  return { offered: { transports: names(offered?.transports), channels: names(offered?.channels) }, verdicts: out };
+  const body: ReportBody = { offered: { transports: names(offered?.transports), channels: names(offered?.channels) }, verdicts: out };
+  if (refused === "transport" || refused === "channel") body.refused = refused;
+  return body;
 }
 
 /** "cpu:0->cuda:1" seen from the other end: "cuda:1->cpu:0". */

@@ -5,12 +5,12 @@
  * cma's viability (which doctor prints) or in the negotiation's reasons.
  */
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 
 const root = process.getuid?.() === 0;
@@ -20,6 +20,7 @@ const benchDist = JSON.stringify(new URL("../../bench/dist/index.js", import.met
 describe("cma in restricted containers", () => {
   it("under a seccomp filter that refuses process_vm_readv, is not viable, and says so with the fix", () => {
     const dir = mkdtempSync(join(tmpdir(), "tp-seccomp-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const wrapper = join(dir, "no-process-vm-readv");
     execFileSync("cc", ["-o", wrapper, fileURLToPath(new URL("fixtures/no-process-vm-readv.c", import.meta.url))]);
     const script = `import(${cmaDist}).then((m) => console.log(JSON.stringify(new m.CmaChannelContext().isViable())))`;

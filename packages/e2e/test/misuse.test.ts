@@ -30,7 +30,8 @@ describe("misuse of write() and read()", () => {
   }
 
   it.each([
-    ["no message", undefined, /write\(\) takes a message object/],
+    ["no message", undefined, /write\(\) takes a message object \{ metadata\?, payloads\?, tensors\? \}, got undefined$/],
+    ["a payload without data", { payloads: [{ metadata: "m" }] }, /payload 0: data must be a TypedArray or DataView; got undefined$/],
     ["an array as the message", [], /write\(\) takes a message object \{ metadata\?, payloads\?, tensors\? \}, got an Array/],
     ["a number as metadata", { metadata: 5 }, /metadata must be a string, got number 5/],
     ["an ArrayBuffer as a tensor", { tensors: [{ buffer: new ArrayBuffer(8) }] }, /tensor 0: buffer must be a TypedArray, DataView or CudaBuffer; got an ArrayBuffer: wrap it in new Uint8Array/],

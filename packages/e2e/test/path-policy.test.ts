@@ -100,6 +100,19 @@ describe("the path a pipe may take", () => {
     });
   });
 
+  it("a tensorpipe-js dialler hears the listener's reasons for refusing it, told from its side", async () => {
+    const { uv, errors } = await listener(server, { path: { channels: ["cma"] } }, ["uv://127.0.0.1:0"]);
+    await expect(client.connect(uv, { path: { forbid: ["cma"] } })).rejects.toMatchObject({
+      code: ErrorCode.NEGOTIATION,
+      message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: [^)]*\bbasic: not allowed by the peer's path \(channels cma\)\); this side's path: never cma \(uv:/),
+    });
+    await expect(client.connect(uv, { path: { transports: ["shm"] } })).rejects.toMatchObject({
+      code: ErrorCode.NEGOTIATION,
+      message: expect.stringMatching(/^the listener refused the pipe: no transport in common \(there: shm: not listened on/),
+    });
+    await expect.poll(() => errors.length).toBe(2);
+  });
+
   it("names that are not backends here, or not lists, are ERR_TP_INVALID_ARG saying what is registered", async () => {
     await expect(client.connect(open.addresses()[0]!, { path: { channels: ["cmaa"] } })).rejects.toMatchObject({
       code: ErrorCode.INVALID_ARG,
@@ -110,6 +123,16 @@ describe("the path a pipe may take", () => {
       message: expect.stringMatching(/path\.transports must be an array of backend names/),
     });
     await expect(server.listen("uv://127.0.0.1:0", { path: { forbid: ["nope"] } })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+  });
+
+  it("a listener whose path allows none of the transports it listens on is refused at listen(), saying how to fix it", async () => {
+    await expect(server.listen("uv://127.0.0.1:0", { path: { transports: ["shm"] } })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/path \(transports shm\) allows none of the transports this listener listens on \(uv\): listen on a URL of an allowed transport \(shm\) too/),
+    });
+    await expect(server.listen("uv://127.0.0.1:0", { path: { forbid: ["uv"] } })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    const both = await server.listen(["uv://127.0.0.1:0", "shm://"], { path: { transports: ["shm"] } });
+    closers.push(() => both.close());
   });
 
   it("a path that leaves nothing able to run here fails at once, with the reasons", async () => {
