@@ -80,13 +80,15 @@ export interface FoundBackend {
   devices?: readonly DeviceDescriptor[];
   /** mpt: where its lanes run, when not on threads why. */
   lanes?: string;
+  /** Channels that can work here: the connections each pipe opens for it. */
+  connections?: number;
 }
 
 /**
  * What a backend says of itself, asked once of an instance that is then
  * closed, so that probing holds nothing (threads, sockets, devices).
  */
-async function probe(spec: BackendSpec, instance: TransportContext | ChannelContext): Promise<Pick<FoundBackend, "viability" | "domain" | "devices" | "lanes">> {
+async function probe(spec: BackendSpec, instance: TransportContext | ChannelContext): Promise<Pick<FoundBackend, "viability" | "domain" | "devices" | "lanes" | "connections">> {
   try {
     const viability = instance.isViable();
     if (spec.kind === "transport") return { viability, ...(viability.viable ? { domain: (instance as TransportContext).domainDescriptor() } : {}) };
@@ -94,7 +96,8 @@ async function probe(spec: BackendSpec, instance: TransportContext | ChannelCont
     spec.memory = devices.length > 0 && devices.every((d) => d.device.type === "cpu") ? "cpu" : "cuda";
     if (!viability.viable) return { viability };
     const threads = (instance as { threadsUnavailable?: () => string | null }).threadsUnavailable?.();
-    return { viability, devices, ...(threads === undefined ? {} : { lanes: threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}` }) };
+    const connections = (instance as ChannelContext).numConnectionsNeeded();
+    return { viability, devices, connections, ...(threads === undefined ? {} : { lanes: threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}` }) };
   } finally {
     await instance.close();
   }

@@ -35,6 +35,8 @@ export interface DoctorBackend {
   }[];
   /** How it will run here, where the backend says (mpt: whether its lanes get threads). */
   note?: string;
+  /** Channels that can work here: the connections each pipe opens for it. */
+  connections?: number;
 }
 
 /** A network interface. */
@@ -145,6 +147,7 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
     if (b.domain !== undefined) entry.domain = b.domain;
     if (b.devices) entry.devices = b.devices.map((d) => ({ device: `${d.device.type}:${d.device.index}`, descriptor: d.descriptor }));
     if (b.lanes) entry.note = b.lanes;
+    if (b.connections !== undefined) entry.connections = b.connections;
     return entry;
   });
   const interfaces: DoctorInterface[] = Object.entries(networkInterfaces()).map(([name, entries]) => ({
@@ -189,12 +192,14 @@ export interface DoctorLimits {
 }
 
 /**
- * Descriptors a pipe holds at each end, by transport, with the default
- * channels on one machine: a connection each for its control messages
- * both ways and two for cma, and the pidfd that pins the peer cma reads
- * (the README's "How many pipes").
+ * Descriptors a pipe holds at each end with `channel` for its CPU tensors,
+ * over either transport (each connection is one socket): one connection
+ * each way for its control messages, the channel's own, and for cma the
+ * pidfd that pins the peer it reads (the README's "How many pipes").
  */
-export const DESCRIPTORS_PER_PIPE: Readonly<Record<string, number>> = { shm: 5, uv: 5 };
+export function descriptorsPerPipe(channel: DoctorBackend): number {
+  return 2 + (channel.connections ?? 0) + (channel.name === "cma" ? 1 : 0);
+}
 
 function readLimits(): DoctorLimits {
   const limits: DoctorLimits = {};
@@ -254,8 +259,10 @@ export function formatDoctor(r: DoctorReport): string[] {
   lines.push("", "limits (how many pipes this process can hold)");
   const files = r.limits.openFiles;
   if (files) {
-    const pipes = Object.entries(DESCRIPTORS_PER_PIPE).map(([t, n]) => `${Math.floor(files.soft / n)} over ${t} (${n} a pipe)`);
-    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ")}, less what the process holds otherwise; more with ulimit -n`);
+    const cpuChannels = r.backends.filter((b) => b.kind === "channel" && b.viable && b.devices?.some((d) => d.device === "cpu:0"));
+    const pipes = cpuChannels.map((c) => `${Math.floor(files.soft / descriptorsPerPipe(c))} with ${c.name} (${descriptorsPerPipe(c)} a pipe)`);
+    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ") || "no pipe"}, less what the process holds otherwise; more with ulimit -n`);
+    if (cpuChannels.length > 1) lines.push("    (a pipe takes the best channel both ends have: by default cma on one machine, mpt across machines)");
   }
   if (r.limits.availableMiB !== undefined) {
     const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";

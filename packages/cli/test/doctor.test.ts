@@ -44,7 +44,13 @@ describe("tensorpipe doctor", () => {
     expect(report.limits.openFiles).toEqual({ soft, hard });
     expect(report.limits.availableMiB).toBeGreaterThan(0);
     const text = formatDoctor(report).join("\n");
-    expect(text).toContain(`open files: ${soft} (hard ${hard}): about ${Math.floor(soft! / 5)} over shm (5 a pipe), ${Math.floor(soft! / 5)} over uv (5 a pipe)`);
+    // The descriptors a pipe holds with each channel, as measured with /proc/self/fd.
+    const lanes = report.backends.find((b) => b.name === "mpt")!.connections! - 1;
+    expect(lanes).toBeGreaterThanOrEqual(4);
+    expect(text).toContain(`open files: ${soft} (hard ${hard}): about `);
+    expect(text).toContain(`${Math.floor(soft! / 5)} with cma (5 a pipe)`);
+    expect(text).toContain(`${Math.floor(soft! / (3 + lanes))} with mpt (${3 + lanes} a pipe)`);
+    expect(text).toContain(`${Math.floor(soft! / 3)} with basic (3 a pipe)`);
     expect(text).toMatch(/memory: \d+ MiB available/);
   });
 

@@ -293,8 +293,9 @@ export class Context {
     return this.pipes.has(pipe);
   }
 
-  /** Every open pipe's flight record (ContextOptions.flightRecorder), with the pipe it is of. */
+  /** Every open pipe's flight record (ContextOptions.flightRecorder), with the pipe it is of; none when the recorder is off. */
   flightRecords(): PipeFlightRecord[] {
+    if (this.handshakeSettings.pipeOptions.flightRecorder === 0) return [];
     return [...this.pipes].map((pipe) => ({ pipe, events: pipe.flightRecord() }));
   }
 

@@ -124,9 +124,10 @@ describe("the flight recorder", () => {
   });
 
   it("is off with flightRecorder: 0, and refuses a size that is not a whole number", async () => {
-    const { here, there } = await pipePair({ flightRecorder: 0 });
+    const { client, here, there } = await pipePair({ flightRecorder: 0 });
     await Promise.all([here.write({ metadata: "x" }), there.readMessage()]);
     expect(here.flightRecord()).toEqual([]);
+    expect(client.flightRecords()).toEqual([]);
     there.close();
     expect((await here.closed).flightRecord).toBeUndefined();
     await expect(createContext({ flightRecorder: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/flightRecorder/) });
