@@ -3,7 +3,7 @@
  * diagnostics channels (which every context in the process shares, so only
  * this context's pipes are kept), and the buckets of their histograms.
  */
-import { type Context, type MessageDoneMessage, type MessageSizesMessage, diagnostics } from "@tensorpipe/core";
+import { type Context, ErrorCode, type MessageDoneMessage, type MessageSizesMessage, TensorPipeError, diagnostics } from "@tensorpipe/core";
 
 /** Bytes each way, as both exporters label them. */
 export type Direction = "sent" | "received";
@@ -20,6 +20,27 @@ export interface MetricsOptions {
 export const DEFAULT_SIZE_BUCKETS: readonly number[] = [64, 1024, 16384, 262144, 4194304, 67108864, 1073741824];
 /** Message durations, from a small message over shm to a large one over TCP. */
 export const DEFAULT_DURATION_BUCKETS: readonly number[] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** The histograms' bounds: the user's, checked (a bad list would only fail later, in the metrics library, or skew every figure), or the defaults. */
+export function histogramBuckets(options: MetricsOptions): { sizes: readonly number[]; durations: readonly number[] } {
+  return {
+    sizes: checkBuckets("sizeBuckets", options.sizeBuckets, DEFAULT_SIZE_BUCKETS),
+    durations: checkBuckets("durationBuckets", options.durationBuckets, DEFAULT_DURATION_BUCKETS),
+  };
+}
+
+function checkBuckets(name: string, value: unknown, defaults: readonly number[]): readonly number[] {
+  if (value === undefined) return defaults;
+  const list = Array.isArray(value) ? (value as unknown[]) : [];
+  const increasing = list.every((b, i) => typeof b === "number" && Number.isFinite(b) && b > 0 && (i === 0 || b > (list[i - 1] as number)));
+  if (list.length === 0 || !increasing) {
+    throw new TensorPipeError(
+      ErrorCode.INVALID_ARG,
+      `${name} must be a non-empty array of finite upper bounds above 0, each larger than the one before (e.g. [${defaults.slice(0, 3).join(", ")}, ...]); got ${JSON.stringify(value) ?? String(value)}`,
+    );
+  }
+  return list as number[];
+}
 
 /** Where the observer hands what it sees. */
 export interface MessageSink {

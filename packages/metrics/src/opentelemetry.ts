@@ -8,10 +8,10 @@
  */
 import type { Attributes, Meter } from "@opentelemetry/api";
 import { type Context, ErrorCode, TensorPipeError } from "@tensorpipe/core";
-import { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type Direction, MessageObserver, type MetricsOptions, channelLabel } from "./observer.js";
+import { type Direction, MessageObserver, type MetricsOptions, channelLabel, histogramBuckets } from "./observer.js";
 import { HISTOGRAMS, STATS_METRICS, type StatPoint } from "./stats-metrics.js";
 
-export { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type MetricsOptions } from "./observer.js";
+export { type MetricsOptions } from "./observer.js";
 
 /** The instruments of one context on a meter; close() stops them. */
 export interface OpenTelemetryMetrics {
@@ -40,6 +40,7 @@ const exportedOn = new WeakMap<Meter, WeakSet<Context>>();
  * - histograms `tensorpipe.tensor.size` (By) and `tensorpipe.message.duration` (s) by `tensorpipe.channel` and `network.io.direction`.
  */
 export function openTelemetryMetrics(context: Context, meter: Meter, options: OpenTelemetryOptions = {}): OpenTelemetryMetrics {
+  const buckets = histogramBuckets(options);
   const exported = exportedOn.get(meter) ?? new WeakSet<Context>();
   if (exported.has(context)) {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, "this context's metrics are on this Meter already: close() the first before exporting it again");
@@ -64,8 +65,8 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Op
   }
   const histogram = (h: (typeof HISTOGRAMS)[keyof typeof HISTOGRAMS], buckets: readonly number[]) =>
     meter.createHistogram(h.opentelemetry, { description: h.help, unit: h.unit, advice: { explicitBucketBoundaries: [...buckets] } });
-  const sizes = histogram(HISTOGRAMS.size, options.sizeBuckets ?? DEFAULT_SIZE_BUCKETS);
-  const durations = histogram(HISTOGRAMS.duration, options.durationBuckets ?? DEFAULT_DURATION_BUCKETS);
+  const sizes = histogram(HISTOGRAMS.size, buckets.sizes);
+  const durations = histogram(HISTOGRAMS.duration, buckets.durations);
   const observer = new MessageObserver(context, {
     tensor: (direction, channel, bytes) => sizes.record(bytes, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
     message: (direction, channel, seconds) => durations.record(seconds, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),

@@ -6,10 +6,10 @@
  */
 import type { Context } from "@tensorpipe/core";
 import { Counter, Gauge, Histogram, type Registry, register as defaultRegistry } from "prom-client";
-import { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, MessageObserver, type MetricsOptions, channelLabel } from "./observer.js";
+import { MessageObserver, type MetricsOptions, channelLabel, histogramBuckets } from "./observer.js";
 import { HISTOGRAMS, STATS_METRICS, type StatPoint } from "./stats-metrics.js";
 
-export { DEFAULT_DURATION_BUCKETS, DEFAULT_SIZE_BUCKETS, type MetricsOptions } from "./observer.js";
+export { type MetricsOptions } from "./observer.js";
 
 /** Options of prometheusMetrics(). */
 export interface PrometheusOptions extends MetricsOptions {
@@ -46,6 +46,7 @@ export interface PrometheusMetrics {
  * A registry takes one context's metrics under one prefix (prom-client refuses a name twice): give another context a prefix or a registry of its own.
  */
 export function prometheusMetrics(context: Context, options: PrometheusOptions = {}): PrometheusMetrics {
+  const buckets = histogramBuckets(options);
   const registry = options.registry ?? defaultRegistry;
   const p = options.prefix ?? "tensorpipe_";
   const registers = [registry];
@@ -68,8 +69,8 @@ export function prometheusMetrics(context: Context, options: PrometheusOptions =
     names.push(p + h.prometheus);
     return new Histogram({ name: p + h.prometheus, help: h.help, labelNames: ["channel", "direction"], buckets: [...buckets], registers });
   };
-  const sizes = histogram(HISTOGRAMS.size, options.sizeBuckets ?? DEFAULT_SIZE_BUCKETS);
-  const durations = histogram(HISTOGRAMS.duration, options.durationBuckets ?? DEFAULT_DURATION_BUCKETS);
+  const sizes = histogram(HISTOGRAMS.size, buckets.sizes);
+  const durations = histogram(HISTOGRAMS.duration, buckets.durations);
   const observer = new MessageObserver(context, {
     tensor: (direction, channel, bytes) => sizes.observe({ channel: channelLabel(channel), direction }, bytes),
     message: (direction, channel, seconds) => durations.observe({ channel: channelLabel(channel), direction }, seconds),

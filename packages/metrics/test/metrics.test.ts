@@ -105,4 +105,20 @@ describe("metrics of a context", () => {
     openTelemetryMetrics(server, provider.getMeter("tensorpipe-test"), { attributes: { "tensorpipe.context": "server" } }).close();
     await provider.shutdown();
   });
+
+  it.each([
+    ["empty", []],
+    ["not increasing", [1024, 64]],
+    ["a string", "64,1024"],
+    ["not finite", [64, Number.POSITIVE_INFINITY]],
+  ])("refuse histogram bounds that are %s, saying what they must be, before registering anything", (_, bad) => {
+    const registry = new Registry();
+    for (const options of [{ sizeBuckets: bad }, { durationBuckets: bad }] as never[]) {
+      expect(() => prometheusMetrics(server, { registry, ...(options as object) })).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/Buckets must be a non-empty array of finite upper bounds above 0, each larger than the one before/) }),
+      );
+      expect(() => openTelemetryMetrics(server, new MeterProvider().getMeter("bad"), options)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
+    }
+    expect(registry.getMetricsAsArray()).toEqual([]);
+  });
 });
