@@ -136,6 +136,16 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   if (native.startsWith("ERR_TP_")) {
     return new TensorPipeError(native as ErrorCode, e.message ?? native, { where, cause: err });
   }
+  // A connection reset between frames is how a peer that died with bytes
+  // of ours unread ends over TCP: the peer's end, as over shm.
+  if (native === "ECONNRESET" && (err as { betweenFrames?: boolean }).betweenFrames === true) {
+    return new TensorPipeError(ErrorCode.PEER_CLOSED, "read: peer closed the connection (reset: it went with bytes of this side's unread)", {
+      where,
+      errno: native,
+      syscall: e.syscall,
+      cause: err,
+    });
+  }
   const up = brokenOnceUp.has(native) && dataCalls.has(e.syscall ?? "");
   const code = up ? ErrorCode.CONNECTION_RESET : (errnoToCode[native] ?? ErrorCode.SYSTEM);
   const text = errnoText[native] ?? e?.message ?? String(err);

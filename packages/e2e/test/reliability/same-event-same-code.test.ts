@@ -3,6 +3,7 @@
  * event provoked over every transport, the code checked exactly.
  */
 import { ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import { spawn } from "node:child_process";
 import { type AddressInfo, createServer } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
@@ -33,6 +34,32 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     peer.close();
     await expect(read).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
     await expect(here.write({ metadata: "late" })).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
+
+  // Over TCP a process that dies with bytes of ours unread ends in a reset
+  // where it would have been EOF; over shm there is no such difference.
+  it("the peer's process dies with bytes of this side's unread: ERR_TP_PEER_CLOSED for the pending write and read", async () => {
+    const a = await createContext({ transports: [transport], channels: ["basic"] });
+    contexts.push(a);
+    listener = await a.listen(URLS[transport]);
+    // A peer that connects, says so, and reads nothing.
+    const script = `
+      const { createContext } = await import(${JSON.stringify(new URL("../../../bench/dist/index.js", import.meta.url).href)});
+      const c = await createContext({ transports: [${JSON.stringify(transport)}], channels: ["basic"] });
+      await c.connect(${JSON.stringify(listener.addresses()[0])});
+      console.log("up");
+      setInterval(() => {}, 1000);`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    const exited = new Promise((r) => child.once("exit", r));
+    const here = await listener.accept();
+    await new Promise((r) => child.stdout!.once("data", r));
+    const written = here.write({ tensors: [{ buffer: big }] });
+    const read = here.readDescriptor();
+    await new Promise((r) => setTimeout(r, 100));
+    child.kill("SIGKILL");
+    await exited;
+    await expect(written).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    await expect(read).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
   });
 
   it("the peer closes in the middle of a message: ERR_TP_CONNECTION_RESET (truncated frame) for the reader", async () => {

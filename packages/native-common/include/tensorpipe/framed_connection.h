@@ -251,11 +251,17 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   }
 
   // A frame cut short by EOF is a broken connection; EOF between frames is EOF.
+  // A reset between frames is marked so: a peer that dies with bytes of ours
+  // unread makes its kernel answer with a reset where it would have sent EOF,
+  // and core tells that as the peer's end, as shm does the same death.
   Napi::Value FailureFor(const FrameRead& op) {
     Napi::Env env = this->Env();
     if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
-    if (failStatus_ == UV_EOF && (op.headerGot > 0 || self().HasUnreadBytes())) return op.TruncationError(env).Value();
-    return UvError(env, failStatus_, "read").Value();
+    const bool betweenFrames = op.headerGot == 0 && !self().HasUnreadBytes();
+    if (failStatus_ == UV_EOF && !betweenFrames) return op.TruncationError(env).Value();
+    Napi::Error err = UvError(env, failStatus_, "read");
+    if (failStatus_ == UV_ECONNRESET && betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
+    return err.Value();
   }
 
   void FailFront(Napi::Value error) {
