@@ -1,11 +1,14 @@
 import { type Channel, type Connection, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import { cudaTensor, streamReady } from "@tensorpipe/cuda";
-import { IPC_REQUEST_BYTES, type IpcRequest, decodeIpcFrame, encodeIpcAnswer, encodeIpcRequest } from "./ipc-request.js";
+import { IPC_REQUEST_BYTES, type IpcRequest, decodeIpcFrame, encodeIpcAnswer, encodeIpcAnswers, encodeIpcRequest } from "./ipc-request.js";
 import type { NativeAddon } from "./native.js";
 
 /** The longest answer a receiver sends back (the text of what failed). */
 const MAX_ANSWER_BYTES = 4096;
 const MAX_FRAME_BYTES = Math.max(IPC_REQUEST_BYTES, 1 + MAX_ANSWER_BYTES);
+
+/** How a receive ends, for its answer: undefined when copied, the text of what failed, or null with no request to answer. */
+type Outcome = string | undefined | null;
 
 /** A promise with its settling functions, for frames that arrive before or after they are asked for. */
 interface Waiter<T> {
@@ -32,7 +35,10 @@ function waiter<T>(): Waiter<T> {
  * answers, and only then does the send settle (the sender may reuse its
  * memory). Zero-length tensors cross nothing. Both ends send at once on the
  * one connection: a single reader sorts the peer's requests (taken by
- * receives in order) from its answers (to sends, in order).
+ * receives in order) from its answers (to sends, in order). The receives
+ * of one turn (a message's tensors) are answered together, once all have
+ * landed: one counted frame where the peer reads those (ANSWERS_EXTENSION),
+ * else one write of an answer each.
  */
 export class CudaIpcChannel implements Channel {
   private answers: Promise<unknown> = Promise.resolve();
@@ -48,12 +54,16 @@ export class CudaIpcChannel implements Channel {
   private requests: Promise<void> = Promise.resolve();
   /** Sends whose request waits for its tensor's stream. */
   private waiting = 0;
+  /** The outcomes of this turn's receives, answered together; undefined between turns. */
+  private turn: Promise<Outcome>[] | undefined;
 
   /** @internal Made by CudaIpcChannelContext.createChannel(). */
   constructor(
     private readonly connection: Connection,
     private readonly addon: NativeAddon,
     private readonly contextId: number,
+    /** Whether the peer reads counted answers. */
+    private readonly countedAnswers: boolean,
   ) {
     this.readNext();
   }
@@ -80,6 +90,13 @@ export class CudaIpcChannel implements Channel {
       const taker = this.takers.shift();
       if (taker) taker.resolve(frame.request);
       else this.arrived.push(frame.request);
+      return;
+    }
+    if (frame.kind === "answers") {
+      if (frame.count === 0 || frame.count > this.unanswered.length) {
+        throw protocolError(`cuda-ipc: the peer answered ${frame.count} tensors where ${this.unanswered.length} were sent`);
+      }
+      for (const send of this.unanswered.splice(0, frame.count)) send.resolve(undefined);
       return;
     }
     const send = this.unanswered.shift();
@@ -159,21 +176,28 @@ export class CudaIpcChannel implements Channel {
           }
         }),
     );
-    // Answers go back in the order the requests came, each once its copy is done.
-    const answer = async () => {
-      try {
-        await request;
-      } catch {
-        return;
-      }
-      const outcome = await copied.then(
-        () => encodeIpcAnswer(),
-        (e: Error) => encodeIpcAnswer(e.message.slice(0, MAX_ANSWER_BYTES / 4)),
-      );
-      await this.connection.write([outcome]).catch(() => undefined);
-    };
-    this.answers = this.answers.then(answer);
+    const outcome = request.then(
+      () => copied.then(() => undefined, (e: Error) => e.message.slice(0, MAX_ANSWER_BYTES / 4)),
+      () => null,
+    );
+    if (!this.turn) {
+      const turn: Promise<Outcome>[] = (this.turn = []);
+      queueMicrotask(() => {
+        this.turn = undefined;
+        this.answers = this.answers.then(() => this.answer(turn));
+      });
+    }
+    this.turn.push(outcome);
     return copied;
+  }
+
+  /** Answers a turn's receives, in the order their requests came, once each has landed or failed. */
+  private async answer(turn: readonly Promise<Outcome>[]): Promise<void> {
+    const outcomes = (await Promise.all(turn)).filter((o) => o !== null);
+    if (outcomes.length === 0) return;
+    const frames =
+      this.countedAnswers && outcomes.every((o) => o === undefined) ? [encodeIpcAnswers(outcomes.length)] : outcomes.map((o) => encodeIpcAnswer(o));
+    await this.connection.write(frames).catch(() => undefined);
   }
 
   private nextRequest(): Promise<IpcRequest> {

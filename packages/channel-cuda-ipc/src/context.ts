@@ -1,8 +1,19 @@
-import { type Channel, type ChannelContext, type Connection, type DeviceDescriptor, type Viability, VIABLE, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  type DeviceDescriptor,
+  type Endpoint,
+  type PipeInfo,
+  type Viability,
+  VIABLE,
+  hostIdentity,
+  notViable,
+} from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaIpcChannel } from "./channel.js";
+import { ANSWERS_EXTENSION } from "./ipc-request.js";
 import { loadAddon } from "./native.js";
-
 
 let nextContextId = 1;
 
@@ -58,8 +69,13 @@ export class CudaIpcChannelContext implements ChannelContext {
     }
   }
 
-  createChannel(connections: readonly Connection[]): Channel {
-    return new CudaIpcChannel(connections[0]!, loadAddon().addon!, this.id);
+  /** Between two ends that say so, a message's answers go back as one counted frame. */
+  wireExtension(): string {
+    return ANSWERS_EXTENSION;
+  }
+
+  createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
+    return new CudaIpcChannel(connections[0]!, loadAddon().addon!, this.id, pipe?.peerWireExtension === ANSWERS_EXTENSION);
   }
 
   /** Releases what the backend holds; called by Context.close(). */

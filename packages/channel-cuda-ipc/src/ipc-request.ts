@@ -6,10 +6,16 @@ import { protocolError } from "@tensorpipe/core/backend";
  * read: the kind (0), the allocation's IPC handle (64 bytes), the tensor's
  * offset in the allocation and its length (u64 LE each). An answer, sent
  * by the receiver once it has copied: the kind (1), then nothing, or the
- * UTF-8 text of what failed.
+ * UTF-8 text of what failed. Answers, for a peer whose wire extension says
+ * it reads them (ANSWERS_EXTENSION): the kind (2) and a count (u32 LE), one
+ * frame for that many copies done, oldest first.
  */
 const REQUEST = 0;
 const ANSWER = 1;
+const ANSWERS = 2;
+
+/** The wire extension of an end that reads ANSWERS frames. */
+export const ANSWERS_EXTENSION = "answers:counted";
 
 export const IPC_REQUEST_BYTES = 1 + 64 + 8 + 8;
 
@@ -43,13 +49,25 @@ export function encodeIpcAnswer(failure?: string): Uint8Array {
   return out;
 }
 
-/** A frame read from the peer: a request, or an answer with its failure text if any. */
-export type IpcFrame = { kind: "request"; request: IpcRequest } | { kind: "answer"; failure?: string };
+/** One frame that answers `count` copies, all done. */
+export function encodeIpcAnswers(count: number): Uint8Array {
+  const out = new Uint8Array(5);
+  out[0] = ANSWERS;
+  new DataView(out.buffer).setUint32(1, count, true);
+  return out;
+}
+
+/** A frame read from the peer: a request, an answer with its failure text if any, or `count` answers of copies done. */
+export type IpcFrame = { kind: "request"; request: IpcRequest } | { kind: "answer"; failure?: string } | { kind: "answers"; count: number };
 
 /** Decodes a frame; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeIpcFrame(bytes: Uint8Array): IpcFrame {
   if (bytes[0] === ANSWER) {
     return bytes.byteLength === 1 ? { kind: "answer" } : { kind: "answer", failure: Buffer.from(bytes.subarray(1)).toString("utf8") };
+  }
+  if (bytes[0] === ANSWERS) {
+    if (bytes.byteLength !== 5) throw protocolError(`cuda-ipc: a counted answer of ${bytes.byteLength} bytes, not 5`);
+    return { kind: "answers", count: new DataView(bytes.buffer, bytes.byteOffset, 5).getUint32(1, true) };
   }
   return { kind: "request", request: decodeIpcRequest(bytes) };
 }

@@ -1,12 +1,12 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { Context, ErrorCode } from "@tensorpipe/core/backend";
+import { type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
 import { hasPattern } from "@tensorpipe/core/testing";
 import { allocateCuda, copyToHost, cudaSlice, cudaViability, freeCuda } from "@tensorpipe/cuda";
-import { registerUvTransport } from "@tensorpipe/transport-uv";
+import { UvTransport, registerUvTransport } from "@tensorpipe/transport-uv";
 import { describe, expect, it } from "vitest";
 import { CudaIpcChannelContext, registerCudaIpcChannel } from "../src/index.js";
-import { IPC_REQUEST_BYTES, decodeIpcFrame, decodeIpcRequest, encodeIpcAnswer, encodeIpcRequest } from "../src/ipc-request.js";
+import { ANSWERS_EXTENSION, IPC_REQUEST_BYTES, decodeIpcFrame, decodeIpcRequest, encodeIpcAnswer, encodeIpcAnswers, encodeIpcRequest } from "../src/ipc-request.js";
 
 const viability = new CudaIpcChannelContext().isViable();
 const gpu = viability.viable;
@@ -29,6 +29,8 @@ describe("cuda-ipc channel anywhere", () => {
     expect(decodeIpcFrame(encodeIpcAnswer("copy failed"))).toEqual({ kind: "answer", failure: "copy failed" });
     // An answer of a request's length is still an answer.
     expect(decodeIpcFrame(encodeIpcAnswer("x".repeat(IPC_REQUEST_BYTES - 1))).kind).toBe("answer");
+    expect(decodeIpcFrame(encodeIpcAnswers(300))).toEqual({ kind: "answers", count: 300 });
+    expect(() => decodeIpcFrame(encodeIpcAnswers(3).subarray(0, 4))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
   });
 
   it("never pairs GPUs of two machines, nor descriptors it cannot read, and never throws deciding", () => {
@@ -46,6 +48,35 @@ describe("cuda-ipc channel anywhere", () => {
 });
 
 describe.skipIf(!gpu)("cuda-ipc channel on a GPU", () => {
+  it.each([
+    ["more than were sent", 3, ErrorCode.PROTOCOL],
+    ["none", 0, ErrorCode.PROTOCOL],
+    ["as many as were sent", 2, undefined],
+  ])("a peer's counted answer for %s frees that many sends, else fails the channel with ERR_TP_PROTOCOL", async (_, count, code) => {
+    const transport = new UvTransport();
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
+    const here = await transport.connect(listener.address());
+    await expect.poll(() => accepted.length).toBe(1);
+    listener.close();
+    const peer = accepted[0]!;
+    const context = new CudaIpcChannelContext();
+    const channel = context.createChannel([here], "connect", { transportMedium: "network", peerWireExtension: ANSWERS_EXTENSION });
+    const memory = allocateCuda(2 * MiB);
+    try {
+      const sends = [0, 1].map((i) => channel.send(cudaSlice(memory, i * MiB, MiB), MiB).then(() => "sent", (e: { code: string }) => e.code));
+      for (let i = 0; i < 2; i++) expect(decodeIpcFrame(await peer.read(IPC_REQUEST_BYTES)).kind).toBe("request");
+      await peer.write([encodeIpcAnswers(count)]);
+      expect(await Promise.all(sends)).toEqual(code ? [code, code] : ["sent", "sent"]);
+    } finally {
+      channel.close();
+      peer.close();
+      freeCuda(memory);
+      await transport.close();
+      await context.close();
+    }
+  });
+
   it("copies GPU tensors from another process straight into this one's GPU memory", async () => {
     const context = new Context();
     registerUvTransport(context);
