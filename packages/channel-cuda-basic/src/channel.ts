@@ -39,16 +39,18 @@ export class CudaBasicChannel implements Channel {
   private async sendOne(tensor: CudaBuffer, length: number): Promise<void> {
     const chunk = this.sendPool.chunkBytes;
     const sent: Promise<void>[] = [];
-    let previous: Promise<unknown> = Promise.resolve();
+    // Resolves once the chunk before has been handed to the CPU channel.
+    let handed: Promise<unknown> = Promise.resolve();
     for (let offset = 0; offset < length; offset += chunk) {
       const n = Math.min(chunk, length - offset);
       const staging = await this.sendPool.take();
       const copied = copyToHost(staging.subarray(0, n), cudaSlice(tensor, offset, n));
-      // The CPU channel takes chunks in order; each waits for its copy.
-      previous = Promise.all([previous, copied])
-        .then(() => this.cpu.send(staging, n))
-        .finally(() => this.sendPool.give(staging));
-      sent.push(previous as Promise<void>);
+      // The CPU channel takes chunks in order, each once its copy is done,
+      // and carries as many at once as the pool holds: a chunk does not wait
+      // for the one before to reach the peer.
+      const ready = Promise.all([handed, copied]);
+      sent.push(ready.then(() => this.cpu.send(staging, n)).finally(() => this.sendPool.give(staging)));
+      handed = ready;
     }
     await Promise.all(sent);
   }

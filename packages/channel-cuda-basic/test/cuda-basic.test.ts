@@ -1,5 +1,6 @@
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { CPU_DEVICE, Context, type Pipe, cudaBuffer } from "@tensorpipe/core/backend";
+import { CmaChannelContext } from "@tensorpipe/channel-cma";
+import { CPU_DEVICE, type Channel, type ChannelContext, Context, type Pipe, cudaBuffer } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import {
   allocateCuda,
@@ -108,6 +109,42 @@ describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
       await Promise.all(writes);
     } finally {
       [...sources, ...targets].forEach(freeCuda);
+    }
+  });
+
+  it("hands the CPU channel several chunks at once, not each after the one before has reached the peer", async () => {
+    // cma, whose send settles once the peer has read the chunk, with each of its channels' sends in flight counted.
+    let inFlight = 0;
+    let most = 0;
+    const counted = (basic: ChannelContext): ChannelContext =>
+      Object.assign(Object.create(basic) as ChannelContext, {
+        createChannel: (...args: Parameters<ChannelContext["createChannel"]>): Channel => {
+          const channel = basic.createChannel(...args);
+          const send = channel.send.bind(channel);
+          channel.send = (buffer, length) => {
+            most = Math.max(most, ++inFlight);
+            return send(buffer, length).finally(() => inFlight--);
+          };
+          return channel;
+        },
+      });
+    const { a, b } = await pipes({ cpuChannel: counted(new CmaChannelContext()) });
+    const source = allocateCuda(16 * MiB);
+    const target = allocateCuda(16 * MiB);
+    try {
+      await copyToDevice(source, patterned(16 * MiB, 5));
+      const write = b.write({ tensors: [{ buffer: source, targetDevice: cuda0 }] });
+      await a.readDescriptor();
+      await a.read({ payloads: [], tensors: [{ buffer: target }] });
+      await write;
+      const back = new Uint8Array(16 * MiB);
+      await copyToHost(back, target);
+      expect(hasPattern(back, 5)).toBe(true);
+      // 16 chunks of 1 MiB through a pool of 4.
+      expect(most).toBeGreaterThan(1);
+    } finally {
+      freeCuda(source);
+      freeCuda(target);
     }
   });
 
