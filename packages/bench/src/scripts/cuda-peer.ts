@@ -1,15 +1,16 @@
 /**
  * The other process of the GPU benchmark (bench-cuda.ts): listens with uv
- * twice, once with the CUDA channels over their defaults and once with
- * cuda-basic staged over cma (where cma can work), prints both URLs as one
- * JSON line, and reads every message's GPU tensor into one reused
- * allocation on GPU 0, answering each with an empty "ack" message, until
- * stdin closes. A message whose metadata is "check:<byte>" is answered "ok"
- * when the first and last KiB of its tensor hold that byte, else "bad".
+ * twice, once with the CUDA channels over their defaults and basic, once
+ * with cuda-basic staged over cma and cma itself (where cma can work),
+ * prints both URLs as one JSON line, and reads every message's tensor into
+ * one reused allocation, on GPU 0 or for a CPU tensor in host memory,
+ * answering each with an empty "ack" message, until stdin closes. A
+ * message whose metadata is "check:<byte>" is answered "ok" when the first
+ * and last KiB of its tensor hold that byte, else "bad".
  */
-import { type Pipe, cudaBuffer } from "@tensorpipe/core";
+import { type Pipe, type TensorBuffer, cudaBuffer } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { CmaChannelContext } from "@tensorpipe/channel-cma";
+import { CmaChannelContext, registerCmaChannel } from "@tensorpipe/channel-cma";
 import { registerCudaBasicChannel } from "@tensorpipe/channel-cuda-basic";
 import { registerCudaIpcChannel } from "@tensorpipe/channel-cuda-ipc";
 import { allocateCuda, copyToHost, cudaSlice } from "@tensorpipe/cuda";
@@ -18,6 +19,7 @@ import { registerUvTransport } from "@tensorpipe/transport-uv";
 
 const capacity = Number(process.argv[2] ?? 256 << 20);
 const target = allocateCuda(capacity);
+const host = new Uint8Array(capacity);
 
 const defaults = new Context();
 registerUvTransport(defaults);
@@ -30,23 +32,31 @@ const overCma = cma.isViable().viable ? new Context() : undefined;
 if (overCma) {
   registerUvTransport(overCma);
   registerCudaBasicChannel(overCma, { cpuChannel: cma });
+  registerCmaChannel(overCma);
+}
+
+/** The first and last KiB of the `length` bytes received into `buffer`, on the host. */
+async function ends(buffer: TensorBuffer, length: number): Promise<Uint8Array[]> {
+  const n = Math.min(1024, length);
+  if (buffer instanceof Uint8Array) return [buffer.subarray(0, n), buffer.subarray(length - n, length)];
+  const out = [new Uint8Array(n), new Uint8Array(n)];
+  await copyToHost(out[0]!, cudaSlice(target, 0, n));
+  await copyToHost(out[1]!, cudaSlice(target, length - n, n));
+  return out;
 }
 
 async function sink(pipe: Pipe): Promise<void> {
   for (;;) {
     const d = await pipe.readDescriptor();
-    await pipe.read({
-      payloads: [],
-      tensors: d.tensors.map((t) => ({ buffer: cudaBuffer(target.ptr, t.length, { device: target.device.index }) })),
-    });
+    const buffers = d.tensors.map((t): TensorBuffer =>
+      t.targetDevice?.type === "cpu" ? host.subarray(0, t.length) : cudaBuffer(target.ptr, t.length, { device: target.device.index }),
+    );
+    await pipe.read({ payloads: [], tensors: buffers.map((buffer) => ({ buffer })) });
     let answer = "ack";
     if (d.metadata.startsWith("check:")) {
       const want = Number(d.metadata.slice(6));
       const length = d.tensors[0]?.length ?? 0;
-      const ends = [new Uint8Array(Math.min(1024, length)), new Uint8Array(Math.min(1024, length))];
-      await copyToHost(ends[0]!, cudaSlice(target, 0, ends[0]!.length));
-      await copyToHost(ends[1]!, cudaSlice(target, length - ends[1]!.length, ends[1]!.length));
-      answer = length > 0 && ends.every((e) => e.every((b) => b === want)) ? "ok" : "bad";
+      answer = length > 0 && (await ends(buffers[0]!, length)).every((e) => e.every((b) => b === want)) ? "ok" : "bad";
     }
     void pipe.write({ metadata: answer }).catch(() => undefined);
   }
