@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 18, run on a device machine in the repository
-# root with .device carried (`bash scripts/device-bundle.sh --tests` here):
-# the CUDA packages' tests against the real driver, bench-cuda with its
-# sweep, and `tensorpipe bench` on that machine's cores. Each step's output
-# goes to $OUT/<step>.txt; a step that fails does not stop the next.
-#   bash scripts/device-gpu-checks.sh [steps...]   (default: machine tests ipc-baseline bench-cuda bench)
+# The GPU checks, run on a device machine in the repository root with
+# .device carried (`bash scripts/device-bundle.sh --tests` here): the CUDA
+# packages' tests against the real driver, the C exchange of IPC handles,
+# bench-cuda with its sweep, and `tensorpipe bench` on that machine's cores;
+# then `report` writes docs/benchmarks/<date>-<gpu>.md from them (and a copy
+# in $OUT, which is what comes back). Each step's output goes to
+# $OUT/<step>.txt; a step that fails does not stop the next.
+#   bash scripts/device-gpu-checks.sh [steps...]   (default: machine tests ipc-baseline bench-cuda bench report)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/.device/out}
@@ -13,7 +15,7 @@ mkdir -p "$out"
 node=$PWD/.device/node
 export NO_COLOR=1
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(machine tests ipc-baseline bench-cuda bench)
+[ ${#steps[@]} -gt 0 ] || steps=(machine tests ipc-baseline bench-cuda bench report)
 
 step() {
   local name=$1 limit=$2
@@ -29,9 +31,10 @@ for s in "${steps[@]}"; do
   case $s in
     machine) step machine 60 bash -c "nvidia-smi; ldconfig -p | grep -E 'libcuda|libibverbs'; echo LD_LIBRARY_PATH=\$LD_LIBRARY_PATH; nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv; nvcc --version | tail -2; uname -a; ldd --version | head -1; nproc; free -g; $node --version; $node packages/cli/dist/main.js doctor" ;;
     tests) step tests 150 "$node" node_modules/vitest/vitest.mjs run --project cuda --project channel-cuda-basic --project channel-cuda-ipc --project channel-cuda-gdr --reporter=verbose ;;
-    bench-cuda) step bench-cuda 240 "$node" packages/bench/dist/scripts/bench-cuda.js --rounds 5 ;;
+    bench-cuda) step bench-cuda 240 "$node" packages/bench/dist/scripts/bench-cuda.js --rounds 5 --json ;;
     ipc-baseline) step ipc-baseline 120 bash -c 'for m in event sender-sync local; do for s in 8 1048576 268435456; do echo "$m $s $(packages/bench/build/Release/cuda_ipc_baseline $s 100 $m)"; done; done' ;;
     bench) step bench 300 "$node" packages/bench/dist/main.js --rounds 3 --json "$out/bench.json" --svg "$out/bench.svg" ;;
+    report) step report 60 "$node" packages/bench/dist/scripts/gpu-report.js "$out" --into docs/benchmarks ;;
     all-tests) step all-tests 420 "$node" node_modules/vitest/vitest.mjs run ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac

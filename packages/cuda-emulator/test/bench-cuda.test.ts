@@ -1,8 +1,12 @@
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 
 const bench = fileURLToPath(new URL("../../bench/dist/scripts/bench-cuda.js", import.meta.url));
+const report = fileURLToPath(new URL("../../bench/dist/scripts/gpu-report.js", import.meta.url));
 
 // The GPU benchmark's whole path (two processes, every CUDA channel, the
 // bytes checked at the peer for each size) on the emulated GPUs; its
@@ -26,5 +30,21 @@ describe("bench-cuda on the emulator", () => {
       "cuda-basic 16 MiB / basic",
       "cuda-basic+cma 16 MiB / cma",
     ]);
+
+    // What device-gpu-checks.sh's report step makes of it, beside a bench run's ratios, with the tests' step missing.
+    const dir = mkdtempSync(join(tmpdir(), "tp-gpu-report-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, "bench-cuda.txt"), r.stdout);
+    writeFileSync(join(dir, "bench.json"), JSON.stringify({ sizes: [8, 64 << 20], ratios: { "shm+cma 64 MiB GB/s / memcpy": 0.85, "cma (C) 64 MiB GB/s / memcpy": 0.9 } }));
+    const made = spawnSync(process.execPath, [report, dir, "--date", "2026-01-02"], { encoding: "utf8" });
+    expect(made.status).toBe(0);
+    expect(made.stdout.trim()).toBe(join(dir, "2026-01-02-tensorpipe.md"));
+    const page = readFileSync(join(dir, "2026-01-02-tensorpipe.md"), "utf8");
+    expect(page).toMatch(/^# GPU and \d+-core figures, 2026-01-02\n/);
+    expect(page).toContain("| GPU | TensorPipe CUDA emulator 0, driver API");
+    expect(page).toMatch(/\| cuda-basic\+cma 16 MiB \/ cma \| [\d.]+x \| >= 0\.8x \| (met|NOT MET) \|/);
+    expect(page).toContain("| shm+cma 64 MiB GB/s / memcpy | 0.85x |");
+    expect(page).toContain("Target: shm+cma >= 0.8x memcpy at 64 MiB: met.");
+    expect(page).toContain("(missing: the tests step left no output");
   });
 });
