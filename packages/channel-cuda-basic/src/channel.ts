@@ -41,7 +41,8 @@ export class CudaBasicChannel implements Channel {
     const sent: Promise<void>[] = [];
     // Resolves once the chunk before has been handed to the CPU channel.
     let handed: Promise<unknown> = Promise.resolve();
-    for (let offset = 0; offset < length; offset += chunk) {
+    let failed = false;
+    for (let offset = 0; offset < length && !failed; offset += chunk) {
       const n = Math.min(chunk, length - offset);
       const staging = await this.sendPool.take();
       const copied = copyToHost(staging.subarray(0, n), cudaSlice(tensor, offset, n));
@@ -49,7 +50,10 @@ export class CudaBasicChannel implements Channel {
       // and carries as many at once as the pool holds: a chunk does not wait
       // for the one before to reach the peer.
       const ready = Promise.all([handed, copied]);
-      sent.push(ready.then(() => this.cpu.send(staging, n)).finally(() => this.sendPool.give(staging)));
+      const chunkSent = ready.then(() => this.cpu.send(staging, n)).finally(() => this.sendPool.give(staging));
+      // Seen at once (the loop may be waiting for a chunk meanwhile): no more are copied after a failure.
+      chunkSent.catch(() => (failed = true));
+      sent.push(chunkSent);
       handed = ready;
     }
     await Promise.all(sent);
