@@ -1,4 +1,4 @@
-import { type ChannelBackend, type Context, registerBackend } from "@tensorpipe/core/backend";
+import { type ChannelBackend, type ChannelContext, type Context, ErrorCode, TensorPipeError, registerBackend } from "@tensorpipe/core/backend";
 import { CudaBasicChannelContext, type CudaBasicChannelOptions } from "./context.js";
 
 export { CudaBasicChannel } from "./channel.js";
@@ -16,7 +16,33 @@ export const backend: ChannelBackend<CudaBasicChannelOptions, CudaBasicChannelCo
   create: (options) => new CudaBasicChannelContext(options),
 };
 
-/** Registers the cuda-basic channel with `context`, made with `options`, at its default priority unless told. */
-export function registerCudaBasicChannel(context: Context, options?: CudaBasicChannelOptions, priority = CUDA_BASIC_PRIORITY): CudaBasicChannelContext {
-  return registerBackend(context, backend, options, priority);
+/** What registerCudaBasicChannel takes: the channel's options, and the CPU channels to stage over besides its own. */
+export interface CudaBasicRegistration extends CudaBasicChannelOptions {
+  /**
+   * Faster CPU channels to stage over as well, fastest first, by name
+   * (`{ cma: new CmaChannelContext() }`): each is registered as a channel
+   * of its own, `cuda-basic-<name>`, ranked above cuda-basic in that order,
+   * so that negotiation takes the fastest one both ends have (cma on one
+   * machine, where cuda-ipc cannot serve a pair) and cuda-basic over its
+   * own CPU channel stays the fallback. Each has its own staging pools.
+   */
+  alsoOver?: Readonly<Record<string, ChannelContext>>;
+}
+
+/**
+ * Registers the cuda-basic channel with `context`, made with `options`, at
+ * its default priority unless told; and one over each of `alsoOver`'s CPU
+ * channels, just above it.
+ */
+export function registerCudaBasicChannel(context: Context, options: CudaBasicRegistration = {}, priority = CUDA_BASIC_PRIORITY): CudaBasicChannelContext {
+  const { alsoOver = {}, ...own } = options;
+  const over = Object.entries(alsoOver);
+  for (const [name, cpu] of over) {
+    if (typeof cpu?.createChannel !== "function") {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${typeof cpu}`);
+    }
+  }
+  const main = registerBackend(context, backend, own, priority);
+  over.forEach(([name, cpu], i) => context.registerChannel(priority + over.length - i, `cuda-basic-${name}`, new CudaBasicChannelContext({ ...own, cpuChannel: cpu })));
+  return main;
 }

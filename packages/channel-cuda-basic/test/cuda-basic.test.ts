@@ -16,7 +16,7 @@ import {
 } from "@tensorpipe/cuda";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
-import { CudaBasicChannelContext, PinnedPool, registerCudaBasicChannel } from "../src/index.js";
+import { CudaBasicChannelContext, type CudaBasicRegistration, PinnedPool, registerCudaBasicChannel } from "../src/index.js";
 
 const MiB = 1024 * 1024;
 const viability = cudaViability();
@@ -28,17 +28,18 @@ afterEach(async () => {
   await Promise.all(contexts.splice(0).map((c) => c.close()));
 });
 
-async function pipes(options = {}): Promise<{ a: Pipe; b: Pipe }> {
-  const make = () => {
+/** A pipe between two contexts with cuda-basic, each made with its options: `a` listened, `b` dialled. */
+async function pipes(options: CudaBasicRegistration = {}, dialler: CudaBasicRegistration = options): Promise<{ a: Pipe; b: Pipe }> {
+  const make = (own: CudaBasicRegistration) => {
     const ctx = new Context();
     ctx.registerTransport(0, "uv", new UvTransport());
     registerBasicChannel(ctx);
-    registerCudaBasicChannel(ctx, { chunkBytes: 1 * MiB, poolChunks: 4, ...options });
+    registerCudaBasicChannel(ctx, { chunkBytes: 1 * MiB, poolChunks: 4, ...own });
     contexts.push(ctx);
     return ctx;
   };
-  const listener = await make().listen("uv://127.0.0.1:0");
-  const [b, a] = await Promise.all([make().connect(listener.addresses()[0]!), listener.accept()]);
+  const listener = await make(options).listen("uv://127.0.0.1:0");
+  const [b, a] = await Promise.all([make(dialler).connect(listener.addresses()[0]!), listener.accept()]);
   return { a, b };
 }
 
@@ -48,6 +49,13 @@ describe("cuda-basic channel anywhere", () => {
     expect(c.canCommunicateWithRemote("cuda-basic/any", "cuda-basic/any")).toBe(true);
     expect(c.canCommunicateWithRemote("cuda-basic/any", "any")).toBe(false);
     expect(c.numConnectionsNeeded()).toBe(1);
+  });
+
+  it("refuses an alsoOver entry that is not a channel's context, saying what it takes", () => {
+    const context = new Context();
+    expect(() => registerCudaBasicChannel(context, { alsoOver: { cma: "cma" as never } })).toThrow(
+      expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got string/) }),
+    );
   });
 
   it("hands out staging chunks up to its size, then in the order asked", async () => {
@@ -82,6 +90,30 @@ describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
     expect(b.channelFor(cuda0, cuda0)).toBe("cuda-basic");
     expect(a.channelFor(cuda0, cuda0)).toBe("cuda-basic");
     expect(b.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+  });
+
+  it("stages over the fastest CPU channel both ends have, given alsoOver, and over its own where the peer has no other", async () => {
+    const alsoOver = () => ({ alsoOver: { cma: new CmaChannelContext() } });
+    const both = await pipes(alsoOver(), alsoOver());
+    expect([both.a.channelFor(cuda0, cuda0), both.b.channelFor(cuda0, cuda0)]).toEqual(["cuda-basic-cma", "cuda-basic-cma"]);
+    expect(both.b.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+    const source = allocateCuda(3 * MiB);
+    const target = allocateCuda(3 * MiB);
+    try {
+      await copyToDevice(source, patterned(3 * MiB, 4));
+      const write = both.b.write({ tensors: [{ buffer: source, targetDevice: cuda0 }] });
+      await both.a.readDescriptor();
+      await both.a.read({ payloads: [], tensors: [{ buffer: target }] });
+      await write;
+      const back = new Uint8Array(3 * MiB);
+      await copyToHost(back, target);
+      expect(hasPattern(back, 4)).toBe(true);
+    } finally {
+      freeCuda(source);
+      freeCuda(target);
+    }
+    const one = await pipes(alsoOver(), {});
+    expect([one.a.channelFor(cuda0, cuda0), one.b.channelFor(cuda0, cuda0)]).toEqual(["cuda-basic", "cuda-basic"]);
   });
 
   it("moves GPU tensors of many sizes, several in flight, into the reader's GPU memory", async () => {
