@@ -10,7 +10,8 @@
  *   sender-sync, where built; target at 8 B: <= 2x its time);
  * - cuda-basic: the same tensor staged through pinned host memory and
  *   carried by its CPU channel, basic over uv (its default) and cma (the
- *   fastest on one machine), each against that CPU channel carrying a host
+ *   fastest on one machine: cuda-basic-cma, registered with alsoOver, which
+ *   negotiation picks over cuda-basic), each against that CPU channel carrying a host
  *   buffer of the same size (target from 16 MiB up: >= 0.8x); a plain host
  *   round trip (device to pinned host and back, in this process) is shown
  *   beside them.
@@ -61,7 +62,7 @@ const child = spawn(process.execPath, [fileURLToPath(new URL("../../dist/scripts
   stdio: ["pipe", "pipe", "inherit"],
 });
 const lines = createInterface({ input: child.stdout! });
-const urls = JSON.parse(await new Promise<string>((resolve) => lines.once("line", resolve))) as { url: string; cmaUrl: string | null };
+const peer = JSON.parse(await new Promise<string>((resolve) => lines.once("line", resolve))) as { url: string; cma: boolean };
 
 type Channel = "cuda-ipc" | "cuda-basic" | "cuda-basic+cma" | "basic" | "cma";
 
@@ -73,12 +74,11 @@ async function pipeWith(channel: Channel): Promise<{ pipe: Pipe; context: Contex
   registerUvTransport(context);
   if (channel === "cuda-ipc") registerCudaIpcChannel(context);
   else if (channel === "cuda-basic") registerCudaBasicChannel(context);
-  else if (channel === "cuda-basic+cma") registerCudaBasicChannel(context, { cpuChannel: new CmaChannelContext() });
+  else if (channel === "cuda-basic+cma") registerCudaBasicChannel(context, { alsoOver: { cma: new CmaChannelContext() } });
   else if (channel === "basic") registerBasicChannel(context);
   else registerCmaChannel(context);
-  const overCma = channel === "cuda-basic+cma" || channel === "cma";
-  const pipe = await context.connect(overCma ? urls.cmaUrl! : urls.url);
-  const [device, expected] = channel === "basic" || channel === "cma" ? [CPU_DEVICE, channel] : [cuda0, channel.replace("+cma", "")];
+  const pipe = await context.connect(peer.url);
+  const [device, expected] = channel === "basic" || channel === "cma" ? [CPU_DEVICE, channel] : [cuda0, channel.replace("+", "-")];
   const negotiated = pipe.channelFor(device, device);
   if (negotiated !== expected) throw new Error(`${channel} was not negotiated (got ${negotiated})`);
   return { pipe, context };
@@ -95,7 +95,7 @@ async function oneWay(channel: Channel, size: number, metadata = ""): Promise<st
   return answer.metadata;
 }
 
-const channels: Channel[] = ["cuda-ipc", "cuda-basic", "basic", ...(urls.cmaUrl ? (["cuda-basic+cma", "cma"] as const) : [])];
+const channels: Channel[] = ["cuda-ipc", "cuda-basic", "basic", ...(peer.cma ? (["cuda-basic+cma", "cma"] as const) : [])];
 const pipes = new Map<Channel, { pipe: Pipe; context: Context }>();
 for (const c of channels) pipes.set(c, await pipeWith(c));
 

@@ -1,12 +1,13 @@
 /**
  * The other process of the GPU benchmark (bench-cuda.ts): listens with uv
- * twice, once with the CUDA channels over their defaults and basic, once
- * with cuda-basic staged over cma and cma itself (where cma can work),
- * prints both URLs as one JSON line, and reads every message's tensor into
- * one reused allocation, on GPU 0 or for a CPU tensor in host memory,
- * answering each with an empty "ack" message, until stdin closes. A
- * message whose metadata is "check:<byte>" is answered "ok" when the first
- * and last KiB of its tensor hold that byte, else "bad".
+ * and every channel the bench holds against another (cuda-ipc, cuda-basic
+ * over basic and, where cma can work, also over cma; basic and cma for CPU
+ * tensors), prints its URL as one JSON line with whether cma is there, and
+ * reads every message's tensor into one reused allocation, on GPU 0 or for
+ * a CPU tensor in host memory, answering each with an empty "ack" message,
+ * until stdin closes. A message whose metadata is "check:<byte>" is
+ * answered "ok" when the first and last KiB of its tensor hold that byte,
+ * else "bad".
  */
 import { type Pipe, type TensorBuffer, cudaBuffer } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
@@ -14,26 +15,20 @@ import { CmaChannelContext, registerCmaChannel } from "@tensorpipe/channel-cma";
 import { registerCudaBasicChannel } from "@tensorpipe/channel-cuda-basic";
 import { registerCudaIpcChannel } from "@tensorpipe/channel-cuda-ipc";
 import { allocateCuda, copyToHost, cudaSlice } from "@tensorpipe/cuda";
-import { Context, type Listener } from "@tensorpipe/core";
+import { Context } from "@tensorpipe/core";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 
 const capacity = Number(process.argv[2] ?? 256 << 20);
 const target = allocateCuda(capacity);
 const host = new Uint8Array(capacity);
 
-const defaults = new Context();
-registerUvTransport(defaults);
-registerBasicChannel(defaults);
-registerCudaBasicChannel(defaults);
-registerCudaIpcChannel(defaults);
-
-const cma = new CmaChannelContext();
-const overCma = cma.isViable().viable ? new Context() : undefined;
-if (overCma) {
-  registerUvTransport(overCma);
-  registerCudaBasicChannel(overCma, { cpuChannel: cma });
-  registerCmaChannel(overCma);
-}
+const context = new Context();
+registerUvTransport(context);
+registerBasicChannel(context);
+registerCudaIpcChannel(context);
+const cma = new CmaChannelContext().isViable().viable;
+registerCudaBasicChannel(context, cma ? { alsoOver: { cma: new CmaChannelContext() } } : {});
+if (cma) registerCmaChannel(context);
 
 /** The first and last KiB of the `length` bytes received into `buffer`, on the host. */
 async function ends(buffer: TensorBuffer, length: number): Promise<Uint8Array[]> {
@@ -62,16 +57,10 @@ async function sink(pipe: Pipe): Promise<void> {
   }
 }
 
-async function serve(context: Context): Promise<Listener> {
-  const listener = await context.listen("uv://127.0.0.1:0");
-  void (async () => {
-    for await (const pipe of listener) sink(pipe).catch(() => pipe.close());
-  })();
-  return listener;
-}
-
-const url = (await serve(defaults)).addresses()[0];
-const cmaUrl = overCma ? (await serve(overCma)).addresses()[0] : null;
-console.log(JSON.stringify({ url, cmaUrl }));
+const listener = await context.listen("uv://127.0.0.1:0");
+void (async () => {
+  for await (const pipe of listener) sink(pipe).catch(() => pipe.close());
+})();
+console.log(JSON.stringify({ url: listener.addresses()[0], cma }));
 process.stdin.resume();
-process.stdin.on("end", () => void Promise.all([defaults.close(), overCma?.close()]).then(() => process.exit(0)));
+process.stdin.on("end", () => void context.close().then(() => process.exit(0)));
