@@ -132,8 +132,14 @@ function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kin
     const reason = `${v.pair ? `${v.pair}: ` : ""}${v.reason}`;
     byReason.set(reason, [...(byReason.get(reason) ?? []), v.name]);
   }
-  return [...byReason].map(([reason, names]) => `${names.join(", ")}: ${reason}`).join("; ");
+  // A peer's devices may make hundreds of verdicts: an error names the first few.
+  const some = (all: readonly string[], max: number, sep: string) => [...all.slice(0, max), ...(all.length > max ? [`${all.length - max} more`] : [])].join(sep);
+  const lines = [...byReason].map(([reason, names]) => `${some(names, IN_ERROR.names, ", ")}: ${peerText(reason, IN_ERROR.reason)}`);
+  return some(lines, IN_ERROR.reasons, "; ");
 }
+
+/** How much of the verdicts an error shows: reasons, the backends sharing one, and characters of each. */
+const IN_ERROR = { reasons: 8, names: 8, reason: 256 } as const;
 
 /**
  * What this side leaves out of a pipe before any choice: backends its path
@@ -379,7 +385,13 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   // means something here), keep dialling it as this side wrote it.
   const followUp = answer.transport === transport.name && sameEndpoint(answer.address, address) ? address : answer.address;
   const openRequested = async (id: bigint): Promise<Connection> => {
-    const c = await chosen.connect(followUp, { signal });
+    const c = await chosen.connect(followUp, { signal }).catch((e: unknown) => {
+      // The address is the listener's word: one that is not an address at all is its fault, not the caller's.
+      if (followUp === answer.address && (e as { code?: string }).code === ErrorCode.INVALID_ARG) {
+        throw protocolError(`the listener answered with "${peerText(answer.address, 128)}", which is not an address ${answer.transport} can dial`, url);
+      }
+      throw e;
+    });
     opened.push(c);
     const packet = encodePacket({ kind: "requested", registrationId: id });
     await c.write(session ? [packet, auth!.connectionProof(session, id)] : [packet]);

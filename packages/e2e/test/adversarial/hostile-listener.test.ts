@@ -1,0 +1,125 @@
+/**
+ * A listener that lies in its BrochureAnswer, against a tensorpipe-js
+ * dialler: whatever it names (transport, channel, device, domain,
+ * address) or says in a refusal's report, the dialler fails with a typed
+ * error whose text is short and holds nothing of the peer's that could
+ * forge a line or hide text; an address that is not one is the
+ * listener's fault (ERR_TP_PROTOCOL), not the caller's.
+ */
+import { type AddressInfo, type Server, type Socket, createServer } from "node:net";
+import { type Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { onTheWire, protocol } from "@tensorpipe/core/testing";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createContext } from "@tensorpipe/bench";
+
+type Answer = Parameters<typeof protocol.encodeBrochureAnswer>[0];
+
+/** A listener that reads a dialler's packet and brochure and writes `answer` back, whatever was offered. */
+async function lyingListener(answer: (port: number) => Answer): Promise<{ server: Server; url: string }> {
+  const server = createServer((socket: Socket) => {
+    let got = Buffer.alloc(0);
+    let sent = false;
+    socket.on("error", () => undefined);
+    socket.on("data", (d: Buffer) => {
+      got = Buffer.concat([got, d]);
+      // Two frames: the packet and the brochure.
+      let at = 0;
+      for (let frame = 0; frame < 2; frame++) {
+        if (got.length < at + 8) return;
+        at += 8 + Number(got.readBigUInt64LE(at));
+      }
+      if (got.length < at || sent) return;
+      sent = true;
+      socket.write(onTheWire([protocol.encodeBrochureAnswer(answer((server.address() as AddressInfo).port))]));
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { server, url: `uv://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+const honest = (port: number): Answer => ({
+  transport: "uv",
+  address: `127.0.0.1:${port}`,
+  transportRegistrationIds: new Map([[1, 1n]]),
+  transportDomainDescriptor: "uv:*",
+  channelRegistrationIds: new Map([["basic", [2n]]]),
+  channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
+  channelForDevicePair: [{ local: { type: "cpu", index: 0 }, remote: { type: "cpu", index: 0 }, channel: "basic" }],
+});
+
+// ESC, a right-to-left override, a line separator, NUL: what could forge a line or hide text.
+const forged = "\u001b[2J\u202e\u2028\u0000";
+const huge = (forged + "x").repeat(50_000);
+
+/** A refusal whose report holds `verdicts` of the listener's, each with a reason of its own. */
+function refusal(verdicts: number): Answer {
+  const report = {
+    offered: { transports: ["uv"], channels: ["basic"] },
+    refused: "channel",
+    verdicts: Array.from({ length: verdicts }, (_, i) => ({ kind: "channel", name: `c${i}${forged}`, by: "here", outcome: "not viable", reason: `${i}${forged}${"r".repeat(1000)}` })),
+  };
+  return {
+    transport: "",
+    address: "",
+    transportRegistrationIds: new Map(),
+    transportDomainDescriptor: "",
+    channelRegistrationIds: new Map(),
+    channelDeviceDescriptors: new Map([["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]])]]),
+    channelForDevicePair: [],
+  };
+}
+
+describe("a listener that lies in its answer", () => {
+  let client: Context;
+  const servers: Server[] = [];
+  beforeAll(async () => {
+    client = await createContext({ transports: ["uv"], channels: ["basic"] });
+  });
+  afterAll(async () => {
+    for (const s of servers) s.close();
+    await client.close();
+  });
+
+  async function dialled(answer: (port: number) => Answer, path?: { channels: string[] }): Promise<TensorPipeError> {
+    const { server, url } = await lyingListener(answer);
+    servers.push(server);
+    return (await client.connect(url, path && { path }).then(
+      () => expect.unreachable("a pipe opened"),
+      (e: unknown) => e,
+    )) as TensorPipeError;
+  }
+
+  it.each([
+    ["a transport this side lacks", (p: number): Answer => ({ ...honest(p), transport: huge }), /^peer chose transport "[^"]*\.\.\. \(400000 characters\)", which this side lacks/],
+    ["another domain", (p: number): Answer => ({ ...honest(p), transportDomainDescriptor: huge }), /domains differ: "uv:\*" here, "[^"]*\.\.\. \(400000 characters\)" there/],
+    [
+      "a channel this side lacks",
+      (p: number): Answer => ({ ...honest(p), channelForDevicePair: [{ local: { type: "cpu", index: 0 }, remote: { type: "cpu", index: 0 }, channel: huge }] }),
+      /^peer chose channel "[^"]*\.\.\. \(400000 characters\)", which this side lacks/,
+    ],
+    [
+      "a device that is none of this side's",
+      (p: number): Answer => ({ ...honest(p), channelForDevicePair: [{ local: { type: huge, index: 0 }, remote: { type: "cpu", index: 0 }, channel: "basic" }] }),
+      /^channel "basic" cannot join cpu:0 here to [^ ]*\.\.\. \(400002 characters\) there/,
+    ],
+  ])("%s: ERR_TP_NEGOTIATION, its text cut short and made safe", async (_, answer, text) => {
+    const err = await dialled(answer);
+    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(text) });
+    expect(err.message.length).toBeLessThan(400);
+    expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+  });
+
+  it("an address that is not one: ERR_TP_PROTOCOL, the listener's fault, not ERR_TP_INVALID_ARG", async () => {
+    const err = await dialled((p) => ({ ...honest(p), address: huge }));
+    expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/^the listener answered with "[^"]*", which is not an address uv can dial/) });
+    expect(err.message.length).toBeLessThan(400);
+    expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+  });
+
+  it("a refusal with hundreds of long reasons: the first few, made safe, in a short error", async () => {
+    const err = await dialled(() => refusal(600), { channels: ["basic"] });
+    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: c0\?\[2J\?\?\?: 0\?\[2J\?\?\?r+; c1.*; 504 more\)/) });
+    expect(err.message.length).toBeLessThan(4000);
+    expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+  });
+});
