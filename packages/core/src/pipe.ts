@@ -205,8 +205,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private prefetched?: Descriptor;
   /** Handed to the reader, waiting for read(allocation). */
   private current?: Descriptor;
-  /** Set when the peer ended the stream cleanly between messages. */
+  /** Set when the peer ended the stream between messages. */
   private ended?: TensorPipeError;
+  /** Whether it did with no write of this side unfinished. */
+  private endedCleanly = true;
   private readsInFlight = 0;
   // Bound once, not per message.
   /** Writes taken that have not finished: a peer that ends the stream meanwhile did not end it cleanly. */
@@ -724,7 +726,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /**
    * Yields messages until the peer closes the pipe between messages; a
-   * close in the middle of one throws ERR_TP_PEER_CLOSED.
+   * close in the middle of one, or with writes of this side unfinished,
+   * throws ERR_TP_PEER_CLOSED.
    */
   async *[Symbol.asyncIterator](): AsyncIterator<ReceivedMessage> {
     for (;;) {
@@ -732,7 +735,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       try {
         d = await this.readDescriptor();
       } catch (e) {
-        if (e === this.ended || (e as TensorPipeError).code === ErrorCode.CLOSED) return;
+        if ((e === this.ended && this.endedCleanly) || (e as TensorPipeError).code === ErrorCode.CLOSED) return;
         throw e;
       }
       yield await this.receive(d);
@@ -746,28 +749,36 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     else this.main.read(max).then(this.onDescriptorFrame, this.onDescriptorError);
   }
 
-  /** The peer closed between messages: readers learn it, in-flight reads may still finish. */
+  /**
+   * The peer closed its end: readers learn it, in-flight reads may still
+   * finish. With writes of this side unfinished the end is not clean, and
+   * every operation, reads included, learns that one error.
+   */
   private endStream(err: TensorPipeError): void {
     if (this.ended) return;
-    this.ended = err;
-    if (!this.prefetched) for (const w of this.descriptorWaiters.splice(0)) w.reject(err);
+    this.endedCleanly = this.writesInFlight === 0;
+    this.ended = this.endedCleanly ? err : this.unfinishedWrites(err);
+    if (!this.prefetched) for (const w of this.descriptorWaiters.splice(0)) w.reject(this.ended);
     this.maybeFinishEnded();
   }
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
     if (!this.ended || this.readsInFlight > 0 || this.prefetched || this.current) return;
-    if (this.writesInFlight === 0) {
-      this.fail(this.ended, "ended");
-      return;
-    }
-    // What this side was still writing is lost: not a clean end.
-    this.fail(
-      new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.writesInFlight} write(s) of this side unfinished`, {
-        where: `pipe to ${this.peer}`,
-        cause: this.ended,
-      }),
-    );
+    if (!this.endedCleanly) this.fail(this.ended);
+    else if (this.writesInFlight === 0) this.fail(this.ended, "ended");
+    // Writes begun after a clean end are lost: not a clean end after all.
+    else this.fail(this.unfinishedWrites(this.ended));
+  }
+
+  /** The peer's end (`cause`) while writes of this side were unfinished: what they carried is lost. */
+  private unfinishedWrites(cause: TensorPipeError): TensorPipeError {
+    return new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.writesInFlight} write(s) of this side unfinished`, {
+      where: `pipe to ${this.peer}`,
+      errno: cause.errno,
+      syscall: cause.syscall,
+      cause,
+    });
   }
 
   /** The name of the channel that sends `t`; "" while the peer has yet to pick its target. */

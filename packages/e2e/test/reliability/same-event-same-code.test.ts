@@ -38,7 +38,7 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
 
   // Over TCP a process that dies with bytes of ours unread ends in a reset
   // where it would have been EOF; over shm there is no such difference.
-  it("the peer's process dies with bytes of this side's unread: ERR_TP_PEER_CLOSED for the pending write and read", async () => {
+  it.each(["tensor", "payload"] as const)("the peer's process dies with a %s of this side's unread: one ERR_TP_PEER_CLOSED for the pending write and read", async (part) => {
     const a = await createContext({ transports: [transport], channels: ["basic"] });
     contexts.push(a);
     listener = await a.listen(URLS[transport]);
@@ -53,13 +53,15 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     const exited = new Promise((r) => child.once("exit", r));
     const here = await listener.accept();
     await new Promise((r) => child.stdout!.once("data", r));
-    const written = here.write({ tensors: [{ buffer: big }] }).catch((e: unknown) => e);
+    const written = here.write(part === "tensor" ? { tensors: [{ buffer: big }] } : { payloads: [{ data: big }] }).catch((e: unknown) => e);
     const read = here.readDescriptor().catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 100));
     child.kill("SIGKILL");
     await exited;
-    expect(await written).toMatchObject({ code: ErrorCode.PEER_CLOSED });
-    expect(await read).toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    const error = await written;
+    expect(error).toMatchObject({ code: ErrorCode.PEER_CLOSED, ...(transport === "uv" ? { errno: "ECONNRESET" } : {}) });
+    expect(await read).toBe(error);
+    expect(await here.closed).toBe(error);
   });
 
   it("the peer closes in the middle of a message: ERR_TP_CONNECTION_RESET (truncated frame) for the reader", async () => {
