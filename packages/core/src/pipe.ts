@@ -230,11 +230,14 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.readsInFlight--;
     try {
       const err = this.describe(e);
-      // The peer left with part of the message unsent: not a clean end.
+      // The peer left with part of the message unsent: a truncated message,
+      // as a frame cut short is, whichever transport's frames it fell between.
       if (err.code !== ErrorCode.PEER_CLOSED || this.failure) return this.onOperationError(err);
       return this.onOperationError(
-        new TensorPipeError(ErrorCode.PEER_CLOSED, "peer closed the pipe in the middle of a message: the rest of it never came", {
+        new TensorPipeError(ErrorCode.CONNECTION_RESET, "truncated message: the peer closed the pipe in the middle of a message, the rest of it never came", {
           where: `pipe to ${this.peer}`,
+          errno: err.errno,
+          syscall: err.syscall,
           cause: err,
         }),
       );

@@ -303,7 +303,7 @@ describe("messages that cannot be read", () => {
     await stillServes(v.uvUrl);
   });
 
-  it("a clean close in the middle of a message is ERR_TP_PEER_CLOSED, not the end of the stream", async () => {
+  it("a clean close in the middle of a message is a truncated message (ERR_TP_CONNECTION_RESET), not the end of the stream", async () => {
     const v = await victim();
     const { main } = await rawPipe(v.port);
     const twoPayloads = protocol.encodeDescriptor({
@@ -317,7 +317,7 @@ describe("messages that cannot be read", () => {
     main.write(onTheWire([twoPayloads, Uint8Array.of(1, 2, 3, 4)]));
     main.socket.end();
     const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended");
-    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/middle of a message/) });
+    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: .*middle of a message/) });
   });
 
   it("a context with no channel in common is refused at connect with ERR_TP_NEGOTIATION", async () => {

@@ -64,6 +64,30 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     expect(await here.closed).toBe(error);
   });
 
+  it("the peer's process dies while writing a message: ERR_TP_CONNECTION_RESET, truncated, for the reader", async () => {
+    const a = await createContext({ transports: [transport], channels: ["basic"] });
+    contexts.push(a);
+    listener = await a.listen(URLS[transport]);
+    // A peer that writes a 64 MiB tensor and says so, then waits to be killed.
+    const script = `
+      const { createContext } = await import(${JSON.stringify(new URL("../../../bench/dist/index.js", import.meta.url).href)});
+      const c = await createContext({ transports: [${JSON.stringify(transport)}], channels: ["basic"] });
+      const p = await c.connect(${JSON.stringify(listener.addresses()[0])});
+      p.write({ tensors: [{ buffer: new Uint8Array(${64 << 20}) }] }).catch(() => {});
+      console.log("up");
+      setInterval(() => {}, 1000);`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    const exited = new Promise((r) => child.once("exit", r));
+    const here = await listener.accept();
+    await new Promise((r) => child.stdout!.once("data", r));
+    const d = await here.readDescriptor();
+    // Nothing read yet: the peer is stuck with most of the tensor when it dies.
+    child.kill("SIGKILL");
+    await exited;
+    const read = here.read({ payloads: [], tensors: [{ buffer: new Uint8Array(d.tensors[0]!.length) }] });
+    await expect(read).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated (frame|message): /) });
+  });
+
   it("the peer closes in the middle of a message: ERR_TP_CONNECTION_RESET (truncated frame) for the reader", async () => {
     const { here, peer } = await pipe();
     const written = peer.write({ tensors: [{ buffer: big }] }).catch((e: unknown) => e);

@@ -250,15 +250,17 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     return false;
   }
 
-  // A frame cut short by EOF is a broken connection; EOF between frames is EOF.
-  // A reset between frames is marked so: a peer that dies with bytes of ours
-  // unread makes its kernel answer with a reset where it would have sent EOF,
-  // and core tells that as the peer's end, as shm does the same death.
+  // A frame cut short by the peer's end (EOF, or a reset: a peer that dies
+  // with bytes of ours unread makes its kernel answer so where it would have
+  // sent EOF) is a broken connection; EOF between frames is EOF, and a reset
+  // between frames is marked so, for core to tell it as the peer's end, as
+  // it tells the same death over shm.
   Napi::Value FailureFor(const FrameRead& op) {
     Napi::Env env = this->Env();
     if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
     const bool betweenFrames = op.headerGot == 0 && !self().HasUnreadBytes();
-    if (failStatus_ == UV_EOF && !betweenFrames) return op.TruncationError(env).Value();
+    const bool peerEnded = failStatus_ == UV_EOF || failStatus_ == UV_ECONNRESET;
+    if (peerEnded && !betweenFrames) return op.TruncationError(env).Value();
     Napi::Error err = UvError(env, failStatus_, "read");
     if (failStatus_ == UV_ECONNRESET && betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
     return err.Value();
