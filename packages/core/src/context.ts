@@ -5,6 +5,7 @@ import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
 import { DialGate } from "./dial-gate.js";
+import { kindOf } from "./message-check.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
@@ -104,7 +105,7 @@ const DEFAULT_FLIGHT_RECORDER = 64;
 function flightRecorderSize(value: number | undefined): number {
   if (value === undefined) return DEFAULT_FLIGHT_RECORDER;
   if (!Number.isSafeInteger(value) || value < 0 || value > 1_000_000) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${String(value)}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${kindOf(value)}`);
   }
   return value;
 }
@@ -113,7 +114,7 @@ function flightRecorderSize(value: number | undefined): number {
 function positiveInteger(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < 1) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${String(value)}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${kindOf(value)}`);
   }
   return value;
 }

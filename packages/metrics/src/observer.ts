@@ -36,10 +36,17 @@ function checkBuckets(name: string, value: unknown, defaults: readonly number[])
   if (list.length === 0 || !increasing) {
     throw new TensorPipeError(
       ErrorCode.INVALID_ARG,
-      `${name} must be a non-empty array of finite upper bounds above 0, each larger than the one before (e.g. [${defaults.slice(0, 3).join(", ")}, ...]); got ${JSON.stringify(value) ?? String(value)}`,
+      `${name} must be a non-empty array of finite upper bounds above 0, each larger than the one before (e.g. [${defaults.slice(0, 3).join(", ")}, ...]); got ${described(value)}`,
     );
   }
   return list as number[];
+}
+
+/** A bucket list as given, briefly, whatever it holds: numbers as numbers, the first few, anything else by its type. */
+function described(value: unknown): string {
+  if (!Array.isArray(value)) return value === null ? "null" : typeof value;
+  const shown = value.slice(0, 6).map((b: unknown) => (typeof b === "number" ? String(b) : typeof b));
+  return `[${shown.join(", ")}${value.length > 6 ? `, ... (${value.length})` : ""}]`;
 }
 
 /** Where the observer hands what it sees. */
