@@ -205,6 +205,9 @@ function pathNote(settings: HandshakeSettings): string {
   return settings.path ? `; this side's path: ${describePath(settings.path)}` : "";
 }
 
+/** How long a listener still waits for the connections it asked for once the peer closed the first one. */
+const CLOSED_PEER_GRACE_MS = 1000;
+
 /** The transport a listener names in an answer that refuses the pipe: none. */
 const REFUSED = "";
 
@@ -547,19 +550,26 @@ async function answerSteps(
       }),
     ]);
     // The peer gives up the first connection once it has opened its
-    // replacement, maybe before the others arrive: only a deadline counts then.
+    // replacement, maybe before the others arrive: only a deadline counts
+    // then. Where the first connection stays the pipe's, its close ends the
+    // wait, but not at once: a peer that closes its pipe as soon as connect()
+    // resolved has opened every connection asked for, which are on their
+    // way, and its pipe is accepted here (and ends at once) like any other.
     let timer: NodeJS.Timeout | undefined;
-    const givenUp = mainReg
-      ? new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new TensorPipeError(ErrorCode.TIMEOUT, "peer did not open the connections it was given ids for")),
-            settings.handshakeTimeout,
-          );
-        })
-      : main.closed.then((e) => Promise.reject(e ?? closedError("connection")));
+    let waiting = true;
+    const givenUp = new Promise<never>((_, reject) => {
+      const giveUpIn = (ms: number, err: Error) => {
+        if (waiting) timer = setTimeout(() => reject(err), ms);
+      };
+      if (mainReg) giveUpIn(settings.handshakeTimeout, new TensorPipeError(ErrorCode.TIMEOUT, "peer did not open the connections it was given ids for"));
+      else main.closed.then((e) => giveUpIn(Math.min(CLOSED_PEER_GRACE_MS, settings.handshakeTimeout), e ?? closedError("connection")));
+    });
     givenUp.catch(() => undefined);
     events.add("handshake", `answered; waiting for the ${registrations.length} connection(s) asked for`);
-    const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() => clearTimeout(timer));
+    const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() => {
+      waiting = false;
+      clearTimeout(timer);
+    });
     events.add("handshake", "every connection came");
     let i = 0;
     const pipeMain = mainReg ? conns[i++]! : main;

@@ -1,10 +1,12 @@
 import { type Connection, Context, type TransportContext } from "@tensorpipe/core/backend";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerCmaChannel } from "@tensorpipe/channel-cma";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { ErrorCode } from "@tensorpipe/core";
 import { describe, expect, it } from "vitest";
 
 const run = promisify(execFile);
@@ -64,6 +66,29 @@ describe.each([
       expect(accepted).toHaveLength(40);
     } finally {
       await server.close();
+    }
+  });
+
+  it("takes a pipe its peer closed as soon as connect() resolved (a health check) like any other: accepted, ended, nothing dropped", async () => {
+    const contexts = [new Context(), new Context()];
+    for (const c of contexts) {
+      c.registerTransport(0, name, make());
+      registerBasicChannel(c);
+      registerCmaChannel(c);
+    }
+    const [server, client] = contexts as [Context, Context];
+    try {
+      const listener = await server.listen(url);
+      const dropped: Error[] = [];
+      listener.on("connectionError", (e: Error) => dropped.push(e));
+      for (let i = 0; i < 10; i++) (await client.connect(listener.addresses()[0]!)).close();
+      for (let i = 0; i < 10; i++) {
+        const pipe = await listener.accept({ timeout: 5000 });
+        await expect(pipe.readDescriptor()).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+      }
+      expect(dropped.map((e) => e.message)).toEqual([]);
+    } finally {
+      await Promise.all(contexts.map((c) => c.close()));
     }
   });
 });
