@@ -139,7 +139,7 @@ function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kin
 }
 
 /** How much of the verdicts an error shows: reasons, the backends sharing one, and characters of each. */
-const IN_ERROR = { reasons: 8, names: 8, reason: 256 } as const;
+const IN_ERROR = { reasons: 8, names: 8, reason: 1024 } as const;
 
 /**
  * What this side leaves out of a pipe before any choice: backends its path
