@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { CmaChannelContext } from "@tensorpipe/channel-cma";
 import { CPU_DEVICE, type Channel, type ChannelContext, Context, type Pipe, cudaBuffer } from "@tensorpipe/core/backend";
@@ -145,7 +146,10 @@ describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
   });
 
   it("hands the CPU channel several chunks at once, not each after the one before has reached the peer", async () => {
-    // cma, whose send settles once the peer has read the chunk, with each of its channels' sends in flight counted.
+    // cma, whose send settles once the peer has read the chunk, with each of
+    // its channels' sends in flight counted, and settling 5 ms later, as
+    // over a slower link: longer than a copy off the emulated GPU (0.5 ms),
+    // so that chunks copied meanwhile are handed over while it is in flight.
     let inFlight = 0;
     let most = 0;
     const counted = (basic: ChannelContext): ChannelContext =>
@@ -155,7 +159,9 @@ describe.skipIf(!gpu)("cuda-basic channel on a GPU", () => {
           const send = channel.send.bind(channel);
           channel.send = (buffer, length) => {
             most = Math.max(most, ++inFlight);
-            return send(buffer, length).finally(() => inFlight--);
+            return send(buffer, length)
+              .then(() => sleep(5))
+              .finally(() => inFlight--);
           };
           return channel;
         },
