@@ -37,9 +37,13 @@ export interface CudaBasicRegistration extends CudaBasicChannelOptions {
 export function registerCudaBasicChannel(context: Context, options: CudaBasicRegistration = {}, priority = CUDA_BASIC_PRIORITY): CudaBasicChannelContext {
   const { alsoOver = {}, ...own } = options;
   const over = Object.entries(alsoOver);
+  // All checked before anything is registered.
   for (const [name, cpu] of over) {
+    if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver: "${name}" cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
+    }
     if (typeof cpu?.createChannel !== "function") {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${typeof cpu}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${cpu === null ? "null" : typeof cpu}`);
     }
   }
   const main = registerBackend(context, backend, own, priority);

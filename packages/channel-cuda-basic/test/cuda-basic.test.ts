@@ -57,6 +57,11 @@ describe("cuda-basic channel anywhere", () => {
     expect(() => registerCudaBasicChannel(context, { alsoOver: { cma: "cma" as never } })).toThrow(
       expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got string/) }),
     );
+    expect(() => registerCudaBasicChannel(context, { alsoOver: { "c m a": new CmaChannelContext() } })).toThrow(
+      expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/"c m a" cannot name a channel/) }),
+    );
+    // Nothing was registered by the calls refused.
+    expect(context.backends().map((b) => b.name)).toEqual([]);
   });
 
   it("hands out staging chunks up to its size, then in the order asked", async () => {
