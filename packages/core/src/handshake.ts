@@ -134,12 +134,12 @@ function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kin
   }
   // A peer's devices may make hundreds of verdicts: an error names the first few.
   const some = (all: readonly string[], max: number, sep: string) => [...all.slice(0, max), ...(all.length > max ? [`${all.length - max} more`] : [])].join(sep);
-  const lines = [...byReason].map(([reason, names]) => `${some(names, IN_ERROR.names, ", ")}: ${peerText(reason, IN_ERROR.reason)}`);
+  const lines = [...byReason].map(([reason, names]) => `${some(names.map((n) => peerText(n, IN_ERROR.name)), IN_ERROR.names, ", ")}: ${peerText(reason, IN_ERROR.reason)}`);
   return some(lines, IN_ERROR.reasons, "; ");
 }
 
-/** How much of the verdicts an error shows: reasons, the backends sharing one, and characters of each. */
-const IN_ERROR = { reasons: 8, names: 8, reason: 1024 } as const;
+/** How much of the verdicts an error shows: reasons, the backends sharing one, and characters of a name and of a reason. */
+const IN_ERROR = { reasons: 6, names: 6, name: 128, reason: 640 } as const;
 
 /**
  * What this side leaves out of a pipe before any choice: backends its path
@@ -204,6 +204,9 @@ function offeredIn(b: Brochure): OfferedBackends {
 function pathNote(settings: HandshakeSettings): string {
   return settings.path ? `; this side's path: ${describePath(settings.path)}` : "";
 }
+
+/** The longest address a listener may answer with: a DNS name's 253 characters, a port, brackets and a scope fit well within it. */
+const MAX_ANSWERED_ADDRESS = 512;
 
 /** How long a listener still waits for the connections it asked for once the peer closed the first one. */
 const CLOSED_PEER_GRACE_MS = 1000;
@@ -352,6 +355,10 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     });
   }
   if (answer.transport === REFUSED) throw refused(answer, url, settings);
+  // Where to open the pipe's connections is the listener's word: no address is that long or holds such characters.
+  if (answer.address.length > MAX_ANSWERED_ADDRESS || peerText(answer.address) !== answer.address) {
+    throw protocolError(`the listener answered with "${peerText(answer.address, 128)}"${answer.address.length > 128 ? `... (${answer.address.length} characters)` : ""}, which is not an address to dial`, url);
+  }
   const viableChannels = viable(settings.channels);
   const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
   const listenerSaid = peerReport(answer.channelDeviceDescriptors);

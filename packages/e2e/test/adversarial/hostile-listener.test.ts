@@ -109,18 +109,38 @@ describe("a listener that lies in its answer", () => {
     expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
   });
 
-  it("an address that is not one: ERR_TP_PROTOCOL, the listener's fault, not ERR_TP_INVALID_ARG", async () => {
-    const err = await dialled((p) => ({ ...honest(p), address: huge }));
-    expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/^the listener answered with "[^"]*", which is not an address uv can dial/) });
+  it.each([
+    ["not one", () => huge, /^the listener answered with "[^"]*"\.\.\. \(400000 characters\), which is not an address to dial/],
+    ["too long, of a name's characters", (p: number) => `${"a".repeat(60)}.`.repeat(3000) + `:${p}`, /\(1830\d\d characters\), which is not an address to dial/],
+    ["this side's own, with a forged scope", (p: number) => `127.0.0.1%${forged}:${p}`, /^the listener answered with "127\.0\.0\.1%\?\[2J\?\?\?:\d+", which is not an address to dial/],
+    ["short, without a port", () => "nowhere", /^the listener answered with "nowhere", which is not an address uv can dial/],
+  ])("an address that is %s: ERR_TP_PROTOCOL, the listener's fault; nothing of it unbounded or unsafe in the error or its record", async (_, address, text) => {
+    const err = await dialled((p) => ({ ...honest(p), address: address(p) }));
+    expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(text) });
     expect(err.message.length).toBeLessThan(400);
-    expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+    const record = JSON.stringify(err.flightRecord);
+    expect(record.length).toBeLessThan(4000);
+    expect(`${err.message}${record}`).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+  });
+
+  it("a refusal with long names sharing a few reasons: the first few names, cut, in a short error", async () => {
+    const answer = refusal(0);
+    const report = {
+      offered: { transports: [], channels: [] },
+      refused: "transport",
+      verdicts: Array.from({ length: 400 }, (_, i) => ({ kind: "transport", name: `${i}${"n".repeat(1100)}`, by: "here", outcome: "not viable", reason: `reason ${i % 8}` })),
+    };
+    answer.channelDeviceDescriptors.get("tensorpipe-js.path-report")!.get("report:0")!.descriptor = JSON.stringify(report);
+    const err = await dialled(() => answer, { channels: ["basic"] });
+    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/^the listener refused the pipe: no transport in common \(there: 0n+, 8n+, .*44 more: reason 0; /) });
+    expect(err.message.length).toBeLessThan(6 * 1024);
   });
 
   it("a refusal with hundreds of long reasons: the first few, made safe, in a short error", async () => {
     const err = await dialled(() => refusal(600), { channels: ["basic"] });
-    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: c0\?\[2J\?\?\?: 0\?\[2J\?\?\?r+; c1.*; 504 more\)/) });
-    // 8 reasons of at most 1024 characters, where 512 were sent.
-    expect(err.message.length).toBeLessThan(9 * 1024);
+    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: c0\?\[2J\?\?\?: 0\?\[2J\?\?\?r+; c1.*; 506 more\)/) });
+    // 6 reasons of at most 640 characters, where 512 were sent.
+    expect(err.message.length).toBeLessThan(6 * 1024);
     expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
   });
 });
