@@ -9,7 +9,7 @@ export const ErrorCode = {
   CONNECTION_REFUSED: "ERR_TP_CONNECTION_REFUSED",
   /** The peer closed its end (EOF) or died; in-flight data is lost. */
   PEER_CLOSED: "ERR_TP_PEER_CLOSED",
-  /** The connection broke under us (ECONNRESET, EPIPE, ETIMEDOUT, ...). */
+  /** The connection broke under us: ended inside a frame or a message, timed out, unreachable once connected. */
   CONNECTION_RESET: "ERR_TP_CONNECTION_RESET",
   /** The peer sent bytes that violate the wire protocol. */
   PROTOCOL: "ERR_TP_PROTOCOL",
@@ -124,6 +124,7 @@ const errnoText: Record<string, string> = {
  */
 const brokenOnceUp = new Set(["EHOSTUNREACH", "ENETUNREACH"]);
 const dataCalls = new Set(["read", "write", "recv", "send", "recvmsg", "sendmsg", "readv", "writev"]);
+const writeCalls = new Set(["write", "send", "sendmsg", "writev"]);
 
 /**
  * Turns an error reported by a native backend ({ code: "ECONNRESET" | "EOF" |
@@ -147,7 +148,10 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
     });
   }
   const up = brokenOnceUp.has(native) && dataCalls.has(e.syscall ?? "");
-  const code = up ? ErrorCode.CONNECTION_RESET : (errnoToCode[native] ?? ErrorCode.SYSTEM);
+  // A write refused with a reset or a broken pipe: the peer is gone, as a
+  // reader learns from a reset between frames (above).
+  const peerGone = (native === "ECONNRESET" || native === "EPIPE") && writeCalls.has(e.syscall ?? "");
+  const code = up ? ErrorCode.CONNECTION_RESET : peerGone ? ErrorCode.PEER_CLOSED : (errnoToCode[native] ?? ErrorCode.SYSTEM);
   const text = errnoText[native] ?? e?.message ?? String(err);
   const said = e.syscall && !text.startsWith(`${e.syscall}: `) ? `${e.syscall}: ${text}` : text;
   return new TensorPipeError(code, said, {

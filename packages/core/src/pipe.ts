@@ -160,6 +160,9 @@ function targetOf(t: MessageTensor, source: Device): Device | undefined {
   return source === CPU_DEVICE ? CPU_DEVICE : undefined;
 }
 
+/** The errors made for a peer's end with writes of this side unfinished, not to be wrapped again. */
+const UNFINISHED = new WeakSet<TensorPipeError>();
+
 /** One end of a pipe: ordered messages each way. Made by Context.connect() and Listener.accept(); write() sends, readDescriptor() then read() receive into memory the caller provides. */
 export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** The transport negotiated ("uv", "shm", ...). */
@@ -218,8 +221,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.recorder?.written();
   };
   private readonly writeFailed = (e: unknown): never => {
-    this.writesInFlight--;
-    return this.onOperationError(e);
+    // Still counted while it fails the pipe: it is one of the writes unfinished.
+    try {
+      return this.onOperationError(e);
+    } finally {
+      this.writesInFlight--;
+    }
   };
   private readonly readSettled = (): void => {
     this.recorder?.received();
@@ -776,12 +783,14 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** The peer's end (`cause`) while writes of this side were unfinished: what they carried is lost. */
   private unfinishedWrites(cause: TensorPipeError): TensorPipeError {
-    return new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.writesInFlight} write(s) of this side unfinished`, {
+    const err = new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.writesInFlight} write(s) of this side unfinished`, {
       where: `pipe to ${this.peer}`,
       errno: cause.errno,
       syscall: cause.syscall,
       cause,
     });
+    UNFINISHED.add(err);
+    return err;
   }
 
   /** The name of the channel that sends `t`; "" while the peer has yet to pick its target. */
@@ -855,7 +864,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Ends the pipe: for an error, or closed here, or ended by the peer between messages (neither counts as an error). */
   private fail(e: unknown, how: "error" | "closed here" | "ended" = "error"): void {
     if (this.failure) return;
-    const err = this.describe(e);
+    let err = this.describe(e);
+    // However it was learnt (main's end, a channel's connection, a write), a
+    // peer gone with writes of this side unfinished is one error, said once.
+    if (how === "error" && err.code === ErrorCode.PEER_CLOSED && this.writesInFlight > 0 && !UNFINISHED.has(err)) err = this.unfinishedWrites(err);
     this.failure = err;
     if (how === "error") this.counters.countError(err.code);
     const recorder = this.recorder;
