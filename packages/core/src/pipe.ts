@@ -160,6 +160,9 @@ function targetOf(t: MessageTensor, source: Device): Device | undefined {
   return source === CPU_DEVICE ? CPU_DEVICE : undefined;
 }
 
+/** How long reads in flight when the peer ended the pipe may still take to finish. */
+const ENDED_READ_GRACE_MS = 5000;
+
 /** The errors made for a peer's end with writes of this side unfinished, not to be wrapped again. */
 const UNFINISHED = new WeakSet<TensorPipeError>();
 
@@ -212,6 +215,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private ended?: TensorPipeError;
   /** Whether it did with no write of this side unfinished. */
   private endedCleanly = true;
+  /** Fails reads still in flight that long after the peer's end. */
+  private endedReads?: NodeJS.Timeout;
   private readsInFlight = 0;
   // Bound once, not per message.
   /** Writes taken that have not finished: a peer that ends the stream meanwhile did not end it cleanly. */
@@ -770,6 +775,22 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.ended = this.endedCleanly ? err : this.unfinishedWrites(err);
     if (!this.prefetched) for (const w of this.descriptorWaiters.splice(0)) w.reject(this.ended);
     this.maybeFinishEnded();
+    // The rest of a message being read may still be on its way on a
+    // channel's connection, but not for ever: a peer that keeps one open
+    // after closing the pipe's own would leave the read pending.
+    if (!this.failure && this.readsInFlight > 0) {
+      const ended = this.ended;
+      this.endedReads = setTimeout(
+        () =>
+          this.fail(
+            new TensorPipeError(ErrorCode.CONNECTION_RESET, `truncated message: the peer closed the pipe and the rest of the message did not come within ${ENDED_READ_GRACE_MS / 1000} s`, {
+              where: `pipe to ${this.peer}`,
+              cause: ended,
+            }),
+          ),
+        ENDED_READ_GRACE_MS,
+      );
+    }
   }
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */
@@ -864,6 +885,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Ends the pipe: for an error, or closed here, or ended by the peer between messages (neither counts as an error). */
   private fail(e: unknown, how: "error" | "closed here" | "ended" = "error"): void {
     if (this.failure) return;
+    clearTimeout(this.endedReads);
     let err = this.describe(e);
     // However it was learnt (main's end, a channel's connection, a write), a
     // peer gone with writes of this side unfinished is one error, said once.

@@ -320,6 +320,18 @@ describe("messages that cannot be read", () => {
     expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: .*middle of a message/) });
   });
 
+  it("a peer that closes the pipe's first connection mid-message and keeps the tensor's open fails the read within seconds, not never", async () => {
+    const v = await victim();
+    const { main, channel } = await rawPipe(v.port);
+    main.write(onTheWire([descriptorOf(0, [{ length: 16 }])]));
+    main.socket.end();
+    const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended", 10_000);
+    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: the peer closed the pipe and the rest of the message did not come within 5 s/) });
+    // The pipe's failure closed the connection the peer kept open.
+    await channel.closed;
+    await stillServes(v.uvUrl);
+  });
+
   it("a context with no channel in common is refused at connect with ERR_TP_NEGOTIATION", async () => {
     const v = await victim();
     const ctx = new Context();
