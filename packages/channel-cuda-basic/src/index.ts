@@ -16,6 +16,12 @@ export const backend: ChannelBackend<CudaBasicChannelOptions, CudaBasicChannelCo
   create: (options) => new CudaBasicChannelContext(options),
 };
 
+/** A value as an error names it. */
+function describe(value: unknown): string {
+  if (value === null || Array.isArray(value)) return value === null ? "null" : "an array";
+  return typeof value === "string" ? `the string ${JSON.stringify(value.slice(0, 32))}` : typeof value;
+}
+
 /** What registerCudaBasicChannel takes: the channel's options, and the CPU channels to stage over besides its own. */
 export interface CudaBasicRegistration extends CudaBasicChannelOptions {
   /**
@@ -35,16 +41,21 @@ export interface CudaBasicRegistration extends CudaBasicChannelOptions {
  * channels, just above it.
  */
 export function registerCudaBasicChannel(context: Context, options: CudaBasicRegistration = {}, priority = CUDA_BASIC_PRIORITY): CudaBasicChannelContext {
-  const { alsoOver = {}, ...own } = options;
-  const over = Object.entries(alsoOver);
   // All checked before anything is registered.
+  const invalid = (message: string) => new TensorPipeError(ErrorCode.INVALID_ARG, message);
+  const isObject = (v: unknown): v is object => typeof v === "object" && v !== null && !Array.isArray(v);
+  if (!isObject(options)) throw invalid(`registerCudaBasicChannel's options must be an object { cpuChannel?, chunkBytes?, poolChunks?, alsoOver? }, got ${describe(options)}`);
+  if (typeof priority !== "number" || !Number.isFinite(priority)) throw invalid(`registerCudaBasicChannel's priority must be a finite number, got ${describe(priority)}`);
+  const { alsoOver = {}, ...own } = options;
+  if (!isObject(alsoOver)) throw invalid(`alsoOver must be an object of CPU channels by name, e.g. { cma: new CmaChannelContext() }, got ${describe(alsoOver)}`);
+  const over = Object.entries(alsoOver);
   for (const [name, cpu] of over) {
-    if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver: "${name}" cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
+    if (!/^[A-Za-z0-9_.-]+$/.test(name)) throw invalid(`alsoOver: ${JSON.stringify(name)} cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
+    if (typeof (cpu as Partial<ChannelContext> | null)?.createChannel !== "function") {
+      throw invalid(`alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${describe(cpu)}`);
     }
-    if (typeof cpu?.createChannel !== "function") {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${cpu === null ? "null" : typeof cpu}`);
-    }
+    const devices = cpu.deviceDescriptors();
+    if (devices.length > 0 && !devices.some((d) => d.device.type === "cpu")) throw invalid(`alsoOver.${name} serves no CPU memory: stage over a CPU channel (cma, mpt, basic)`);
   }
   const main = registerBackend(context, backend, own, priority);
   over.forEach(([name, cpu], i) => context.registerChannel(priority + over.length - i, `cuda-basic-${name}`, new CudaBasicChannelContext({ ...own, cpuChannel: cpu })));

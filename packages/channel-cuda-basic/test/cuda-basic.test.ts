@@ -55,11 +55,23 @@ describe("cuda-basic channel anywhere", () => {
   it("refuses an alsoOver entry that is not a channel's context, saying what it takes", () => {
     const context = new Context();
     expect(() => registerCudaBasicChannel(context, { alsoOver: { cma: "cma" as never } })).toThrow(
-      expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got string/) }),
+      expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got the string "cma"/) }),
     );
     expect(() => registerCudaBasicChannel(context, { alsoOver: { "c m a": new CmaChannelContext() } })).toThrow(
       expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/"c m a" cannot name a channel/) }),
     );
+    for (const [options, priority, text] of [
+      [null, undefined, /options must be an object/],
+      [{ alsoOver: null }, undefined, /alsoOver must be an object of CPU channels by name, .* got null/],
+      [{ alsoOver: [new CmaChannelContext()] }, undefined, /alsoOver must be an object .* got an array/],
+      [{ alsoOver: { "": new CmaChannelContext() } }, undefined, /alsoOver: "" cannot name a channel/],
+      [{ alsoOver: { cb: new CudaBasicChannelContext() } }, undefined, gpu ? /alsoOver\.cb serves no CPU memory/ : undefined],
+      [{}, "100", /priority must be a finite number, got the string "100"/],
+      [{}, Number.NaN, /priority must be a finite number/],
+    ] as const) {
+      if (!text) continue;
+      expect(() => registerCudaBasicChannel(context, options as never, priority as never)).toThrow(expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(text) }));
+    }
     // Nothing was registered by the calls refused.
     expect(context.backends().map((b) => b.name)).toEqual([]);
   });

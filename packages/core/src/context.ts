@@ -173,20 +173,23 @@ export class Context {
 
   /** Higher priority wins when both ends have several transports in common. */
   registerTransport(priority: number, name: string, context: TransportContext): void {
-    this.checkRegistration(name, this.transports);
+    this.checkRegistration(priority, name, this.transports);
     this.transports.set(name, { priority, name, context });
   }
 
   /** Higher priority wins for a device pair both ends can use with several channels. */
   registerChannel(priority: number, name: string, context: ChannelContext): void {
-    this.checkRegistration(name, this.channels);
+    this.checkRegistration(priority, name, this.channels);
     this.channels.set(name, { priority, name, context });
   }
 
-  private checkRegistration(name: string, into: Map<string, unknown>): void {
+  private checkRegistration(priority: number, name: string, into: Map<string, unknown>): void {
     if (this.closing) throw closedError("context");
-    if (!/^[A-Za-z0-9_.-]+$/.test(name)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}" must be [A-Za-z0-9_.-]+`);
+    if (typeof priority !== "number" || !Number.isFinite(priority)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `the priority of "${name}" must be a finite number (higher wins), got ${kindOf(priority)}`);
+    }
+    if (typeof name !== "string" || !/^[A-Za-z0-9_.-]+$/.test(name)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name ${JSON.stringify(name) ?? kindOf(name)} must be [A-Za-z0-9_.-]+`);
     }
     if (name.startsWith("tensorpipe-js.")) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}": tensorpipe-js.* names are the handshake's own entries`);

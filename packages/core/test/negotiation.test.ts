@@ -88,6 +88,18 @@ describe("wire extensions", () => {
     expect(peerWireExtension(b.channelDeviceDescriptors, "basic")).toBeUndefined();
   });
 
+  it("are registered only at a priority that is a number, under a name that can be one", async () => {
+    const context = new Context();
+    for (const priority of ["100", Number.NaN, Number.POSITIVE_INFINITY, undefined]) {
+      expect(() => context.registerChannel(priority as never, "c", extended("v"))).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/the priority of "c" must be a finite number/) }),
+      );
+    }
+    expect(() => context.registerChannel(1, "a\u001bb", extended("v"))).toThrow(expect.objectContaining({ message: 'backend name "a\\u001bb" must be [A-Za-z0-9_.-]+' }));
+    expect(context.backends()).toEqual([]);
+    await context.close();
+  });
+
   it("are carried under a name no backend may take", async () => {
     const context = new Context();
     for (const name of [WIRE_EXTENSIONS_ENTRY, "tensorpipe-js.auth.hmac-sha256", "tensorpipe-js.x"]) {
