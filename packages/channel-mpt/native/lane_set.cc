@@ -263,7 +263,7 @@ void LaneSet::RecvLoop(Lane* lane) {
       // another lane may still hold chunks of a tensor: only once all have
       // ended can nothing more arrive.
       if (got == 0 && status == UV_EOF && ++lanesEnded_ < lanes_.size()) return;
-      FailLocked({status, "recv", ""});
+      FailLocked({status, "recv", "", got == 0});
       return;
     }
     uint64_t seq = GetU64(header + 8);
@@ -354,9 +354,9 @@ void LaneSet::Deliver(Napi::Env env, Napi::Function callback) {
   FromLoop(env, [&] {
     for (double id : done) callback.Call({Napi::Number::New(env, id), env.Null()});
     if (fail) {
-      Napi::Value err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall).Value()
-                                                  : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol).Value();
-      callback.Call({Napi::Number::New(env, -1), err});
+      Napi::Error err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall) : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol);
+      if (failure_.status == UV_ECONNRESET && failure_.betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
+      callback.Call({Napi::Number::New(env, -1), err.Value()});
     }
   });
 }

@@ -58,6 +58,9 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
     int status = 0;
     const char* syscall = "";
     std::string protocol;
+    // The lane ended before a chunk's first byte: a reset there is the
+    // peer's end, as native-common's reader marks it between frames.
+    bool betweenFrames = false;
   };
 
   Napi::Value Send(const Napi::CallbackInfo& info);
