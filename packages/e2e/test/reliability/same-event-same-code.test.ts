@@ -36,6 +36,32 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     await expect(here.write({ metadata: "late" })).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
   });
 
+  /**
+   * A pipe to another process over `channel`, that runs `then` (with its
+   * pipe as `p`) once connected, says so, and waits to be killed.
+   */
+  async function peerProcess(channel: string, then = "") {
+    const a = await createContext({ transports: [transport], channels: [channel] });
+    contexts.push(a);
+    listener = await a.listen(URLS[transport]);
+    const script = `
+      const { createContext } = await import(${JSON.stringify(new URL("../../../bench/dist/index.js", import.meta.url).href)});
+      const c = await createContext({ transports: [${JSON.stringify(transport)}], channels: [${JSON.stringify(channel)}] });
+      const p = await c.connect(${JSON.stringify(listener.addresses()[0])});
+      ${then}
+      console.log("up");
+      setInterval(() => {}, 1000);`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    const exited = new Promise((r) => child.once("exit", r));
+    const here = await listener.accept();
+    await new Promise((r) => child.stdout!.once("data", r));
+    const kill = async () => {
+      child.kill("SIGKILL");
+      await exited;
+    };
+    return { here, kill };
+  }
+
   // Over TCP a process that dies with bytes of ours unread ends in a reset
   // where it would have been EOF; over shm there is no such difference.
   it.each([
@@ -44,25 +70,12 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     ["tensor", "mpt"],
     ["payload", "basic"],
   ] as const)("the peer's process dies with a %s over %s of this side's unread: one ERR_TP_PEER_CLOSED for the pending write and read", async (part, channel) => {
-    const a = await createContext({ transports: [transport], channels: [channel] });
-    contexts.push(a);
-    listener = await a.listen(URLS[transport]);
-    // A peer that connects, says so, and reads nothing.
-    const script = `
-      const { createContext } = await import(${JSON.stringify(new URL("../../../bench/dist/index.js", import.meta.url).href)});
-      const c = await createContext({ transports: [${JSON.stringify(transport)}], channels: [${JSON.stringify(channel)}] });
-      await c.connect(${JSON.stringify(listener.addresses()[0])});
-      console.log("up");
-      setInterval(() => {}, 1000);`;
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
-    const exited = new Promise((r) => child.once("exit", r));
-    const here = await listener.accept();
-    await new Promise((r) => child.stdout!.once("data", r));
+    // A peer that reads nothing.
+    const { here, kill } = await peerProcess(channel);
     const written = here.write(part === "tensor" ? { tensors: [{ buffer: big }] } : { payloads: [{ data: big }] }).catch((e: unknown) => e);
     const read = here.readDescriptor().catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 100));
-    child.kill("SIGKILL");
-    await exited;
+    await kill();
     const error = await written;
     expect(error).toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/^peer closed the pipe with 1 write\(s\) of this side unfinished/) });
     // The errno says how the kernel told it: over basic, the reset of a peer that left bytes of ours unread.
@@ -72,25 +85,10 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
   });
 
   it("the peer's process dies while writing a message: ERR_TP_CONNECTION_RESET, truncated, for the reader", async () => {
-    const a = await createContext({ transports: [transport], channels: ["basic"] });
-    contexts.push(a);
-    listener = await a.listen(URLS[transport]);
-    // A peer that writes a 64 MiB tensor and says so, then waits to be killed.
-    const script = `
-      const { createContext } = await import(${JSON.stringify(new URL("../../../bench/dist/index.js", import.meta.url).href)});
-      const c = await createContext({ transports: [${JSON.stringify(transport)}], channels: ["basic"] });
-      const p = await c.connect(${JSON.stringify(listener.addresses()[0])});
-      p.write({ tensors: [{ buffer: new Uint8Array(${64 << 20}) }] }).catch(() => {});
-      console.log("up");
-      setInterval(() => {}, 1000);`;
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
-    const exited = new Promise((r) => child.once("exit", r));
-    const here = await listener.accept();
-    await new Promise((r) => child.stdout!.once("data", r));
+    const { here, kill } = await peerProcess("basic", `p.write({ tensors: [{ buffer: new Uint8Array(${64 << 20}) }] }).catch(() => {});`);
     const d = await here.readDescriptor();
     // Nothing read yet: the peer is stuck with most of the tensor when it dies.
-    child.kill("SIGKILL");
-    await exited;
+    await kill();
     const read = here.read({ payloads: [], tensors: [{ buffer: new Uint8Array(d.tensors[0]!.length) }] });
     await expect(read).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated (frame|message): /) });
   });
