@@ -796,10 +796,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** Once what the peer sent before leaving has been read, the pipe is over. */
   private maybeFinishEnded(): void {
     if (!this.ended || this.readsInFlight > 0 || this.prefetched || this.current) return;
-    if (!this.endedCleanly) this.fail(this.ended);
-    else if (this.writesInFlight === 0) this.fail(this.ended, "ended");
-    // Writes begun after a clean end are lost: not a clean end after all.
-    else this.fail(this.unfinishedWrites(this.ended));
+    // Writes begun after a clean end are lost too: fail() says so.
+    this.fail(this.ended, this.endedCleanly && this.writesInFlight === 0 ? "ended" : "error");
   }
 
   /** The peer's end (`cause`) while writes of this side were unfinished: what they carried is lost. */
