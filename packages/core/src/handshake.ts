@@ -46,6 +46,7 @@ import {
   pathHeadline,
   MAX_PEER_NAMES,
   MAX_VERDICTS,
+  peerExcerpt,
   peerNames,
   peerText,
   inferredVerdicts,
@@ -357,7 +358,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   if (answer.transport === REFUSED) throw refused(answer, url, settings);
   // Where to open the pipe's connections is the listener's word: no address is that long or holds such characters.
   if (answer.address.length > MAX_ANSWERED_ADDRESS || peerText(answer.address) !== answer.address) {
-    throw protocolError(`the listener answered with "${peerText(answer.address, 128)}"${answer.address.length > 128 ? `... (${answer.address.length} characters)` : ""}, which is not an address to dial`, url);
+    throw protocolError(`the listener answered with "${peerExcerpt(answer.address)}", which is not an address to dial`, url);
   }
   const viableChannels = viable(settings.channels);
   const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
@@ -398,7 +399,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     const c = await chosen.connect(followUp, { signal }).catch((e: unknown) => {
       // The address is the listener's word: one that is not an address at all is its fault, not the caller's.
       if (followUp === answer.address && (e as { code?: string }).code === ErrorCode.INVALID_ARG) {
-        throw protocolError(`the listener answered with "${peerText(answer.address, 128)}", which is not an address ${answer.transport} can dial`, url);
+        throw protocolError(`the listener answered with "${peerExcerpt(answer.address)}", which is not an address ${answer.transport} can dial`, url);
       }
       throw e;
     });

@@ -7,7 +7,7 @@ import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
 import { deviceKey, pairLabel } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import { type PathVerdict, peerText } from "./path-report.js";
+import { type PathVerdict, peerExcerpt, peerText } from "./path-report.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 import type { TransportContext } from "./transport.js";
 
@@ -208,16 +208,16 @@ export function checkAnswer(
   answer: BrochureAnswer,
 ): DevicePairChoice[] {
   const transport = transports.get(answer.transport);
-  if (!transport) throw negotiationError(`peer chose transport "${shown(answer.transport)}", which this side lacks`);
+  if (!transport) throw negotiationError(`peer chose transport "${peerExcerpt(answer.transport)}", which this side lacks`);
   if (transport.domainDescriptor() !== answer.transportDomainDescriptor) {
     throw negotiationError(
-      `transport "${answer.transport}" domains differ: "${transport.domainDescriptor()}" here, "${shown(answer.transportDomainDescriptor)}" there`,
+      `transport "${answer.transport}" domains differ: "${transport.domainDescriptor()}" here, "${peerExcerpt(answer.transportDomainDescriptor)}" there`,
     );
   }
   const pairs: DevicePairChoice[] = [];
   for (const { local: remoteDevice, remote: localDevice, channel: name } of answer.channelForDevicePair) {
     const channel = channels.get(name);
-    if (!channel) throw negotiationError(`peer chose channel "${shown(name)}", which this side lacks`);
+    if (!channel) throw negotiationError(`peer chose channel "${peerExcerpt(name)}", which this side lacks`);
     if (!answer.channelRegistrationIds.has(name)) {
       throw negotiationError(`peer chose channel "${name}" but registered no connections for it`);
     }
@@ -229,14 +229,14 @@ export function checkAnswer(
       !channel.canCommunicateWithRemote(localDescriptor, remoteDescriptor)
     ) {
       throw negotiationError(
-        `channel "${name}" cannot join ${shown(deviceKey(localDevice))} here to ${shown(deviceKey(remoteDevice))} there`,
+        `channel "${name}" cannot join ${peerExcerpt(deviceKey(localDevice))} here to ${peerExcerpt(deviceKey(remoteDevice))} there`,
       );
     }
     pairs.push({ local: localDevice, remote: remoteDevice, channel: name });
   }
   for (const [name, ids] of answer.channelRegistrationIds) {
     const channel = channels.get(name);
-    if (!channel) throw negotiationError(`peer registered connections for unknown channel "${shown(name)}"`);
+    if (!channel) throw negotiationError(`peer registered connections for unknown channel "${peerExcerpt(name)}"`);
     const accepted = channel.acceptsConnectionCount?.(ids.length) ?? ids.length === channel.numConnectionsNeeded();
     if (!accepted) {
       throw negotiationError(
@@ -246,12 +246,6 @@ export function checkAnswer(
   }
   return pairs;
 }
-
-/** A peer's name or descriptor in an error: short, and nothing in it that could forge a line or hide text. */
-function shown(text: string): string {
-  return text.length > SHOWN ? `${peerText(text, SHOWN)}... (${text.length} characters)` : peerText(text);
-}
-const SHOWN = 128;
 
 /** Each pair's devices and channel, for logs: "cpu:0->cuda:1: cuda-basic, ...", or "none". */
 export function describePairs(pairs: readonly DevicePairChoice[]): string {

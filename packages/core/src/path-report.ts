@@ -127,6 +127,12 @@ export function peerText(value: string, max = MAX_TEXT): string {
   return cut.replace(LONE_SURROGATE, "\ufffd").replace(UNSAFE, "?");
 }
 
+/** A peer's text as an error names it: at most 128 characters, made safe, saying how long it was where it was cut. */
+export function peerExcerpt(value: string): string {
+  return value.length > EXCERPT ? `${peerText(value, EXCERPT)}... (${value.length} characters)` : peerText(value);
+}
+const EXCERPT = 128;
+
 function text(value: unknown): string | undefined {
   return typeof value === "string" ? peerText(value) : undefined;
 }

@@ -110,8 +110,8 @@ describe("a listener that lies in its answer", () => {
   });
 
   it.each([
-    ["not one", () => huge, /^the listener answered with "[^"]*"\.\.\. \(400000 characters\), which is not an address to dial/],
-    ["too long, of a name's characters", (p: number) => `${"a".repeat(60)}.`.repeat(3000) + `:${p}`, /\(1830\d\d characters\), which is not an address to dial/],
+    ["not one", () => huge, /^the listener answered with "[^"]*\.\.\. \(400000 characters\)", which is not an address to dial/],
+    ["too long, of a name's characters", (p: number) => `${"a".repeat(60)}.`.repeat(3000) + `:${p}`, /\(1830\d\d characters\)", which is not an address to dial/],
     ["this side's own, with a forged scope", (p: number) => `127.0.0.1%${forged}:${p}`, /^the listener answered with "127\.0\.0\.1%\?\[2J\?\?\?:\d+", which is not an address to dial/],
     ["short, without a port", () => "nowhere", /^the listener answered with "nowhere", which is not an address uv can dial/],
   ])("an address that is %s: ERR_TP_PROTOCOL, the listener's fault; nothing of it unbounded or unsafe in the error or its record", async (_, address, text) => {
