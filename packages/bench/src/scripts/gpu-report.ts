@@ -14,6 +14,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import type { BenchResult } from "../result.js";
 import { fmt, median } from "../index.js";
+import { ScriptArgs } from "./script.js";
 
 /** What bench-cuda --json prints: the part read here. */
 interface BenchCuda {
@@ -24,14 +25,14 @@ interface BenchCuda {
   targets: { what: string; value: number; target: string; met: boolean }[];
 }
 
-const args = process.argv.slice(2);
-const option = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
-const dir = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
-if (!dir) {
+const dir = process.argv[2];
+if (!dir || dir.startsWith("--")) {
   console.error("usage: gpu-report.js OUT_DIR [--into docs/benchmarks] [--date YYYY-MM-DD]");
   process.exit(2);
 }
-const date = option("--date") ?? new Date().toISOString().slice(0, 10);
+const args = new ScriptArgs(process.argv.slice(3));
+const date = args.value("--date", new Date().toISOString().slice(0, 10));
+const into = args.value("--into", "");
 
 const read = (name: string): string | undefined => (existsSync(join(dir, name)) ? readFileSync(join(dir, name), "utf8") : undefined);
 // Tools' colours, where they printed any.
@@ -118,9 +119,8 @@ else {
 const slug = gpu === "no GPU" ? "no-gpu" : (gpu.toLowerCase().replace(/^nvidia\s+/, "").split(/\s+/)[0] ?? "gpu").replace(/[^a-z0-9-]/g, "");
 const name = `${date}-${slug}.md`;
 const text = `${lines.join("\n").trimEnd()}\n`;
-for (const into of [dir, option("--into")]) {
-  if (!into) continue;
-  mkdirSync(into, { recursive: true });
-  writeFileSync(join(into, name), text);
+for (const to of into ? [dir, into] : [dir]) {
+  mkdirSync(to, { recursive: true });
+  writeFileSync(join(to, name), text);
 }
-console.log(join(option("--into") ?? dir, name));
+console.log(join(into || dir, name));
