@@ -69,6 +69,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
 
   const peerArgs = [
     ...(options.lanes ? ["--lanes", String(options.lanes)] : []),
+    ...(options.parallelism ? ["--copy-threads", String(options.parallelism)] : []),
     ...(options.backends ?? []).flatMap((b) => ["--backend", b]),
   ];
   const peer = await spawnPeer("127.0.0.1", peerArgs);

@@ -35,6 +35,8 @@ export interface BackendChoice extends ContextOptions {
   backends?: readonly string[];
   /** mpt lanes. */
   lanes?: number;
+  /** cma: copier threads for large tensors. */
+  parallelism?: number;
   /** uv: the network interface to listen and connect on. */
   interface?: string;
   /** uv: how long a silent peer may go unnoticed, in ms. */

@@ -45,16 +45,28 @@ export class ParallelMemcpy {
     const bytes = data.length;
     const n = Math.max(count, Math.ceil((64 * MiB) / bytes));
     if (bytes < ParallelMemcpy.SPLIT_FROM) return this.onThisThread(data, n);
-    if (this.src.length < bytes) {
-      this.src = new Uint8Array(new SharedArrayBuffer(bytes));
-      this.dst = new Uint8Array(new SharedArrayBuffer(bytes));
-    }
-    this.src.set(data);
+    this.load(data);
     let best = 0;
     for (let threads = 1; threads <= this.maxThreads; threads++) {
       best = Math.max(best, await this.split(bytes, threads, n));
     }
     return best;
+  }
+
+  /** GB/s of `data.length` bytes split over `threads` threads (at most maxThreads), whatever the size. */
+  async throughputOn(threads: number, data: Uint8Array, count: number): Promise<number> {
+    if (!(Number.isInteger(threads) && threads >= 1 && threads <= this.maxThreads)) throw new Error(`threads must be from 1 to ${this.maxThreads}, got ${threads}`);
+    this.load(data);
+    return this.split(data.length, threads, Math.max(count, Math.ceil((64 * MiB) / data.length)));
+  }
+
+  /** `data` into the shared source, which grows (with the destination) to hold it. */
+  private load(data: Uint8Array): void {
+    if (this.src.length < data.length) {
+      this.src = new Uint8Array(new SharedArrayBuffer(data.length));
+      this.dst = new Uint8Array(new SharedArrayBuffer(data.length));
+    }
+    this.src.set(data);
   }
 
   /** Where the last copy landed: its first bytes equal the last data given. */

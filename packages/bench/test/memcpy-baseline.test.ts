@@ -14,6 +14,15 @@ describe("memcpy baseline on the best number of threads", () => {
     expect(Buffer.compare(copier.destination().subarray(0, size), data)).toBe(0);
   });
 
+  it("copies every byte on the threads it is told, and refuses more than it has", async () => {
+    const data = new Uint8Array(ParallelMemcpy.SPLIT_FROM + 4097);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 13 + 1) & 0xff;
+    expect(await copier.throughputOn(3, data, 1)).toBeGreaterThan(0);
+    expect(Buffer.compare(copier.destination().subarray(0, data.length), data)).toBe(0);
+    await expect(copier.throughputOn(4, data, 1)).rejects.toThrow("threads must be from 1 to 3, got 4");
+    await expect(copier.throughputOn(0, data, 1)).rejects.toThrow("got 0");
+  });
+
   it("copies small buffers on this thread", async () => {
     const data = new Uint8Array(100).fill(9);
     expect(await copier.throughput(data, 2)).toBeGreaterThan(0);

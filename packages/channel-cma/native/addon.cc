@@ -3,6 +3,7 @@
 // copier threads take in turn.
 #include <napi.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
@@ -107,6 +108,8 @@ class CopyQueue : public EnvResource {
   }
 
   void CopyLoop() {
+    // Named for top -H, perf and /proc/<pid>/task/*/comm (the bench counts them there).
+    pthread_setname_np(pthread_self(), "tp-cma-copier");
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       work_.wait(lock, [this] { return closing_ || !chunks_.empty(); });

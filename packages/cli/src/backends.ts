@@ -18,6 +18,8 @@ export interface BackendOptions {
   backends?: readonly string[];
   /** mpt lanes (default: its own). */
   lanes?: number;
+  /** cma: copier threads for large tensors (default: its own). */
+  parallelism?: number;
   /** uv: the network interface to listen and connect on. */
   interface?: string;
   /** uv: how long a silent peer may go unnoticed, in ms (see UvTransportOptions.peerTimeout). */

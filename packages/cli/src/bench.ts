@@ -206,7 +206,13 @@ async function nodeNet(echoPort: number, sinkPort: number): Promise<Series> {
 /** `tensorpipe peer` in a child process, and the addresses it printed. */
 async function startPeer(options: BenchOptions) {
   const main = fileURLToPath(new URL("./main.js", import.meta.url));
-  const args = [main, "peer", ...(options.lanes ? ["--lanes", String(options.lanes)] : []), ...(options.backends ?? []).flatMap((b) => ["--backend", b])];
+  const args = [
+    main,
+    "peer",
+    ...(options.lanes ? ["--lanes", String(options.lanes)] : []),
+    ...(options.parallelism ? ["--copy-threads", String(options.parallelism)] : []),
+    ...(options.backends ?? []).flatMap((b) => ["--backend", b]),
+  ];
   const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);

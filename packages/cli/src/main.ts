@@ -2,9 +2,9 @@
 /**
  * The `tensorpipe` command.
  *   tensorpipe doctor [--json] [--interface NAME] [--backend MODULE ...]
- *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N]
+ *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N]
  *                    [--json FILE] [--backend MODULE ...]
- *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--interface NAME]
+ *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
  *                   [--peer-timeout MS] [--timeout MS] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
@@ -34,6 +34,7 @@ commands:
              --transports LIST    only these transports (e.g. uv,shm)
              --channels LIST      only these channels (e.g. basic,cma)
              --lanes N            mpt lanes
+             --copy-threads N     cma: copier threads for large tensors
              --json FILE          every figure as JSON
              --backend MODULE     a third-party backend package too; may be given again
   peer     listen on every viable transport (and node:net), print the
@@ -42,6 +43,7 @@ commands:
              --transports LIST    only these transports
              --channels LIST      only these channels
              --lanes N            mpt lanes
+             --copy-threads N     cma: copier threads for large tensors
              --interface NAME     uv: the network interface
              --peer-timeout MS    uv: how long a silent peer may go unnoticed
              --timeout MS         a deadline for each read and write
@@ -64,13 +66,17 @@ function parse<T extends ParseArgsConfig["options"]>(args: string[], options: T)
   }
 }
 
-/** A flag's value as a positive integer, or undefined when not given. */
-function positive(flag: string, value: string | undefined): number | undefined {
+/** A flag's value as a positive integer up to `max`, or undefined when not given. */
+function positive(flag: string, value: string | undefined, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
   if (!(Number.isInteger(n) && n >= 1)) fail(`${flag} must be a positive integer, got ${value}`);
+  if (n > max) fail(`${flag} must be at most ${max}, got ${value}`);
   return n;
 }
+
+/** cma's bound on copier threads (CmaChannelOptions.parallelism): past it cma would not start, and the run would go on without it. */
+const MAX_COPY_THREADS = 64;
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...given] = argv;
@@ -99,6 +105,7 @@ async function main(argv: string[]): Promise<number> {
       transports: { type: "string" },
       channels: { type: "string" },
       lanes: { type: "string" },
+      "copy-threads": { type: "string" },
       json: { type: "string" },
       backend: { type: "string", multiple: true },
     });
@@ -114,6 +121,7 @@ async function main(argv: string[]): Promise<number> {
       transports: list(values.transports),
       channels: list(values.channels),
       lanes: positive("--lanes", values.lanes),
+      parallelism: positive("--copy-threads", values["copy-threads"], MAX_COPY_THREADS),
       jsonPath: values.json,
       backends: values.backend,
     });
@@ -125,6 +133,7 @@ async function main(argv: string[]): Promise<number> {
       transports: { type: "string" },
       channels: { type: "string" },
       lanes: { type: "string" },
+      "copy-threads": { type: "string" },
       interface: { type: "string" },
       "peer-timeout": { type: "string" },
       timeout: { type: "string" },
@@ -135,6 +144,7 @@ async function main(argv: string[]): Promise<number> {
       transports: list(values.transports),
       channels: list(values.channels),
       lanes: positive("--lanes", values.lanes),
+      parallelism: positive("--copy-threads", values["copy-threads"], MAX_COPY_THREADS),
       interface: values.interface,
       peerTimeout: positive("--peer-timeout", values["peer-timeout"]),
       timeout: positive("--timeout", values.timeout),

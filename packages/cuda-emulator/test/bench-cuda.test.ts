@@ -36,6 +36,17 @@ describe("bench-cuda on the emulator", () => {
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, "bench-cuda.txt"), r.stdout);
     writeFileSync(join(dir, "bench.json"), JSON.stringify({ sizes: [8, 64 << 20], ratios: { "shm+cma 64 MiB GB/s / memcpy": 0.85, "cma (C) 64 MiB GB/s / memcpy": 0.9 } }));
+    const byThreads = {
+      size: 64 << 20,
+      rounds: 3,
+      cores: 16,
+      rows: [
+        { threads: 8, copiers: 8, memcpy: 45, memcpyC: 50, cmaC: 30, shmCma: 28 },
+        { copiers: 4, shmCma: 20 },
+      ],
+      ratios: { "cma (C) best / memcpy best": 0.6, "shm+cma best / memcpy best": 0.56, "shm+cma default / memcpy best": 0.4, "shm+cma best / cma (C) best": 0.93 },
+    };
+    writeFileSync(join(dir, "cma-threads.txt"), `a warning first\n${JSON.stringify(byThreads)}\n`);
     const made = spawnSync(process.execPath, [report, dir, "--date", "2026-01-02"], { encoding: "utf8" });
     expect(made.status).toBe(0);
     expect(made.stdout.trim()).toBe(join(dir, "2026-01-02-tensorpipe.md"));
@@ -45,6 +56,10 @@ describe("bench-cuda on the emulator", () => {
     expect(page).toMatch(/\| cuda-basic\+cma 16 MiB \/ cma \| [\d.]+x \| >= 0\.8x \| (met|NOT MET) \|/);
     expect(page).toContain("| shm+cma 64 MiB GB/s / memcpy | 0.85x |");
     expect(page).toContain("Target: shm+cma >= 0.8x memcpy at 64 MiB: met.");
+    expect(page).toContain("| 8 | 8 | 45.00 | 50.00 | 30.00 | 28.00 |");
+    expect(page).toContain("| default | 4 |  |  |  | 20.00 |");
+    expect(page).toContain("| shm+cma default / memcpy best | 0.40x |");
+    expect(page).toContain("The kernel's copy is the limit: cma (C) at its best is 0.60x memcpy at its best");
     expect(page).toContain("(missing: the tests step left no output");
   });
 });

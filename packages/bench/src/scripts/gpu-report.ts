@@ -4,8 +4,8 @@
  * ran on: the machine, the CUDA packages' tests, the C exchange of CUDA IPC
  * handles, bench-cuda with its ratios and the issue's targets, and
  * `tensorpipe bench` on that machine's cores (shm+cma against memcpy, and
- * cma's C program, the kernel's share). Steps that did not run are said to
- * be missing, not left out.
+ * cma's C program, the kernel's share), and cma by copier threads. Steps
+ * that did not run are said to be missing, not left out.
  *
  *   node packages/bench/dist/scripts/gpu-report.js OUT_DIR [--into docs/benchmarks] [--date YYYY-MM-DD]
  */
@@ -14,6 +14,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import type { BenchResult } from "../result.js";
 import { fmt, median } from "../index.js";
+import type { CmaThreadsResult } from "./cma-threads.js";
 import { ScriptArgs } from "./script.js";
 
 /** What bench-cuda --json prints: the part read here. */
@@ -114,6 +115,24 @@ else {
   const own = result.ratios[wanted[0]!];
   if (own !== undefined) lines.push(`Target: shm+cma >= 0.8x memcpy at 64 MiB: ${own >= 0.8 ? "met" : "NOT MET"}. The C program's ratio is the kernel's part of the gap.`, "");
   lines.push("<details><summary>every ratio of the run</summary>", "", ...table(["ratio", "this run"], Object.entries(result.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`])), "</details>", "");
+}
+
+lines.push("## cma by copier threads (`cma-threads.js --rounds 3 --json`, GB/s)", "");
+const threads = lastJson<CmaThreadsResult>("cma-threads.txt");
+if (!threads) lines.push(...missing("cma-threads"));
+else {
+  const cell = (v: number | undefined) => (v === undefined ? "" : fmt(v, 2));
+  lines.push(
+    `At ${threads.size / 2 ** 20} MiB, medians of ${threads.rounds} rounds. memcpy is the bench's, between JS buffers; memcpy (C) copies between huge pages, as cma's reader buffers are; "memcpy best" is the best of either. The default row is shm+cma to a peer at cma's default number of copiers.`,
+    "",
+    ...table(
+      ["threads", "copiers", "memcpy", "memcpy (C)", "cma (C)", "shm+cma"],
+      threads.rows.map((r) => [r.threads === undefined ? "default" : String(r.threads), String(r.copiers), cell(r.memcpy), cell(r.memcpyC), cell(r.cmaC), cell(r.shmCma)]),
+    ),
+    ...table(["ratio", "this run"], Object.entries(threads.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`])),
+    `The kernel's copy ${threads.ratios["cma (C) best / memcpy best"] < 0.8 ? "is" : "is not"} the limit: cma (C) at its best is ${fmt(threads.ratios["cma (C) best / memcpy best"], 2)}x memcpy at its best (0.8x wanted).`,
+    "",
+  );
 }
 
 const slug = gpu === "no GPU" ? "no-gpu" : (gpu.toLowerCase().replace(/^nvidia\s+/, "").split(/\s+/)[0] ?? "gpu").replace(/[^a-z0-9-]/g, "");

@@ -54,11 +54,11 @@ export function printResults<T>(args: ScriptArgs, title: string, rows: readonly 
 
 /**
  * Runs `use` with a pipe over shm to the bench's peer process (listening on
- * shm alone), negotiated from `choice`; the context and the peer are closed
- * after, however `use` ends.
+ * shm alone, with `peerArgs` besides), negotiated from `choice`; the
+ * context and the peer are closed after, however `use` ends.
  */
-export async function withShmPeer<T>(choice: BackendChoice, use: (pipe: Pipe, peer: PeerProcess) => Promise<T>): Promise<T> {
-  const peer = await spawnPeer("127.0.0.1", ["--transports", "shm"]);
+export async function withShmPeer<T>(choice: BackendChoice, use: (pipe: Pipe, peer: PeerProcess) => Promise<T>, peerArgs: readonly string[] = []): Promise<T> {
+  const peer = await spawnPeer("127.0.0.1", ["--transports", "shm", ...peerArgs]);
   try {
     const context = await createContext({ ...choice, transports: ["shm"] });
     try {
