@@ -103,7 +103,9 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   Progress Consume(FrameRead& op);
   void ArmRead();
   void StopIo();
-  bool HasUnreadBytes() const { return false; }
+  // Frames the peer finished before it went stay readable in the ring: a
+  // peer that wrote and closed is not told as gone until they are read.
+  bool HasUnreadBytes() const { return inboxMap_ != nullptr && HasInput(); }
   bool HasPendingInput() const { return inboxMap_ != nullptr && HasInput(); }
   int SocketFd() const { return sock_; }
 

@@ -213,6 +213,22 @@ export function describeTransportConformance(options: TransportConformanceOption
       expect(await b.closed).toMatchObject({ code: ErrorCode.PEER_CLOSED });
     });
 
+    it("delivers every frame the peer wrote before it closed, read after its close, then ERR_TP_PEER_CLOSED", async () => {
+      const [a, b] = await pair();
+      // Small enough to sit whole in the smallest ring a transport may be tested with (shm: 4 KiB).
+      const sizes = [10, 2000, 0, 300, 5];
+      await a.write(sizes.map((n, i) => patterned(n, i)));
+      a.close();
+      // Its end reaches this side before anything here reads.
+      await new Promise((r) => setTimeout(r, 50));
+      for (const [i, n] of sizes.entries()) {
+        const frame = await b.read(1 << 20);
+        expect(frame.byteLength).toBe(n);
+        expect(hasPattern(frame, i)).toBe(true);
+      }
+      await expect(b.read(100)).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    });
+
     it("rejects a frame cut short by the peer as a broken connection", async () => {
       const [a, b] = await pair();
       const target = new Uint8Array(64 * MiB);

@@ -7,7 +7,7 @@
 //   Progress Consume(FrameRead& op);  // feed `op` from the bytes at hand
 //   void ArmRead();                   // wait for bytes while reads wait
 //   void StopIo();                    // stop waiting for anything (failed)
-//   bool HasUnreadBytes() const;      // bytes of an unfinished frame are here
+//   bool HasUnreadBytes() const;      // bytes here that no read has taken
 //   bool HasPendingInput() const;     // the peer sent bytes no read has taken
 //   void CloseAll();                  // close everything (JS close, teardown)
 //   Napi::Value Write(const Napi::CallbackInfo&), LocalAddress, RemoteAddress
