@@ -419,10 +419,12 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   if (newMain !== main) main.close();
   events.add("handshake", `opened the ${2 + channelConnections.length} connection(s) asked for`);
   const channels = new Map<string, Channel>();
+  const byChannel = new Map<string, Connection[]>();
   let next = 0;
   for (const [name, ids] of answer.channelRegistrationIds) {
     const conns = channelConnections.slice(next, next + ids.length);
     next += ids.length;
+    byChannel.set(name, conns);
     channels.set(
       name,
       settings.channels.get(name)!.context.createChannel(conns, "connect", {
@@ -436,6 +438,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     main: newMain!,
     reply: reply!,
     channels,
+    channelConnections: byChannel,
     pairs,
     peer: url,
     side: "connect",
@@ -584,11 +587,13 @@ async function answerSteps(
     const reply = conns[i++]!;
     if (mainReg) main.close();
     const channels = new Map<string, Channel>();
+    const byChannel = new Map<string, Connection[]>();
     for (const [name, regs] of channelRegs) {
       const medium = transport.context.medium ?? "network";
+      byChannel.set(name, conns.slice(i, i + regs.length));
       channels.set(
         name,
-        settings.channels.get(name)!.context.createChannel(conns.slice(i, i + regs.length), "listen", {
+        settings.channels.get(name)!.context.createChannel(byChannel.get(name)!, "listen", {
           transportMedium: medium,
           peerWireExtension: peerWireExtension(brochure.channelDeviceDescriptors, name),
         }),
@@ -600,6 +605,7 @@ async function answerSteps(
       main: pipeMain,
       reply,
       channels,
+      channelConnections: byChannel,
       pairs: choice.pairs,
       peer: pipeMain.remoteAddress,
       side: "listen",

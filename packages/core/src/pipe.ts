@@ -118,6 +118,11 @@ export interface PipeParts {
   reply: Connection;
   /** The channels, by name. */
   channels: Map<string, Channel>;
+  /**
+   * The connections each channel was given, by channel name: one that the
+   * peer ends while the pipe stays open fails the pipe, idle or not.
+   */
+  channelConnections?: ReadonlyMap<string, readonly Connection[]>;
   /** Channel per (local device, remote device), from this side's view. */
   pairs: DevicePairChoice[];
   /** The peer, for error messages: a URL or an address. */
@@ -162,6 +167,13 @@ function targetOf(t: MessageTensor, source: Device): Device | undefined {
 
 /** How long reads in flight when the peer ended the pipe may still take to finish. */
 const ENDED_READ_GRACE_MS = 5000;
+
+/**
+ * How often, once another of the pipe's connections has ended, the pipe
+ * looks whether main has ended too: a peer closing its pipe closes them
+ * all, in any order, and main's end comes behind what it still carries.
+ */
+const CUT_CONNECTION_CHECK_MS = 1000;
 
 /** The errors made for a peer's end with writes of this side unfinished, not to be wrapped again. */
 const UNFINISHED = new WeakSet<TensorPipeError>();
@@ -318,6 +330,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     // is reading or writing right now.
     this.main.closed.then((e) => e && !this.failure && this.endStream(this.describe(e)));
     this.reply.closed.then((e) => e && !this.failure && this.tensorSends.length > 0 && this.fail(e));
+    this.reply.closed.then((e) => e && this.connectionCut("reply", e));
+    for (const [name, conns] of parts.channelConnections ?? []) {
+      for (const c of conns) c.closed.then((e) => e && this.connectionCut(`${name} channel`, e));
+    }
     if (log.enabled) {
       log("pipe to %s open (%s side): transport %s, channels %s", this.peer, parts.side, this.transport, describePairs(parts.pairs));
     }
@@ -791,6 +807,35 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         ENDED_READ_GRACE_MS,
       );
     }
+  }
+
+  /**
+   * One of the pipe's connections other than main ended (`cause`). A peer
+   * that closed its pipe ended main too, but main's end comes behind the
+   * messages it still holds, which a slow reader here may take long to
+   * read. So the pipe fails, idle or not, only once main has been waiting
+   * for the next descriptor, with nothing come, for two checks in a row:
+   * the peer cut that connection alone, or it failed on its own, and
+   * nothing would otherwise notice until its next use.
+   */
+  private connectionCut(what: string, cause: Error): void {
+    let waitedSince = -1;
+    const check = (): void => {
+      if (this.failure || this.ended) return;
+      const waiting = !this.prefetched && !this.current && this.readsInFlight === 0;
+      if (waiting && waitedSince === this.counters.messagesReceived) {
+        const err = this.describe(cause);
+        this.fail(
+          err.code === ErrorCode.PEER_CLOSED
+            ? new TensorPipeError(ErrorCode.CONNECTION_RESET, `the peer closed the pipe's ${what} connection while the pipe stayed open`, { where: `pipe to ${this.peer}`, cause: err })
+            : err,
+        );
+        return;
+      }
+      waitedSince = waiting ? this.counters.messagesReceived : -1;
+      setTimeout(check, CUT_CONNECTION_CHECK_MS).unref();
+    };
+    check();
   }
 
   /** Once what the peer sent before leaving has been read, the pipe is over. */

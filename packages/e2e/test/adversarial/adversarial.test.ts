@@ -332,6 +332,19 @@ describe("messages that cannot be read", () => {
     await stillServes(v.uvUrl);
   });
 
+  it.each([
+    ["reply", "reply"],
+    ["channel", "basic channel"],
+  ] as const)("a peer that cuts the pipe's %s connection and keeps its first open fails the pipe within seconds, and the listener goes on", async (which, named) => {
+    const v = await victim();
+    const connections = await rawPipe(v.port);
+    connections[which].socket.end();
+    const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended", 10_000);
+    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringContaining(`the peer closed the pipe's ${named} connection while the pipe stayed open`) });
+    await connections.main.closed;
+    await stillServes(v.uvUrl);
+  });
+
   it("a context with no channel in common is refused at connect with ERR_TP_NEGOTIATION", async () => {
     const v = await victim();
     const ctx = new Context();

@@ -2,7 +2,10 @@
  * docs/failure-semantics.md's table "the same event, the same code": each
  * event provoked over every transport, the code checked exactly.
  */
-import { ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import type { ChannelContext, Connection, Endpoint } from "@tensorpipe/core/backend";
+import { BasicChannelContext } from "@tensorpipe/channel-basic";
+import { CmaChannelContext } from "@tensorpipe/channel-cma";
 import { spawn } from "node:child_process";
 import { type AddressInfo, createServer } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
@@ -62,6 +65,27 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     return { here, kill };
   }
 
+  // Its connections end at once, main's behind what it still carries: the
+  // others' ends must not cut the messages short for a reader that is slow.
+  it("the peer writes messages and closes: a reader that takes its time still gets every one, then the end", async () => {
+    const { here, peer } = await pipe();
+    const n = 20;
+    await Promise.all(
+      Array.from({ length: n }, (_, i) => peer.write({ metadata: String(i), payloads: [{ data: new Uint8Array(1024).fill(i) }], tensors: [{ buffer: new Uint8Array(1024).fill(i) }] })),
+    );
+    peer.close();
+    const got: string[] = [];
+    for await (const m of here) {
+      expect(m.payloads[0]!.data[0]).toBe(got.length);
+      expect(m.tensors[0]!.buffer[1023]).toBe(got.length);
+      got.push(m.metadata);
+      // Longer than the pipe takes to judge a connection cut alone.
+      if (got.length === 1) await new Promise((r) => setTimeout(r, 2500));
+    }
+    expect(got).toEqual(Array.from({ length: n }, (_, i) => String(i)));
+    await expect(here.closed).resolves.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
+
   // Over TCP a process that dies with bytes of ours unread ends in a reset
   // where it would have been EOF; over shm there is no such difference.
   it.each([
@@ -102,6 +126,50 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     peer.close();
     await expect(read).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/truncated frame/) });
     expect(await written).toMatchObject({ code: ErrorCode.CLOSED });
+  });
+
+  // A peer closing its pipe closes every connection; one that closes a
+  // channel's alone leaves main open, and nothing uses the channel's until
+  // the next tensor: the pipe must not wait for that to learn it.
+  it.each(["basic", "cma"] as const)("the peer cuts the pipe's %s connection alone and keeps the pipe: ERR_TP_CONNECTION_RESET, idle or not", async (channel) => {
+    const given: { endpoint: Endpoint; connections: readonly Connection[] }[] = [];
+    const context = async () => {
+      const c = await createContext({ transports: [transport], channels: [] });
+      contexts.push(c);
+      const inner: ChannelContext = channel === "basic" ? new BasicChannelContext() : new CmaChannelContext();
+      // The channel as it is, but for the connections it is given, kept to be cut.
+      const recording = new Proxy(inner, {
+        get(target, key) {
+          if (key === "createChannel") {
+            return (connections: readonly Connection[], endpoint: Endpoint, info?: unknown) => {
+              given.push({ endpoint, connections });
+              return target.createChannel(connections, endpoint, info as never);
+            };
+          }
+          const v = Reflect.get(target, key) as unknown;
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+      c.registerChannel(100, channel, recording);
+      return c;
+    };
+    const [a, b] = [await context(), await context()];
+    listener = await a.listen(URLS[transport]);
+    const [here, peer] = await Promise.all([b.connect(listener.addresses()[0]!), listener.accept()]);
+    expect(here.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channel);
+    // A tensor first, so that the channel's connections have been used (over uv cma reads it by address: the write settles once read).
+    const written = peer.write({ tensors: [{ buffer: new Uint8Array(1 << 20).fill(7) }] });
+    expect((await here.readMessage()).tensors[0]!.buffer[0]).toBe(7);
+    await written;
+    const read = here.readDescriptor().catch((e: unknown) => e);
+    const t0 = performance.now();
+    given.find((g) => g.endpoint === "listen")!.connections[0]!.close();
+    const error = await here.closed;
+    expect(error).toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(new RegExp(`^the peer closed the pipe's ${channel} channel connection while the pipe stayed open`)) });
+    expect(performance.now() - t0).toBeLessThan(5000);
+    expect(await read).toBe(error);
+    // The peer's pipe learns of it as the end of the stream.
+    await expect(peer.closed).resolves.toMatchObject({ code: ErrorCode.PEER_CLOSED });
   });
 
   it("this side closes: ERR_TP_CLOSED for what was pending and what comes after", async () => {
