@@ -63,12 +63,21 @@ lines.push(
   ...table(
     ["", ""],
     [
-      ["GPU", cuda?.skipped ? `none (${cuda.skipped})` : `${gpu}, driver API ${cuda?.driverVersion ?? "?"}`],
+      ["GPU", !cuda ? "unknown (bench-cuda left no output)" : cuda.skipped ? `none (${cuda.skipped})` : `${gpu}, driver API ${cuda.driverVersion}`],
       ["CPU, memory", `${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${Math.round(totalmem() / 2 ** 30)} GiB; Linux ${release()}`],
       ["Node", process.version],
     ],
   ),
 );
+
+lines.push("## Steps", "");
+const steps = read("steps.txt");
+if (steps === undefined) lines.push(...missing("steps"));
+else {
+  // device-gpu-checks.sh's lines: name, state, exit status, seconds taken, seconds allowed.
+  const rows = steps.trim().split("\n").map((l) => l.split(" "));
+  lines.push(`Within the run's deadline (\`TP_DEVICE_SECONDS\`); a step skipped or timed out left its figures missing or partial.`, "", ...table(["step", "state", "exit", "seconds", "allowed"], rows));
+}
 
 lines.push("## The CUDA packages' tests against the real driver", "");
 const tests = read("tests.txt");
