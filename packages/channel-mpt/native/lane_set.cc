@@ -157,6 +157,28 @@ Napi::Value LaneSet::Recv(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+bool LaneSet::ClaimLocked(Op* op, uint64_t offset, uint64_t length) {
+  if (length == 0 || offset > op->length || length > op->length - offset) return false;
+  uint64_t end = offset + length;
+  // Honest senders cut chunks of kMinChunk at least but the tensor's last:
+  // a peer cannot make the claims long.
+  if (length < kMinChunk && end != op->length) return false;
+  auto next = op->claimed.upper_bound(offset);
+  if (next != op->claimed.end() && next->first < end) return false;
+  auto prev = next == op->claimed.begin() ? op->claimed.end() : std::prev(next);
+  if (prev != op->claimed.end() && prev->second > offset) return false;
+  if (next != op->claimed.end() && next->first == end) {
+    end = next->second;
+    op->claimed.erase(next);
+  }
+  if (prev != op->claimed.end() && prev->second == offset) {
+    prev->second = end;
+  } else {
+    op->claimed.emplace(offset, end);
+  }
+  return true;
+}
+
 void LaneSet::SendLoop(Lane* lane) {
   char header[kWireHeaderSize + kMaxPad] = {};
   // What this thread has written. The kernel copies a thread's sends into
@@ -285,10 +307,10 @@ void LaneSet::RecvLoop(Lane* lane) {
       posted_.wait(lock, [&] { return stopping_ || failed_ || seq < recvsPosted_; });
       if (stopping_ || failed_) return;
       auto it = recvs_.find(seq);
-      if (it == recvs_.end() || length == 0 || offset > it->second->length || length > it->second->length - offset ||
-          it->second->moved + length > it->second->length) {
+      if (it == recvs_.end() || !ClaimLocked(it->second, offset, length)) {
         FailLocked({0, "", "mpt chunk [" + std::to_string(offset) + ", +" + std::to_string(length) + ") for tensor #" +
-                               std::to_string(seq) + " does not fit any pending receive"});
+                               std::to_string(seq) + " does not fit any pending receive (it overlaps another chunk, runs past the tensor, or is under 256 KiB "
+                               "without ending it)"});
         return;
       }
       op = it->second;

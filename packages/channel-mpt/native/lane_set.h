@@ -41,6 +41,9 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
     // Sending: the next byte to hand to a lane. Both: bytes moved.
     uint64_t handedOut = 0;
     uint64_t moved = 0;
+    // Receiving: the parts chunks have claimed, start to end, adjacent
+    // ones merged.
+    std::map<uint64_t, uint64_t> claimed;
     Napi::Reference<Napi::Value> keep;
   };
 
@@ -68,6 +71,13 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   Op* Submit(const Napi::CallbackInfo& info, uint64_t seq);
+  // Under mu_: reserves [offset, offset + length) of a receive for one
+  // chunk, or refuses a chunk that overlaps another, is empty, runs past
+  // the tensor or is shorter than a sender cuts one without ending the
+  // tensor. Chunks that never overlap count each byte once, so a receive
+  // is complete only once every byte has landed, and no lane still
+  // writes into it once it is delivered.
+  static bool ClaimLocked(Op* op, uint64_t offset, uint64_t length);
   void SendLoop(Lane* lane);
   void RecvLoop(Lane* lane);
   // Reads `length` bytes (read-ahead first) and returns how many it read:

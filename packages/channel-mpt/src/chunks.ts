@@ -58,3 +58,42 @@ export function chunkSize(length: number, lanes: number, maxChunk: number): numb
   const even = Math.ceil((Math.floor(length / (2 * lanes)) + 1) / 65536) * 65536;
   return Math.min(Math.max(maxChunk, MIN_CHUNK), Math.max(MIN_CHUNK, even));
 }
+
+/**
+ * The parts of one tensor that chunks have claimed on the receiving side.
+ * A chunk that overlaps another, is empty, runs past the tensor or is
+ * shorter than a sender cuts one (MIN_CHUNK) without ending the tensor is
+ * refused: chunks that never overlap count each byte once, so a receive is
+ * complete only once every byte has landed and no lane still writes into
+ * it once it is delivered. Adjacent claims merge, and with MIN_CHUNK a
+ * peer cannot make the list long.
+ */
+export class ChunkClaims {
+  /** Claimed parts in order, as [start, end) pairs. */
+  private readonly parts: [number, number][] = [];
+
+  constructor(private readonly length: number) {}
+
+  /** Reserves [offset, offset + length); false where the chunk is refused. */
+  claim(offset: number, length: number): boolean {
+    const end = offset + length;
+    if (length === 0 || end > this.length || (length < MIN_CHUNK && end !== this.length)) return false;
+    // The first part that starts after `offset`.
+    let lo = 0;
+    for (let hi = this.parts.length; lo < hi; ) {
+      const mid = (lo + hi) >>> 1;
+      if (this.parts[mid]![0] <= offset) lo = mid + 1;
+      else hi = mid;
+    }
+    const next = this.parts[lo];
+    const prev = this.parts[lo - 1];
+    if ((next && next[0] < end) || (prev && prev[1] > offset)) return false;
+    const joinsNext = next !== undefined && next[0] === end;
+    if (prev && prev[1] === offset) {
+      prev[1] = joinsNext ? next[1] : end;
+      if (joinsNext) this.parts.splice(lo, 1);
+    } else if (joinsNext) next[0] = offset;
+    else this.parts.splice(lo, 0, [offset, end]);
+    return true;
+  }
+}

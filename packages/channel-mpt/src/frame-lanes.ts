@@ -1,6 +1,6 @@
 import { type Connection, Deferred, ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
 import type { BulkLanes } from "./lanes.js";
-import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
+import { CHUNK_HEADER_BYTES, ChunkClaims, MAX_HEADER_PAD, MAX_SEQ_AHEAD, chunkSize, decodeChunkHeader, encodeChunkHeader } from "./chunks.js";
 
 interface SendOp {
   seq: number;
@@ -13,7 +13,7 @@ interface SendOp {
 
 interface RecvOp {
   bytes: Uint8Array;
-  claimed: number;
+  claimed: ChunkClaims;
   moved: number;
   done: Deferred<void>;
 }
@@ -91,7 +91,7 @@ export class FrameLanes implements BulkLanes {
     if (this.failure) return Promise.reject(this.failure);
     const seq = this.recvSeq++;
     if (bytes.byteLength === 0) return Promise.resolve();
-    const op: RecvOp = { bytes, claimed: 0, moved: 0, done: new Deferred<void>() };
+    const op: RecvOp = { bytes, claimed: new ChunkClaims(bytes.byteLength), moved: 0, done: new Deferred<void>() };
     this.recvs.set(seq, op);
     for (const wake of this.waiting.get(seq) ?? []) wake();
     this.waiting.delete(seq);
@@ -118,10 +118,11 @@ export class FrameLanes implements BulkLanes {
       if (seq >= this.recvSeq) await new Promise<void>((wake) => this.waiting.set(seq, [...(this.waiting.get(seq) ?? []), wake]));
       if (this.failure) return;
       const op = this.recvs.get(seq);
-      if (!op || length === 0 || offset + length > op.bytes.byteLength || op.claimed + length > op.bytes.byteLength) {
-        throw protocolError(`mpt chunk [${offset}, +${length}) for tensor #${seq} does not fit any pending receive`);
+      if (!op?.claimed.claim(offset, length)) {
+        throw protocolError(
+          `mpt chunk [${offset}, +${length}) for tensor #${seq} does not fit any pending receive (it overlaps another chunk, runs past the tensor, or is under 256 KiB without ending it)`,
+        );
       }
-      op.claimed += length;
       await lane.readInto(op.bytes.subarray(offset, offset + length));
       op.moved += length;
       if (op.moved === op.bytes.byteLength) {

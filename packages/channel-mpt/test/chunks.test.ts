@@ -1,7 +1,7 @@
 import { type Connection, ErrorCode } from "@tensorpipe/core/backend";
 import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
-import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, decodeChunkHeader, encodeChunkHeader } from "../src/chunks.js";
+import { CHUNK_HEADER_BYTES, ChunkClaims, MAX_HEADER_PAD, MIN_CHUNK, decodeChunkHeader, encodeChunkHeader } from "../src/chunks.js";
 import { defaultUnsentLimit } from "../src/index.js";
 
 describe("mpt chunk headers", () => {
@@ -24,6 +24,32 @@ describe("mpt chunk headers", () => {
     const bytes = encodeChunkHeader(header);
     new DataView(bytes.buffer).setBigUint64(8, 1n << 60n, true);
     expect(() => decodeChunkHeader(bytes)).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
+  });
+});
+
+describe("mpt chunk claims", () => {
+  const C = MIN_CHUNK;
+
+  it("take chunks in any order until each byte is claimed once", () => {
+    const claims = new ChunkClaims(4 * C + 10);
+    for (const [offset, length] of [[2 * C, C], [0, C], [4 * C, 10], [C, C], [3 * C, C]] as const) expect(claims.claim(offset, length)).toBe(true);
+    expect(claims.claim(0, 1 * C)).toBe(false);
+    expect(claims.claim(4 * C, 10)).toBe(false);
+  });
+
+  it.each([
+    ["overlaps the start of another", [[C, 2 * C]], [0, 2 * C]],
+    ["overlaps the end of another", [[0, 2 * C]], [C, 2 * C]],
+    ["lies inside another", [[0, 3 * C]], [C, C]],
+    ["holds another", [[C, C]], [0, 3 * C]],
+    ["repeats another", [[C, C]], [C, C]],
+    ["is empty", [], [0, 0]],
+    ["runs past the tensor", [], [4 * C, C]],
+    ["is short without ending the tensor", [], [0, C - 1]],
+  ] as const)("refuse a chunk that %s", (_, before, [offset, length]) => {
+    const claims = new ChunkClaims(4 * C);
+    for (const [o, l] of before) expect(claims.claim(o, l)).toBe(true);
+    expect(claims.claim(offset, length)).toBe(false);
   });
 });
 

@@ -108,6 +108,31 @@ describe.each([
     await expect(b.recv(new Uint8Array(1))).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
   });
 
+  // A peer's chunks of one tensor must not overlap: bytes counted twice
+  // left part of a tensor unwritten and delivered, and a lane still
+  // writing into memory already delivered (another message's, once the
+  // user let go of it).
+  it.each([
+    ["the same chunk twice", [{ lane: 0, offset: 0, length: 2 * MiB }, { lane: 1, offset: 0, length: 2 * MiB }]],
+    ["a chunk over another", [{ lane: 0, offset: 0, length: MiB }, { lane: 1, offset: 0, length: 2 * MiB }]],
+    ["a chunk inside another", [{ lane: 0, offset: 0, length: 2 * MiB }, { lane: 1, offset: MiB / 2, length: MiB }]],
+    ["a chunk shorter than a sender cuts, not the tensor's last", [{ lane: 0, offset: 0, length: 1000 }]],
+  ])("fail with ERR_TP_PROTOCOL on %s, and deliver nothing", async (_, chunks) => {
+    const { here, there } = await connections(2);
+    const b = await lanes(there, threads);
+    const target = new Uint8Array(4 * MiB);
+    const pending = b.recv(target);
+    let delivered = false;
+    pending.then(() => (delivered = true), () => undefined);
+    for (const { lane, offset, length } of chunks) {
+      // The last write meets lanes this side closed on its refusal.
+      here[lane]!.write([encodeChunkHeader({ seq: 0, offset, length }), new Uint8Array(length).fill(0xee)]).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await expect(pending).rejects.toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringContaining("overlaps another chunk") });
+    expect(delivered).toBe(false);
+  });
+
   it("fail with ERR_TP_PROTOCOL on a header that is not a chunk header", async () => {
     const { here, there } = await connections(1);
     const b = await lanes(there, threads);
