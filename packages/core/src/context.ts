@@ -39,10 +39,12 @@ export interface ContextOptions {
    */
   maxMessageBytes?: number;
   /**
-   * Connections a listener lets wait for their first frame at once
-   * (default 128), and the cap on a transport's own handshake (shm's):
-   * past it the oldest that has said nothing for 250 ms is dropped, so
-   * that peers that connect and say nothing cannot keep real ones out.
+   * Connections a listener lets wait in their handshakes at once (default
+   * 128), and the cap on a transport's own handshake (shm's): past it the
+   * oldest that has waited on its peer past its grace is dropped (250 ms
+   * for one that said nothing, 1 s for one that spoke and stalled), so
+   * that peers that connect and say nothing, or a few bytes, cannot keep
+   * real ones out.
    */
   maxPendingHandshakes?: number;
   /**

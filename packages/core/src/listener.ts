@@ -5,6 +5,7 @@ import { Deferred } from "./deferred.js";
 import { channels as diagnostics } from "./diagnostic-channels.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type HandshakeSettings, answer } from "./handshake.js";
+import { HandshakeWaits, type Stalled } from "./handshake-waits.js";
 import type { Registered } from "./negotiation.js";
 import type { Pipe, PipeParts } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
@@ -26,8 +27,6 @@ export interface ListenerErrorMessage {
 
 /** A first packet is a few bytes plus a context name. */
 const MAX_PACKET_FRAME = 64 * 1024;
-/** How long a connection may say nothing before the cap on silent ones may drop it (ms). */
-const SILENT_GRACE_MS = 250;
 
 /** Where a listener listens: one transport at one address. */
 export interface ListenTarget {
@@ -58,9 +57,9 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private readonly registrations: Registrations;
   private closedError?: TensorPipeError;
   private readonly pending = new Set<Connection>();
-  /** Connections that have not sent their first frame yet, oldest first, with when they came. */
-  private readonly silent = new Map<Connection, number>();
-  /** Drops the silent connections once they are past their grace, out of descriptors (sweepSilentSoon). */
+  /** The pending connections whose handshakes wait on their peers, for dropping the stalled ones under pressure. */
+  private readonly waits = new HandshakeWaits();
+  /** Drops the stalled connections once they are past their grace, out of descriptors (sweepStalledSoon). */
   private sweep?: NodeJS.Timeout;
   private readonly counts = new Map<string, number>();
 
@@ -133,8 +132,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       connection.close(this.closedError);
       return;
     }
-    this.dropSilentPastCap();
-    this.silent.set(connection, performance.now());
+    this.dropStalledPastCap();
+    this.waits.accepted(connection);
     this.pending.add(connection);
     const timer = setTimeout(() => {
       connection.close(
@@ -147,11 +146,13 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       (pipe) => {
         clearTimeout(timer);
         this.pending.delete(connection);
+        this.waits.done(connection);
         if (pipe) this.deliver(pipe);
       },
       (e) => {
         clearTimeout(timer);
         this.pending.delete(connection);
+        this.waits.done(connection);
         const err = fromNativeError(e, connection.remoteAddress);
         connection.close(err);
         if (!this.closedError) this.dropped(err, connection.remoteAddress);
@@ -160,23 +161,20 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   }
 
   /**
-   * Peers that connect and say nothing must not keep real ones out: past
-   * maxPendingHandshakes connections that have not sent their first frame,
-   * the oldest goes, once it has been silent longer than a real peer takes
-   * to send one (a burst of real peers goes over the cap for that long).
+   * Peers that connect and say nothing, or a few bytes and then nothing,
+   * must not keep real ones out: past maxPendingHandshakes connections in
+   * their handshakes, the oldest that has waited on its peer past its
+   * grace goes (a burst of real peers goes over the cap for that long).
    */
-  private dropSilentPastCap(): void {
-    if (this.silent.size < this.maxPendingHandshakes) return;
-    const oldest = this.oldestSilent();
-    if (!oldest) return;
-    this.silent.delete(oldest);
-    oldest.close(
-      new TensorPipeError(
-        ErrorCode.TIMEOUT,
-        `connection dropped: it sent nothing while ${this.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`,
-        { where: oldest.remoteAddress },
-      ),
-    );
+  private dropStalledPastCap(): void {
+    if (this.waits.size < this.maxPendingHandshakes) return;
+    const stalled = this.waits.takeOldestStalled();
+    if (stalled) this.drop(stalled, `while ${this.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`);
+  }
+
+  private drop({ connection, spoke, waited }: Stalled, why: string): void {
+    const what = spoke ? `its handshake stalled for ${Math.round(waited)} ms` : "it sent nothing";
+    connection.close(new TensorPipeError(ErrorCode.TIMEOUT, `connection dropped: ${what} ${why}`, { where: connection.remoteAddress }));
   }
 
   /** A transport failed to accept a connection (out of descriptors, ...): it goes on listening. */
@@ -184,48 +182,25 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     if (this.closedError) return;
     const err = fromNativeError(error, "accept");
     this.dropped(err, "");
-    if (err.errno === "EMFILE" || err.errno === "ENFILE") this.sweepSilentSoon();
+    if (err.errno === "EMFILE" || err.errno === "ENFILE") this.sweepStalledSoon();
   }
 
   /**
    * Out of descriptors, new connections are turned away before they get
-   * here, so none comes to push a silent one out: each that has been
-   * silent for the grace period goes by itself, and frees its descriptor,
-   * until none is left.
+   * here, so none comes to push a stalled one out: each whose handshake
+   * has waited on its peer past its grace goes by itself, and frees its
+   * descriptor, until none is left.
    */
-  private sweepSilentSoon(): void {
-    if (this.sweep || this.silent.size === 0) return;
-    const since = this.silent.values().next().value!;
-    this.sweep = setTimeout(
-      () => {
-        this.sweep = undefined;
-        for (let c = this.oldestSilent(); c; c = this.oldestSilent()) {
-          this.silent.delete(c);
-          c.close(
-            new TensorPipeError(ErrorCode.TIMEOUT, "connection dropped: it sent nothing while this process was out of file descriptors", {
-              where: c.remoteAddress,
-            }),
-          );
-        }
-        this.sweepSilentSoon();
-      },
-      Math.max(0, since + SILENT_GRACE_MS - performance.now()),
-    );
+  private sweepStalledSoon(): void {
+    if (this.sweep) return;
+    const wait = this.waits.nextCheckIn();
+    if (wait === undefined) return;
+    this.sweep = setTimeout(() => {
+      this.sweep = undefined;
+      for (let s = this.waits.takeOldestStalled(); s; s = this.waits.takeOldestStalled()) this.drop(s, "while this process was out of file descriptors");
+      this.sweepStalledSoon();
+    }, wait);
     this.sweep.unref();
-  }
-
-  /**
-   * The oldest connection past its grace that has truly sent nothing: one
-   * whose first frame waits unread (a loop busy with a burst of accepts)
-   * has spoken, and is left to be read.
-   */
-  private oldestSilent(): Connection | undefined {
-    const now = performance.now();
-    for (const [c, since] of this.silent) {
-      if (now - since < SILENT_GRACE_MS) return undefined;
-      if (!c.hasPendingInput?.()) return c;
-    }
-    return undefined;
   }
 
   /** Counts, logs, publishes and emits a connection that will not become a pipe. */
@@ -238,12 +213,8 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */
   private async routeConnection(transport: string, connection: Connection): Promise<Pipe | undefined> {
-    let first: Uint8Array;
-    try {
-      first = await connection.read(MAX_PACKET_FRAME);
-    } finally {
-      this.silent.delete(connection);
-    }
+    const first = await connection.read(MAX_PACKET_FRAME);
+    this.waits.spoke(connection);
     const packet = decodePacket(first);
     if (packet.kind === "requested") {
       await this.registrations.claim(packet.registrationId, connection);
@@ -303,7 +274,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.registrations.rejectAll(err);
     for (const c of this.pending) c.close(err);
     this.pending.clear();
-    this.silent.clear();
+    this.waits.clear();
     clearTimeout(this.sweep);
     for (const p of this.ready.splice(0)) p.close();
   }

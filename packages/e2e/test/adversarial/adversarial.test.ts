@@ -291,6 +291,40 @@ describe("silent TCP connections", () => {
   });
 });
 
+describe("handshakes that stall", () => {
+  it("300 connections that send their first packet and then nothing, under a 256-descriptor limit, keep a real client out for about a second, not the handshake's 10 s", async () => {
+    const v = await victim({}, 256);
+    const first = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" })]);
+    const held = await Promise.all(
+      Array.from({ length: 300 }, () =>
+        new Promise<Socket>((resolve) => {
+          const s = netConnect(v.port, "127.0.0.1");
+          s.on("error", () => undefined);
+          s.once("connect", () => {
+            s.write(first);
+            resolve(s);
+          });
+          s.once("close", () => resolve(s));
+        }),
+      ),
+    );
+    cleanup.push(() => held.forEach((s) => s.destroy()));
+    const started = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await stillServes(v.uvUrl);
+        console.log(`a real client got in at attempt ${attempt}, after ${Date.now() - started} ms`);
+        break;
+      } catch (e) {
+        // Before, the stalled handshakes held every descriptor for their 10 s.
+        if (Date.now() - started > 6000) throw e;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+    expect(v.events.some((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT && /handshake stalled for \d+ ms while this process was out of file descriptors/.test(e.message!))).toBe(true);
+  });
+});
+
 describe("messages that cannot be read", () => {
   it("a tensor from a device no channel joins fails the pipe with ERR_TP_NEGOTIATION; the listener goes on", async () => {
     const v = await victim();
