@@ -12,6 +12,7 @@ import { HandshakeEvents } from "./flight-recorder.js";
 import { CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import {
+  type ChannelChoice,
   type Registered,
   buildBrochure,
   byPriority,
@@ -470,6 +471,33 @@ async function answerSteps(
   listening: ListeningSide,
   events: HandshakeEvents,
 ): Promise<PipeParts> {
+  // The offer is read and chosen from in a function of its own: nothing
+  // holds it (up to MAX_HANDSHAKE_ENTRIES entries) while the peer opens
+  // the connections asked for.
+  const chosen = await chooseForOffer(settings, main, cameOn, listening, events);
+  return await awaitConnections(chosen, main, cameOn, listening, events);
+}
+
+/** What a listener chose for a peer's offer, all it keeps of that offer. */
+interface AnswerChoice {
+  /** The settings as this listener's path restricts them. */
+  settings: HandshakeSettings;
+  session?: AuthSession;
+  transport: Registered<TransportContext>;
+  choice: ChannelChoice;
+  path: PathReport;
+  /** The peer's wire extension of each channel chosen. */
+  peerExtensions: Map<string, string | undefined>;
+}
+
+/** Reads the peer's offer (after its proof, under authentication) and chooses, or refuses it. */
+async function chooseForOffer(
+  settings: HandshakeSettings,
+  main: Connection,
+  cameOn: string,
+  listening: ListeningSide,
+  events: HandshakeEvents,
+): Promise<AnswerChoice> {
   const all = settings;
   settings = restricted(settings);
   const { auth } = settings;
@@ -534,6 +562,24 @@ async function answerSteps(
   // Toward upstream, whose brochure carries neither, the answer is upstream's alone.
   if (dialerSaid) choice.deviceDescriptors.set(PATH_REPORT_ENTRY, reportEntry(offeredHere, verdicts.filter((v) => v.by === "here")));
   if (!brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);
+  return {
+    settings,
+    session,
+    transport,
+    choice,
+    path,
+    peerExtensions: new Map(choice.selected.map((c) => [c.name, peerWireExtension(brochure.channelDeviceDescriptors, c.name)])),
+  };
+}
+
+/** Answers with `chosen`, and waits for the connections the answer asked for. */
+async function awaitConnections(
+  { settings, session, transport, choice, path, peerExtensions }: AnswerChoice,
+  main: Connection,
+  cameOn: string,
+  listening: ListeningSide,
+  events: HandshakeEvents,
+): Promise<PipeParts> {
   const registrations: Registration[] = [];
   const register = () => {
     const r = listening.registrations.register(session);
@@ -595,7 +641,7 @@ async function answerSteps(
         name,
         settings.channels.get(name)!.context.createChannel(byChannel.get(name)!, "listen", {
           transportMedium: medium,
-          peerWireExtension: peerWireExtension(brochure.channelDeviceDescriptors, name),
+          peerWireExtension: peerExtensions.get(name),
         }),
       );
       i += regs.length;

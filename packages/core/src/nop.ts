@@ -436,11 +436,12 @@ export class NopReader {
     return true;
   }
 
-  /** A std::vector<uint64_t> (see NopWriter.u64Vector). */
-  u64Vector(): bigint[] {
+  /** A std::vector<uint64_t> (see NopWriter.u64Vector) of at most `maxCount` elements. */
+  u64Vector(maxCount = Number.MAX_SAFE_INTEGER): bigint[] {
     this.expect(Nop.Binary, "vector<uint64>");
     const bytes = this.count(1);
     if (bytes % 8 !== 0) this.fail(`vector<uint64> of ${bytes} bytes`);
+    if (bytes / 8 > maxCount) this.fail(`vector<uint64> of ${bytes / 8} elements, over ${maxCount}`);
     const out: bigint[] = [];
     for (let i = 0; i < bytes; i += 8) {
       out.push(this.view.getBigUint64(this.pos, true));

@@ -83,6 +83,34 @@ export interface DescriptorReply {
   targetDevices: Device[];
 }
 
+/**
+ * The most entries (transports, channels, devices, registration ids,
+ * device pairs) one Brochure or BrochureAnswer may hold. A machine with 16
+ * GPUs and every channel this project has offers under 200; a peer's
+ * brochure of a million tiny entries cost the listener 20 times its bytes
+ * in decoded objects, and the time to walk them, before any check.
+ */
+export const MAX_HANDSHAKE_ENTRIES = 1024;
+
+/** Counts a handshake object's entries as they are announced, before anything is made for them. */
+class Entries {
+  private left = MAX_HANDSHAKE_ENTRIES;
+
+  constructor(private readonly r: NopReader) {}
+
+  /** The entries still allowed. */
+  get remaining(): number {
+    return this.left;
+  }
+
+  /** Counts `n` more; ERR_TP_PROTOCOL past the bound. */
+  take(n: number): number {
+    if (n > this.left) this.r.fail(`holds more than ${MAX_HANDSHAKE_ENTRIES} entries (transports, channels, devices, connections)`);
+    this.left -= n;
+    return n;
+  }
+}
+
 // The CPU device as libnop writes it: most devices on the wire are this one.
 const CPU_ENCODED = Uint8Array.from(new NopWriter(8).structure(2).string("cpu").int(0).finish());
 
@@ -108,9 +136,9 @@ function writeDeviceDescriptors(w: NopWriter, m: DeviceDescriptors): void {
   }
 }
 
-function readDeviceDescriptors(r: NopReader): DeviceDescriptors {
+function readDeviceDescriptors(r: NopReader, entries: Entries): DeviceDescriptors {
   const out: DeviceDescriptors = new Map();
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     const device = readDevice(r);
     out.set(deviceKey(device), { device, descriptor: r.string() });
   }
@@ -125,11 +153,11 @@ function writeChannelDeviceDescriptors(w: NopWriter, m: Map<string, DeviceDescri
   }
 }
 
-function readChannelDeviceDescriptors(r: NopReader): Map<string, DeviceDescriptors> {
+function readChannelDeviceDescriptors(r: NopReader, entries: Entries): Map<string, DeviceDescriptors> {
   const out = new Map<string, DeviceDescriptors>();
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     const name = r.string();
-    out.set(name, readDeviceDescriptors(r));
+    out.set(name, readDeviceDescriptors(r, entries));
   }
   return out;
 }
@@ -172,13 +200,14 @@ export function encodeBrochure(b: Brochure): Uint8Array {
 /** Decodes a Brochure; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeBrochure(bytes: Uint8Array): Brochure {
   const r = new NopReader(bytes, "Brochure");
+  const entries = new Entries(r);
   r.structure(2, "Brochure");
   const transportDomainDescriptors = new Map<string, string>();
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     const name = r.string();
     transportDomainDescriptors.set(name, r.string());
   }
-  const channelDeviceDescriptors = readChannelDeviceDescriptors(r);
+  const channelDeviceDescriptors = readChannelDeviceDescriptors(r, entries);
   r.end();
   return { transportDomainDescriptors, channelDeviceDescriptors };
 }
@@ -206,23 +235,25 @@ export function encodeBrochureAnswer(a: BrochureAnswer): Uint8Array {
 /** Decodes a BrochureAnswer; ERR_TP_PROTOCOL on bad bytes. */
 export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
   const r = new NopReader(bytes, "BrochureAnswer");
+  const entries = new Entries(r);
   r.structure(7, "BrochureAnswer");
   const transport = r.string();
   const address = r.string();
   const transportRegistrationIds = new Map<number, bigint>();
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     const kind = r.uint(64);
     transportRegistrationIds.set(kind, r.uintBig());
   }
   const transportDomainDescriptor = r.string();
   const channelRegistrationIds = new Map<string, bigint[]>();
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     const name = r.string();
-    channelRegistrationIds.set(name, r.u64Vector());
+    channelRegistrationIds.set(name, r.u64Vector(entries.remaining));
+    entries.take(channelRegistrationIds.get(name)!.length);
   }
-  const channelDeviceDescriptors = readChannelDeviceDescriptors(r);
+  const channelDeviceDescriptors = readChannelDeviceDescriptors(r, entries);
   const channelForDevicePair: DevicePairChoice[] = [];
-  for (let n = r.map(); n > 0; n--) {
+  for (let n = entries.take(r.map()); n > 0; n--) {
     if (r.array() !== 2) r.fail("device pair is not a pair");
     const local = readDevice(r);
     const remote = readDevice(r);

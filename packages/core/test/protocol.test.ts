@@ -13,6 +13,7 @@ import {
   encodeDescriptor,
   encodeDescriptorReply,
   encodePacket,
+  MAX_HANDSHAKE_ENTRIES,
 } from "../src/protocol.js";
 import { upstreamSession } from "../src/testing/upstream-sessions.js";
 
@@ -172,6 +173,35 @@ describe("decoding hostile bytes", () => {
         }
       }
     }
+  });
+});
+
+describe("handshake entry limits", () => {
+  const devices = (n: number) => new Map(Array.from({ length: n }, (_, i) => [`cpu:${i}`, { device: { type: "cpu", index: i }, descriptor: "" }]));
+  const brochure = (n: number) =>
+    encodeBrochure({ transportDomainDescriptors: new Map([["uv", "uv:*"]]), channelDeviceDescriptors: new Map([["basic", devices(n)]]) });
+
+  it(`takes a brochure of ${MAX_HANDSHAKE_ENTRIES} entries, and refuses one more before making anything of it`, () => {
+    // One transport, one channel: the rest are devices.
+    expect(decodeBrochure(brochure(MAX_HANDSHAKE_ENTRIES - 2)).channelDeviceDescriptors.get("basic")!.size).toBe(MAX_HANDSHAKE_ENTRIES - 2);
+    expect(() => decodeBrochure(brochure(MAX_HANDSHAKE_ENTRIES - 1))).toThrow(
+      expect.objectContaining({ code: ErrorCode.PROTOCOL, message: expect.stringContaining(`more than ${MAX_HANDSHAKE_ENTRIES} entries`) }),
+    );
+  });
+
+  it("refuses an answer asking for more connections than the bound", () => {
+    const answer: BrochureAnswer = {
+      transport: "uv",
+      address: "127.0.0.1:1",
+      transportRegistrationIds: new Map([[1, 1n]]),
+      transportDomainDescriptor: "",
+      channelRegistrationIds: new Map([["mpt", Array.from({ length: MAX_HANDSHAKE_ENTRIES }, (_, i) => BigInt(i))]]),
+      channelDeviceDescriptors: new Map(),
+      channelForDevicePair: [],
+    };
+    expect(() => decodeBrochureAnswer(encodeBrochureAnswer(answer))).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL }));
+    answer.channelRegistrationIds.set("mpt", [1n, 2n]);
+    expect(decodeBrochureAnswer(encodeBrochureAnswer(answer)).channelRegistrationIds.get("mpt")).toEqual([1n, 2n]);
   });
 });
 

@@ -54,6 +54,38 @@ const descriptorOf = (payloads: number, tensors: { length: number; device?: { ty
     tensors: tensors.map((t) => ({ length: t.length, sourceDevice: t.device ?? CPU_DEVICE, targetDevice: t.device ?? CPU_DEVICE, metadata: "" })),
   });
 
+describe("hostile brochures", () => {
+  it("twenty brochures of 60 000 devices each cost their frames, not twenty times them, and fail their handshakes naming the bound", async () => {
+    const v = await victim();
+    const before = await v.rss();
+    const devices = new Map(Array.from({ length: 60_000 }, (_, i) => [`d${i}:0`, { device: { type: `d${i}`, index: 0 }, descriptor: "" }]));
+    const brochure = protocol.encodeBrochure({ transportDomainDescriptors: new Map([["uv", "uv:*"]]), channelDeviceDescriptors: new Map([["basic", devices]]) });
+    expect(brochure.byteLength).toBeLessThan(MiB);
+    const bytes = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), brochure]);
+    const held = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        new Promise<Socket>((resolve) => {
+          const s = netConnect(v.port, "127.0.0.1");
+          s.on("error", () => undefined);
+          s.once("connect", () => {
+            s.write(bytes);
+            resolve(s);
+          });
+        }),
+      ),
+    );
+    cleanup.push(() => held.forEach((s) => s.destroy()));
+    for (let i = 0; i < 20; i++) {
+      await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.PROTOCOL && /more than 1024 entries/.test(e.message!), 15_000);
+    }
+    const grown = (await v.rss()) - before;
+    console.log(`twenty hostile 1 MB brochures: the victim's RSS grew ${(grown / MiB).toFixed(1)} MiB`);
+    // Decoded, each held about 20 MB of objects until its handshake timed out.
+    expect(grown).toBeLessThan(100 * MiB);
+    await stillServes(v.uvUrl);
+  });
+});
+
 describe("hostile descriptors", () => {
   it("a million announced payloads, from eight peers at once, cost their frames and fail each pipe naming maxPayloads", async () => {
     const v = await victim();
