@@ -4,6 +4,7 @@
  * (docs/wire-protocol.md; the shared-secret extension in auth.ts). Each
  * returns PipeParts; the Context makes and keeps the Pipe.
  */
+import { networkInterfaces } from "node:os";
 import { splitHostPort } from "./address.js";
 import { AUTH_ENTRY, type AuthSession, type SharedSecretAuth } from "./auth.js";
 import type { Channel, ChannelContext } from "./channel.js";
@@ -249,14 +250,52 @@ function recorded(e: unknown, events: HandshakeEvents): unknown {
 }
 
 /** Same host (scope aside) and port, for addresses of the form host:port. */
-function sameEndpoint(a: string, b: string): boolean {
+/**
+ * Where to open the connections a listener's answer asks for. On the
+ * transport dialled, where this side reached it: a listener has one
+ * address a transport, so what it names there is where this side is
+ * connected already, as the listener sees itself (another spelling, a
+ * link-local scope that only means something here, its side of a NAT or
+ * a container's port mapping, 0.0.0.0), and a hostile listener cannot
+ * send this side's connections to a third party. On another transport,
+ * what it names: shared memory reaches this machine alone, and a network
+ * address must be on the host this side reached (this machine, where it
+ * reached it over shared memory).
+ */
+function followUpAddress(
+  answer: BrochureAnswer,
+  dialled: Registered<TransportContext>,
+  chosen: TransportContext,
+  address: string,
+  main: Connection,
+  url: string,
+): string {
+  if (answer.transport === dialled.name) return address;
+  if ((chosen.medium ?? "network") !== "network") return answer.address;
+  const named = hostOf(answer.address);
+  const overNetwork = (dialled.context.medium ?? "network") === "network";
+  const reached = overNetwork ? hostOf(main.remoteAddress) : undefined;
+  if (named !== undefined && (reached !== undefined ? named === reached : isThisMachine(named))) return answer.address;
+  throw protocolError(
+    `the listener named "${peerExcerpt(answer.address)}" for the pipe's ${answer.transport} connections, which is not ${
+      overNetwork ? `the host this side reached it at (${main.remoteAddress})` : "this machine, where this side reached it"
+    }: a listener may name only itself`,
+    url,
+  );
+}
+
+/** The host of "host:port", lower-cased and without an IPv6 scope; undefined for another form. */
+function hostOf(address: string): string | undefined {
   try {
-    const x = splitHostPort(a);
-    const y = splitHostPort(b);
-    return x.port === y.port && x.host.split("%")[0]!.toLowerCase() === y.host.split("%")[0]!.toLowerCase();
+    return splitHostPort(address).host.split("%")[0]!.toLowerCase();
   } catch {
-    return a === b;
+    return undefined;
   }
+}
+
+function isThisMachine(host: string): boolean {
+  if (host === "localhost" || host === "::1" || host.startsWith("127.")) return true;
+  return Object.values(networkInterfaces()).some((addresses) => addresses?.some((a) => a.address.toLowerCase() === host));
 }
 
 /**
@@ -392,10 +431,11 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     );
   }
   const chosen = settings.transports.get(answer.transport)!.context;
-  // The listener names itself as it sees itself; where that is the
-  // address dialled already (a link-local one, say, whose scope only
-  // means something here), keep dialling it as this side wrote it.
-  const followUp = answer.transport === transport.name && sameEndpoint(answer.address, address) ? address : answer.address;
+  const followUp = followUpAddress(answer, transport, chosen, address, main, url);
+  if (followUp !== answer.address) {
+    if (events.enabled) events.add("handshake", `the listener named ${answer.address}; its connections go where it was reached`);
+    if (log.enabled) log("%s named itself %s: its connections go to %s, where it was reached", url, answer.address, followUp);
+  }
   const openRequested = async (id: bigint): Promise<Connection> => {
     const c = await chosen.connect(followUp, { signal }).catch((e: unknown) => {
       // The address is the listener's word: one that is not an address at all is its fault, not the caller's.

@@ -7,7 +7,9 @@
  * listener's fault (ERR_TP_PROTOCOL), not the caller's.
  */
 import { type AddressInfo, type Server, type Socket, createServer } from "node:net";
-import { type Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { UvTransport, registerUvTransport } from "@tensorpipe/transport-uv";
 import { onTheWire, protocol } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
@@ -35,6 +37,17 @@ async function lyingListener(answer: (port: number) => Answer): Promise<{ server
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return { server, url: `uv://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+/** A server on another host (127.0.0.2, another address of this one) that counts the connections it gets. */
+async function thirdParty(): Promise<{ server: Server; port: number; connections: () => number }> {
+  let connections = 0;
+  const server = createServer((socket) => {
+    connections++;
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.2", r));
+  return { server, port: (server.address() as AddressInfo).port, connections: () => connections };
 }
 
 const honest = (port: number): Answer => ({
@@ -113,7 +126,6 @@ describe("a listener that lies in its answer", () => {
     ["not one", () => huge, /^the listener answered with "[^"]*\.\.\. \(400000 characters\)", which is not an address to dial/],
     ["too long, of a name's characters", (p: number) => `${"a".repeat(60)}.`.repeat(3000) + `:${p}`, /\(1830\d\d characters\)", which is not an address to dial/],
     ["this side's own, with a forged scope", (p: number) => `127.0.0.1%${forged}:${p}`, /^the listener answered with "127\.0\.0\.1%\?\[2J\?\?\?:\d+", which is not an address to dial/],
-    ["short, without a port", () => "nowhere", /^the listener answered with "nowhere", which is not an address uv can dial/],
   ])("an address that is %s: ERR_TP_PROTOCOL, the listener's fault; nothing of it unbounded or unsafe in the error or its record", async (_, address, text) => {
     const err = await dialled((p) => ({ ...honest(p), address: address(p) }));
     expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(text) });
@@ -121,6 +133,55 @@ describe("a listener that lies in its answer", () => {
     const record = JSON.stringify(err.flightRecord);
     expect(record.length).toBeLessThan(4000);
     expect(`${err.message}${record}`).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
+  });
+
+  it.each([
+    ["another host's address", (third: number) => `127.0.0.2:${third}`],
+    ["something that is no address", () => "nowhere"],
+    ["the unspecified address", (_: number, own: number) => `0.0.0.0:${own}`],
+  ])("an answer naming %s on the transport dialled: the pipe's connections go where the listener was reached, none elsewhere", async (_, address) => {
+    const third = await thirdParty();
+    servers.push(third.server);
+    let own = 0;
+    const lying = await lyingListener((p) => ({ ...honest(p), address: address(third.port, p) }));
+    servers.push(lying.server);
+    lying.server.on("connection", () => own++);
+    const pipe = await client.connect(lying.url);
+    // Main, reply and basic's: all at the listener, none at the third party.
+    await expect.poll(() => own).toBe(3);
+    expect(third.connections()).toBe(0);
+    await pipe.close();
+  });
+
+  it("an answer switching to another network transport at another host: ERR_TP_PROTOCOL, and no connection goes there", async () => {
+    const third = await thirdParty();
+    servers.push(third.server);
+    const ctx = new Context();
+    registerUvTransport(ctx);
+    ctx.registerTransport(50, "uv2", new UvTransport());
+    registerBasicChannel(ctx);
+    try {
+      for (const [address, allowed] of [
+        [`127.0.0.2:${third.port}`, false],
+        ["127.0.0.1:1", true],
+      ] as const) {
+        const lying = await lyingListener((p) => ({ ...honest(p), transport: "uv2", transportRegistrationIds: new Map([[0, 0n], [1, 1n]]), address }));
+        servers.push(lying.server);
+        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
+        if (allowed) {
+          // This host: dialled, and refused there.
+          expect(err.code).toBe(ErrorCode.CONNECTION_REFUSED);
+        } else {
+          expect(err).toMatchObject({
+            code: ErrorCode.PROTOCOL,
+            message: expect.stringMatching(/^the listener named "127\.0\.0\.2:\d+" for the pipe's uv2 connections, which is not the host this side reached it at \(127\.0\.0\.1:\d+\): a listener may name only itself/),
+          });
+        }
+      }
+      expect(third.connections()).toBe(0);
+    } finally {
+      await ctx.close();
+    }
   });
 
   it("a refusal with long names sharing a few reasons: the first few names, cut, in a short error", async () => {
