@@ -20,19 +20,61 @@ export function abortError(signal: AbortSignal, what: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.ABORTED, `${what} was aborted${said}`, { cause: reason });
 }
 
-/** Merges `signal` and `timeout` into one signal (or none). */
-export function operationSignal(options: OperationOptions | undefined): AbortSignal | undefined {
+/** The longest timeout a timer takes (Node's setTimeout: a 32-bit signed count of milliseconds, about 24.8 days). */
+const MAX_TIMEOUT = 2 ** 31 - 1;
+
+/**
+ * Checks `options` and merges its `signal` and `timeout` into one signal
+ * (or none); ERR_TP_INVALID_ARG for options that are not. With `what`,
+ * a signal that has fired already throws that operation's abort error.
+ * An operation calls it before it does anything, so that either leaves
+ * the pipe, listener or context as it was.
+ */
+export function operationSignal(options: OperationOptions | undefined, what?: string): AbortSignal | undefined {
   if (options === undefined) return undefined;
+  checkOptionsObject(options);
   const signals: AbortSignal[] = [];
-  if (options?.signal) signals.push(options.signal);
-  if (options?.timeout !== undefined) {
-    if (!(options.timeout >= 0)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `timeout must be a non-negative number, got ${options.timeout}`);
+  const { signal, timeout } = options;
+  if (signal !== undefined) {
+    if (!isAbortSignal(signal)) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got ${describeValue(signal)}`);
     }
-    signals.push(AbortSignal.timeout(options.timeout));
+    if (what !== undefined && signal.aborted) throw abortError(signal, what);
+    signals.push(signal);
+  }
+  if (timeout !== undefined && timeout !== Infinity) {
+    if (typeof timeout !== "number" || !(timeout >= 0) || timeout > MAX_TIMEOUT) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `timeout must be a number of milliseconds from 0 to ${MAX_TIMEOUT} (Infinity or none for no deadline), got ${describeValue(timeout)}`,
+      );
+    }
+    signals.push(AbortSignal.timeout(Math.ceil(timeout)));
   }
   if (signals.length === 0) return undefined;
   return signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+}
+
+/** ERR_TP_INVALID_ARG unless `options` is an object (or undefined). */
+export function checkOptionsObject(options: unknown): void {
+  if (options !== undefined && (typeof options !== "object" || options === null)) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `options must be an object such as { timeout: 5000, signal }, got ${describeValue(options)}`);
+  }
+}
+
+function isAbortSignal(value: unknown): value is AbortSignal {
+  if (value instanceof AbortSignal) return true;
+  // One of another realm (a vm context, a polyfill) works as well.
+  const v = value as Partial<AbortSignal> | null;
+  return typeof v === "object" && v !== null && typeof v.aborted === "boolean" && typeof v.addEventListener === "function" && typeof v.removeEventListener === "function";
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === "string") return `the string "${value.length > 32 ? `${value.slice(0, 32)}...` : value}"`;
+  if (typeof value === "number" || typeof value === "bigint" || typeof value === "boolean") return `${typeof value} ${String(value)}`;
+  if (value === null) return "null";
+  if (typeof value === "object") return `an object (${value.constructor?.name ?? "no constructor"})`;
+  return typeof value;
 }
 
 /**

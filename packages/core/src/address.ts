@@ -7,6 +7,9 @@ export function parseUrl(url: string): {
   /** The rest, as the transport reads it. */
   address: string;
 } {
+  if (typeof url !== "string") {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a URL must be a string of the form scheme://address ("uv://127.0.0.1:4000"), got ${url === null ? "null" : typeof url}`);
+  }
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/(.*)$/.exec(url);
   if (!m) {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, `"${url}" is not a URL of the form scheme://address`);

@@ -1,5 +1,5 @@
 import { setMaxListeners } from "node:events";
-import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { type OperationOptions, checkOptionsObject, operationSignal, raceSignal } from "./abort.js";
 import { parseUrl } from "./address.js";
 import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
@@ -144,6 +144,8 @@ export class Context {
   private readonly channels = new Map<string, Registered<ChannelContext>>();
   private readonly listeners = new Set<Listener>();
   private readonly pipes = new Set<Pipe>();
+  /** Each connect under way: closing the context aborts them. */
+  private readonly connecting = new Set<AbortController>();
   /** Handshakes dialled at once (DialGate); connects past them wait, their timeouts running. */
   private readonly dials = new DialGate(32);
   /** What ended pipes carried. */
@@ -235,6 +237,13 @@ export class Context {
   /** Listens on each URL ("uv://127.0.0.1:0", ...); port 0 picks a free port. */
   async listen(urls: string | readonly string[], options?: ListenerOptions): Promise<Listener> {
     if (this.closing) throw closedError("context");
+    checkOptionsObject(options);
+    if (typeof urls !== "string" && !(Array.isArray(urls) && urls.length > 0)) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `listen() takes a URL or an array of URLs, one for each transport ("uv://127.0.0.1:0", "shm://name"), got ${Array.isArray(urls) ? "an empty array" : urls === null ? "null" : typeof urls}`,
+      );
+    }
     const path = checkPathPolicy(options?.path, this.transports, this.channels);
     const targets = (typeof urls === "string" ? [urls] : urls).map((url) => {
       const { scheme, address } = parseUrl(url);
@@ -254,10 +263,14 @@ export class Context {
     const transport = this.transportForScheme(scheme);
     const path = checkPathPolicy(options?.path, this.transports, this.channels);
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
-    const signal = operationSignal({ timeout: this.handshakeTimeout, ...options });
+    const what = `connect to ${url}`;
+    checkOptionsObject(options);
+    const given = operationSignal({ signal: options?.signal, timeout: options?.timeout ?? this.handshakeTimeout }, what);
+    const closing = new AbortController();
+    const signal = given ? AbortSignal.any([given, closing.signal]) : closing.signal;
     // Every connection of the pipe (a channel may want many) is opened
     // under this one signal, each with its own listener until it is open.
-    if (signal) setMaxListeners(0, signal);
+    setMaxListeners(0, signal);
     const opened: Connection[] = [];
     const abandon = (err: TensorPipeError) => {
       for (const c of opened) c.close(err);
@@ -270,12 +283,15 @@ export class Context {
         leave();
       }
     };
-    return raceSignal(handshake(), signal, `connect to ${url}`, abandon).catch((e) => {
-      const err = fromNativeError(e, url);
-      if (log.enabled) log("connect to %s failed: %s", url, describeError(err));
-      abandon(err);
-      throw err;
-    });
+    this.connecting.add(closing);
+    return raceSignal(handshake(), signal, what, abandon)
+      .catch((e) => {
+        const err = fromNativeError(e, url);
+        if (log.enabled) log("connect to %s failed: %s", url, describeError(err));
+        abandon(err);
+        throw err;
+      })
+      .finally(() => this.connecting.delete(closing));
   }
 
   /** Keeps the pipe of a finished handshake, or closes it if this context is closing. */
@@ -328,6 +344,7 @@ export class Context {
     if (!this.closing) {
       this.closing = true;
       this.closed = (async () => {
+        for (const c of this.connecting) c.abort(closedError("context"));
         for (const l of this.listeners) l.close();
         const pipes = [...this.pipes];
         for (const p of pipes) p.close();

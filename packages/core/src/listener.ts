@@ -236,12 +236,18 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Resolves with the next pipe whose handshake completed. */
   accept(options?: OperationOptions): Promise<Pipe> {
+    let signal: AbortSignal | undefined;
+    try {
+      signal = operationSignal(options, "accept");
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const ready = this.ready.shift();
     if (ready) return Promise.resolve(ready);
     if (this.closedError) return Promise.reject(this.closedError);
     const waiter = new Deferred<Pipe>();
     this.acceptWaiters.push(waiter);
-    return raceSignal(waiter.promise, operationSignal(options), "accept", () => {
+    return raceSignal(waiter.promise, signal, "accept", () => {
       const i = this.acceptWaiters.indexOf(waiter);
       if (i >= 0) this.acceptWaiters.splice(i, 1);
     });

@@ -371,7 +371,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.failure) return Promise.reject(this.failure);
     const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     let missingTargets: number;
+    let signal: AbortSignal | undefined;
     try {
+      signal = operationSignal(options, "pipe write");
       missingTargets = this.encodeDescriptor(message);
     } catch (e) {
       return this.refuse(e);
@@ -403,9 +405,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const recorder = this.recorder;
     if (recorder) recorder.write(this.encodedBytes, all !== DONE);
     if (started > 0) this.publishDone("write", all, this.encodedBytes, message.tensors?.[0] ? this.sentChannelName(message.tensors[0]) : "", started);
-    if (all === DONE) return this.guard(DONE, options, "pipe write");
+    if (all === DONE) return this.guard(DONE, signal, "pipe write");
     this.writesInFlight++;
-    return this.guard(all.then(this.writeSettled, this.writeFailed), options, "pipe write");
+    return this.guard(all.then(this.writeSettled, this.writeFailed), signal, "pipe write");
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -578,6 +580,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.current) {
       return this.refuse(invalid("readDescriptor() again before read(): read the message whose descriptor you have first"));
     }
+    let signal: AbortSignal | undefined;
+    try {
+      signal = operationSignal(options, "readDescriptor");
+    } catch (e) {
+      return this.refuse(e);
+    }
     if (this.ended && !this.prefetched) return Promise.reject(this.ended);
     let got: Promise<Descriptor>;
     let waiter: Deferred<Descriptor> | undefined;
@@ -590,9 +598,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.descriptorWaiters.push(waiter);
       got = waiter.promise;
     }
-    if (options === undefined) return got;
+    if (signal === undefined) return got;
     // No bytes are consumed by a waiting readDescriptor, so abandoning it leaves the pipe intact.
-    return raceSignal(got, operationSignal(options), "readDescriptor", () => {
+    return raceSignal(got, signal, "readDescriptor", () => {
       const i = waiter ? this.descriptorWaiters.indexOf(waiter) : -1;
       if (i >= 0) this.descriptorWaiters.splice(i, 1);
     });
@@ -610,7 +618,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     let targets: Device[] | undefined;
     let payloads: Allocation["payloads"];
     let tensors: Allocation["tensors"];
+    let signal: AbortSignal | undefined;
     try {
+      signal = operationSignal(options, "pipe read");
       ({ payloads, tensors } = allocationParts(allocation));
       targets = this.checkAllocation(d, payloads, tensors);
     } catch (e) {
@@ -651,9 +661,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.fetchDescriptor();
     if (settled === DONE) {
       this.maybeFinishEnded();
-      return this.guard(DONE, options, "pipe read");
+      return this.guard(DONE, signal, "pipe read");
     }
-    return this.guard(settled.then(this.readSettled, this.readFailed), options, "pipe read");
+    return this.guard(settled.then(this.readSettled, this.readFailed), signal, "pipe read");
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
@@ -715,7 +725,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the next message into fresh CPU memory. */
   async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
-    return this.receive(await this.readDescriptor(options), options);
+    // One deadline for the whole message, not one for each half.
+    const signal = operationSignal(options, "readMessage");
+    const each = signal && { signal };
+    return this.receive(await this.readDescriptor(each), each);
   }
 
   /** Reads the message of descriptor `d` into fresh CPU memory. */
@@ -919,9 +932,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** Cancelling an operation under way breaks the stream, so it fails the pipe. */
-  private guard<T>(p: Promise<T>, options: OperationOptions | undefined, what: string): Promise<T> {
-    if (options === undefined) return p;
-    const signal = operationSignal(options);
+  private guard<T>(p: Promise<T>, signal: AbortSignal | undefined, what: string): Promise<T> {
+    if (signal === undefined) return p;
     return raceSignal(p, signal, what, (err) => this.fail(err));
   }
 

@@ -3,6 +3,7 @@
  * says what was wrong and how to fix it, and leave the pipe usable.
  */
 import { type Allocation, CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
+import { type AddressInfo, createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 
@@ -111,6 +112,54 @@ describe("misuse of write() and read()", () => {
     await sent;
   });
 
+  const badOptions: [string, unknown, RegExp][] = [
+    ["a negative timeout", { timeout: -1 }, /timeout must be a number of milliseconds from 0 to 2147483647 .*got number -1/],
+    ["a timeout past what a timer holds", { timeout: 2 ** 31 + 5 }, /timeout must be .*got number 2147483653/],
+    ["a string timeout", { timeout: "100" }, /timeout must be .*got the string "100"/],
+    ["a NaN timeout", { timeout: NaN }, /timeout must be .*got number NaN/],
+    ["a signal that is none", { signal: {} }, /signal must be an AbortSignal .*got an object \(Object\)/],
+    ["options that are null", null, /options must be an object such as \{ timeout: 5000, signal \}, got null/],
+  ];
+
+  it.each(badOptions)("%s is ERR_TP_INVALID_ARG from every operation, which does nothing: the pipe, its messages and the listener go on", async (_, options, text) => {
+    const bad = options as never;
+    const refused = { code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) };
+    // Rejected, never thrown: each call is a promise.
+    let calls: Promise<unknown>[] = [];
+    expect(() => {
+      calls = [here.write({ metadata: "not sent" }, bad), there.readDescriptor(bad), there.readMessage(bad), client.connect("uv://127.0.0.1:1", bad)];
+    }).not.toThrow();
+    for (const c of calls) await expect(c).rejects.toMatchObject(refused);
+    await here.write({ metadata: "sent" });
+    expect((await there.readMessage()).metadata).toBe("sent");
+    const d = here.write({ metadata: "read", tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] });
+    await there.readDescriptor();
+    await expect(there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] }, bad)).rejects.toMatchObject(refused);
+    await there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] });
+    await d;
+    await stillWorks();
+  });
+
+  it("a timeout of Infinity, or a fraction of a millisecond, is taken", async () => {
+    await Promise.all([here.write({ metadata: "inf" }, { timeout: Infinity }), expect(there.readMessage({ timeout: 2.5e3 + 0.5 })).resolves.toMatchObject({ metadata: "inf" })]);
+  });
+
+  it("a signal aborted already fails the operation before it does anything: nothing is sent or read, and the pipe goes on", async () => {
+    const aborted = { signal: AbortSignal.abort(new Error("never mind")) };
+    await expect(here.write({ metadata: "not sent" }, aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/never mind/) });
+    await expect(there.readDescriptor(aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+    await expect(there.readMessage(aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+    const sent = here.write({ metadata: "sent", tensors: [{ buffer: new Uint8Array([9, 9, 9, 9]), targetDevice: CPU_DEVICE }] });
+    expect((await there.readDescriptor()).metadata).toBe("sent");
+    const buffer = new Uint8Array(4);
+    await expect(there.read({ payloads: [], tensors: [{ buffer }] }, aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+    expect([...buffer]).toEqual([0, 0, 0, 0]);
+    await there.read({ payloads: [], tensors: [{ buffer }] });
+    expect([...buffer]).toEqual([9, 9, 9, 9]);
+    await sent;
+    await stillWorks();
+  });
+
   it("keeps the reason an abort was given as the cause, and says it", async () => {
     const controller = new AbortController();
     const reason = new Error("shutting down");
@@ -118,5 +167,54 @@ describe("misuse of write() and read()", () => {
     controller.abort(reason);
     await expect(waiting).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/shutting down/), cause: reason });
     await stillWorks();
+  });
+});
+
+describe("misuse of listen(), accept() and connect()", () => {
+  let server: Context;
+  let client: Context;
+  beforeAll(async () => {
+    server = await createContext({ transports: ["uv"], channels: ["basic"] });
+    client = await createContext({ transports: ["uv"], channels: ["basic"] });
+  });
+  afterAll(async () => {
+    await client.close();
+    await server.close();
+  });
+
+  it.each([
+    ["no URL", undefined, /listen\(\) takes a URL or an array of URLs, .* got undefined/],
+    ["an empty array", [], /listen\(\) takes a URL or an array of URLs, .* got an empty array/],
+    ["a number in the array", [4000], /a URL must be a string of the form scheme:\/\/address .*got number/],
+  ])("listen() with %s is ERR_TP_INVALID_ARG saying what it takes", async (_, urls, text) => {
+    await expect(server.listen(urls as never)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
+  });
+
+  it("accept() with bad options or a signal aborted already is refused without taking a pipe: the next accept() gets it", async () => {
+    const listener = await server.listen("uv://127.0.0.1:0");
+    await expect(listener.accept({ timeout: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    await expect(listener.accept({ signal: AbortSignal.abort() })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+    const [dialled, accepted] = await Promise.all([client.connect(listener.addresses()[0]!), listener.accept({ timeout: 5000 })]);
+    await dialled.write({ metadata: "to the accepted pipe" });
+    expect((await accepted.readMessage()).metadata).toBe("to the accepted pipe");
+    listener.close();
+  });
+
+  it("closing the context ends its connects under way at once with ERR_TP_CLOSED, not at the handshake's deadline", async () => {
+    // A listener that accepts and says nothing: the handshake would wait its 10 s.
+    const silent = createServer((s) => s.on("error", () => undefined));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const ctx = await createContext({ transports: ["uv"], channels: ["basic"] });
+    try {
+      const pending = ctx.connect(`uv://127.0.0.1:${(silent.address() as AddressInfo).port}`);
+      pending.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 100));
+      const started = performance.now();
+      await ctx.close();
+      await expect(pending).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+      expect(performance.now() - started).toBeLessThan(2000);
+    } finally {
+      silent.close();
+    }
   });
 });

@@ -20,10 +20,16 @@ interface Waiter {
   done?: boolean;
 }
 
-function copyInto(into: RendezvousValue, value: RendezvousValue, key: string): RendezvousValue {
-  if (into.byteLength !== value.byteLength) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `recv("${key}"): into has ${into.byteLength} bytes, the value ${value.byteLength}`);
-  }
+/** Why `value` cannot be copied into `into`: a receiver's error, which leaves the value for the next recv. */
+function misfit(into: RendezvousValue, value: RendezvousValue, key: string): TensorPipeError | undefined {
+  if (into.byteLength === value.byteLength) return undefined;
+  return new TensorPipeError(
+    ErrorCode.INVALID_ARG,
+    `recv("${key}"): into has ${into.byteLength} bytes, the value ${value.byteLength}; the value stays for the next recv("${key}")`,
+  );
+}
+
+function copyInto(into: RendezvousValue, value: RendezvousValue): RendezvousValue {
   asBytes(into).set(asBytes(value));
   return into;
 }
@@ -97,23 +103,25 @@ export class Rendezvous {
   recv<T extends RendezvousValue = RendezvousValue>(key: string, options?: RecvOptions<T>): Promise<T>;
   recv(key: string, options: RecvOptions = {}): Promise<RendezvousValue> {
     if (typeof key !== "string") return Promise.reject(new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous key must be a string"));
-    const queue = this.arrived.get(key);
-    if (queue) {
-      const value = queue.shift()!;
-      if (queue.length === 0) this.arrived.delete(key);
-      try {
-        return Promise.resolve(options.into ? copyInto(options.into, value, key) : value);
-      } catch (e) {
-        return Promise.reject(e);
-      }
-    }
-    if (this.failure) return Promise.reject(this.keyError(key, "recv", this.failure));
     let signal: AbortSignal | undefined;
     try {
-      signal = operationSignal(options);
+      signal = operationSignal(options, `recv("${key}")`);
+      if (options.into !== undefined && !ArrayBuffer.isView(options.into)) {
+        throw new TensorPipeError(ErrorCode.INVALID_ARG, `recv("${key}"): into must be a TypedArray or DataView to copy the value into`);
+      }
     } catch (e) {
       return Promise.reject(e);
     }
+    const queue = this.arrived.get(key);
+    if (queue) {
+      const value = queue[0]!;
+      const error = options.into && misfit(options.into, value, key);
+      if (error) return Promise.reject(error);
+      queue.shift();
+      if (queue.length === 0) this.arrived.delete(key);
+      return Promise.resolve(options.into ? copyInto(options.into, value) : value);
+    }
+    if (this.failure) return Promise.reject(this.keyError(key, "recv", this.failure));
     const waiter: Waiter = { resolve: () => undefined, reject: () => undefined, into: options.into };
     const promise = new Promise<RendezvousValue>((resolve, reject) => {
       waiter.resolve = resolve;
@@ -160,19 +168,25 @@ export class Rendezvous {
 
   /** Gives `value` to the first waiter for `key`, or keeps it for the next recv. */
   private deliver(key: string, value: RendezvousValue): void {
-    const waiter = this.waiting.get(key)?.[0];
-    if (!waiter) {
-      const queue = this.arrived.get(key) ?? [];
-      queue.push(value);
-      this.arrived.set(key, queue);
+    for (;;) {
+      const waiter = this.waiting.get(key)?.[0];
+      if (!waiter) {
+        const queue = this.arrived.get(key) ?? [];
+        queue.push(value);
+        this.arrived.set(key, queue);
+        return;
+      }
+      this.removeWaiter(key, waiter);
+      waiter.done = true;
+      const into = waiter.into !== value ? waiter.into : undefined;
+      const error = into && misfit(into, value, key);
+      // A waiter whose memory does not fit fails alone: the value goes to the next.
+      if (error) {
+        waiter.reject(error);
+        continue;
+      }
+      waiter.resolve(into ? copyInto(into, value) : value);
       return;
-    }
-    this.removeWaiter(key, waiter);
-    waiter.done = true;
-    try {
-      waiter.resolve(waiter.into && waiter.into !== value ? copyInto(waiter.into, value, key) : value);
-    } catch (e) {
-      waiter.reject(e as TensorPipeError);
     }
   }
 

@@ -57,6 +57,29 @@ describe("a local rendezvous", () => {
     await expect(r.recv("w", { into })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
   });
 
+  it("keeps a value for the next recv when memory given for it does not fit, whether it came before or after", async () => {
+    const r = Rendezvous.local();
+    r.send("before", new Float64Array([1]));
+    await expect(r.recv("before", { into: new Float64Array(2) })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining("stays for the next") });
+    expect(r.pendingKeys().arrived).toEqual(["before"]);
+    expect([...((await r.recv("before")) as Float64Array)]).toEqual([1]);
+
+    const wrong = r.recv("after", { into: new Float64Array(2) });
+    const right = r.recv("after");
+    r.send("after", new Float64Array([2]));
+    await expect(wrong).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    expect([...((await right) as Float64Array)]).toEqual([2]);
+  });
+
+  it("refuses options that are not, before taking anything", async () => {
+    const r = Rendezvous.local();
+    r.send("k", new Uint8Array([1]));
+    for (const options of [{ into: [1] }, { timeout: -1 }, { timeout: "5" }, { signal: {} }, { signal: AbortSignal.abort() }]) {
+      await expect(r.recv("k", options as never)).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(INVALID_ARG|ABORTED)/) });
+    }
+    expect(r.pendingKeys().arrived).toEqual(["k"]);
+  });
+
   it("rejects waiting recvs on close, and refuses sends after it", async () => {
     const r = Rendezvous.local();
     const p = r.recv("never");
@@ -120,6 +143,16 @@ describe("a rendezvous over a pipe", () => {
     left.send("t", patterned(16 << 20, 3));
     expect(await p).toBe(into);
     expect(hasPattern(into, 3)).toBe(true);
+  });
+
+  it("keeps a value that does not fit the memory given for the next recv", async () => {
+    const [a, b] = await pipePair();
+    const left = Rendezvous.over(a);
+    const right = Rendezvous.over(b);
+    const wrong = right.recv("t", { into: new Uint8Array(12) });
+    left.send("t", patterned(16, 3));
+    await expect(wrong).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    expect(hasPattern((await right.recv("t")) as Uint8Array, 3)).toBe(true);
   });
 
   it("matches 1000 keys sent and received in different orders", async () => {
