@@ -94,8 +94,8 @@ describe.skipIf(why !== null)("multi-host", () => {
   });
 
   // No operation has a timeout: only the transport's peer timeout (3 s
-  // here, 30 s by default) can end them, through TCP keepalive and
-  // TCP_USER_TIMEOUT.
+  // here, 30 s by default) can end them, through TCP keepalive and the
+  // watch on bytes left unacknowledged.
   it.each([
     ["basic", "d"],
     ["mpt", "e"],

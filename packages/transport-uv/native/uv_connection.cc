@@ -1,6 +1,7 @@
 #include "uv_connection.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -40,23 +41,26 @@ UvConnection* UvConnection::Create(Napi::Env env, uv_loop_t* loop, Napi::Object*
 namespace {
 // Liveness without a byte of our own on the wire: TCP keepalive probes an
 // idle connection (first after half the bound, then three more spread over
-// the rest), and TCP_USER_TIMEOUT fails one whose data stays unacknowledged
-// for the bound. The kernel then reports ETIMEDOUT on the socket. A
-// failure to set them leaves the connection as TCP makes it.
-void SetLiveness(uv_tcp_t* handle, uint32_t ms) {
+// the rest), and the kernel reports ETIMEDOUT once they go unanswered.
+// Keepalive does not probe while bytes of ours are on their way: the
+// watchdog (ArmWatchdog) covers those. Not TCP_USER_TIMEOUT: Linux also
+// aborts with it a connection whose peer keeps its window shut that long
+// while it answers every probe, a reader alive but busy. A failure to set
+// them leaves the connection as TCP makes it.
+void SetKeepalive(uv_tcp_t* handle, uint32_t ms) {
   if (ms == 0) return;
   uv_os_fd_t fd;
   if (uv_fileno(reinterpret_cast<uv_handle_t*>(handle), &fd) != 0) return;
   int on = 1;
-  int idle = std::max<int>(1, static_cast<int>(ms / 2000));
-  int interval = std::max<int>(1, static_cast<int>((ms - idle * 1000u) / 3000));
-  int count = 3;
-  unsigned int timeout = ms;
+  int seconds = std::max<int>(2, static_cast<int>(ms / 1000));
+  int idle = std::max<int>(1, seconds / 2);
+  int interval = std::max<int>(1, (seconds - idle) / 3);
+  // Fewer probes where the bound leaves no room for three: idle and probes within it.
+  int count = std::clamp((seconds - idle) / interval, 1, 3);
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
 }
 }  // namespace
 
@@ -71,8 +75,52 @@ void UvConnection::Start(uint32_t peerTimeoutMs) {
   }
   state_ = State::kOpen;
   uv_tcp_nodelay(handle_, 1);
-  SetLiveness(handle_, peerTimeoutMs);
+  peerTimeoutMs_ = peerTimeoutMs;
+  SetKeepalive(handle_, peerTimeoutMs);
   ArmRead();
+}
+
+void UvConnection::ArmWatchdog() {
+  if (peerTimeoutMs_ == 0 || state_ != State::kOpen) return;
+  if (watchdog_ != nullptr && uv_is_active(reinterpret_cast<uv_handle_t*>(watchdog_))) return;
+  if (watchdog_ == nullptr) {
+    watchdog_ = new uv_timer_t;
+    uv_timer_init(handle_->loop, watchdog_);
+    watchdog_->data = this;
+    uv_unref(reinterpret_cast<uv_handle_t*>(watchdog_));
+  }
+  // A quarter of the bound, at most 5 s: a silent peer is seen within
+  // peerTimeout and one look more.
+  uint64_t every = std::clamp<uint64_t>(peerTimeoutMs_ / 4, 10, 5000);
+  uv_timer_start(watchdog_, OnWatchdog, every, every);
+}
+
+// A peer is silent when bytes of ours wait for it and nothing came back
+// for peerTimeout: with bytes on their way, no acknowledgement; with its
+// window shut, no answer to TCP's last two probes of it either. A reader
+// alive but busy keeps its window shut and its kernel answers the probes
+// (one in two at worst: Linux answers such a probe at most every 500 ms),
+// so it is waited for as long as it takes. The probes back off to one in
+// 2 minutes, so a peer that dies while its window is shut is seen within
+// two of them.
+void UvConnection::OnWatchdog(uv_timer_t* timer) {
+  auto* c = static_cast<UvConnection*>(timer->data);
+  int fd = c->SocketFd();
+  int queued = 0;
+  if (c->state_ != State::kOpen || fd < 0 || ioctl(fd, SIOCOUTQ, &queued) != 0 || (queued == 0 && c->writesInFlight_ == 0)) {
+    uv_timer_stop(timer);
+    return;
+  }
+  struct tcp_info info;
+  socklen_t length = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 || info.tcpi_last_ack_recv < c->peerTimeoutMs_) return;
+  if (info.tcpi_unacked == 0 && info.tcpi_probes < 2) return;
+  uv_timer_stop(timer);
+  c->failSyscall_ = "send";
+  c->failDetail_ = "the peer acknowledged none of the " + std::to_string(queued) + " bytes waiting for it for " +
+                   std::to_string(info.tcpi_last_ack_recv) + " ms (UvTransportOptions.peerTimeout " +
+                   std::to_string(c->peerTimeoutMs_) + " ms)";
+  FromLoop(c->Env(), [&] { c->Broke(UV_ETIMEDOUT); });
 }
 
 void UvConnection::CloseAll() {
@@ -85,6 +133,10 @@ void UvConnection::CloseAll() {
   staging_.reset();
   stagingSize_ = 0;
   stagingBegin_ = stagingEnd_ = 0;
+  if (watchdog_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(watchdog_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    watchdog_ = nullptr;
+  }
   uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
 }
 
@@ -105,6 +157,7 @@ Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
   FrameWrite& f = NextWrite(info);
   auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
   int written = uv_try_write(stream, f.bufs.data(), static_cast<unsigned int>(f.bufs.size()));
+  ArmWatchdog();
   if (written >= 0 && static_cast<size_t>(written) == f.total) return Napi::Boolean::New(env, true);
   // Queue the rest; libuv keeps queued writes in order.
   if (written > 0) f.Advance(static_cast<size_t>(written));

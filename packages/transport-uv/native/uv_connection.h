@@ -53,12 +53,20 @@ class UvConnection : public FramedConnection<UvConnection> {
   bool HasPendingInput();
   int SocketFd();
 
+  // While bytes of ours wait for the peer's acknowledgement, looks every
+  // so often whether any came within peerTimeout (see Start()).
+  void ArmWatchdog();
+  static void OnWatchdog(uv_timer_t* timer);
+
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
   static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
   static void OnWrite(uv_write_t* req, int status);
   static void OnClose(uv_handle_t* handle);
 
   uv_tcp_t* handle_ = nullptr;
+  uint32_t peerTimeoutMs_ = 0;
+  // Made at the first write that leaves bytes unacknowledged.
+  uv_timer_t* watchdog_ = nullptr;
   bool reading_ = false;
   bool direct_ = false;
   // Writes handed to libuv whose callback has not run yet.

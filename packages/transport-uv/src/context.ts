@@ -17,9 +17,13 @@ export interface UvTransportOptions {
    * How long a peer may stay silent, in ms, before its connections fail
    * with ERR_TP_CONNECTION_RESET (errno ETIMEDOUT): a host that lost power,
    * a cut link, a firewall or NAT that dropped the connection. TCP keepalive
-   * probes idle connections and TCP_USER_TIMEOUT bounds unacknowledged
-   * data, so nothing changes on the wire for the peer (upstream TensorPipe
-   * included). mpt's lanes, taken over from these connections, keep it.
+   * probes idle connections, and while bytes of this side wait for the
+   * peer, a connection from which nothing came back for this long (no
+   * acknowledgement, no answer to TCP's probes of a shut window) fails: a
+   * reader that is alive but busy, however long, is waited for. Nothing
+   * changes on the wire for the peer (upstream TensorPipe included). mpt's
+   * lanes, taken over from these connections, keep the keepalive; the
+   * pipe's first connection watches for the rest.
    * Default 30000; 0 turns it off.
    */
   peerTimeout?: number;

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { Socket } from "node:net";
 import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
 import { afterEach, describe, expect, it } from "vitest";
@@ -141,5 +142,76 @@ describe("uv connection hand-over (detach)", () => {
     b.close();
     await expect(b.detach!()).rejects.toMatchObject({ code: ErrorCode.CLOSED });
     a.close();
+  });
+});
+
+describe("uv peer timeout", () => {
+  const MiB = 1 << 20;
+
+  /** A connected pair of connections of transports with `peerTimeout`. */
+  async function pair(peerTimeout: number): Promise<[Connection, Connection, () => void]> {
+    const transport = new UvTransport({ peerTimeout });
+    let accepted: Connection | undefined;
+    const listener = await transport.listen("127.0.0.1:0", (c) => (accepted = c));
+    const here = await transport.connect(listener.address());
+    await expect.poll(() => accepted).toBeDefined();
+    return [here, accepted!, () => {
+      here.close();
+      accepted!.close();
+      listener.close();
+      void transport.close();
+    }];
+  }
+
+  it("waits for a reader that is alive but busy far longer than the timeout: its kernel answers for it", async () => {
+    const [writer, reader, close] = await pair(1000);
+    try {
+      const data = new Uint8Array(64 * MiB).fill(5);
+      const written = writer.write([data]);
+      let failed: unknown;
+      written.catch((e: unknown) => (failed = e));
+      // The reader's window stays shut for three timeouts.
+      await new Promise((r) => setTimeout(r, 3000));
+      expect(failed).toBeUndefined();
+      const into = new Uint8Array(64 * MiB);
+      await reader.readInto(into);
+      await written;
+      expect(into.every((b) => b === 5)).toBe(true);
+    } finally {
+      close();
+    }
+  });
+});
+
+const canCut = process.platform === "linux" && process.getuid?.() === 0 && spawnSync("unshare", ["-n", "nft", "--version"]).status === 0;
+
+describe.skipIf(!canCut)("uv peer timeout, with the link cut (needs root, unshare and nft)", () => {
+  it("sees a peer that goes silent while its window is shut, within a few of TCP's probes", async () => {
+    // In a network namespace of its own: its loopback is dropped once the reader's window is shut.
+    const script = `
+      import { execFileSync } from "node:child_process";
+      import { UvTransport } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+      execFileSync("ip", ["link", "set", "lo", "up"]);
+      const transport = new UvTransport({ peerTimeout: 1000 });
+      let reader;
+      const listener = await transport.listen("127.0.0.1:0", (c) => (reader = c));
+      const writer = await transport.connect(listener.address());
+      const written = writer.write([new Uint8Array(64 << 20)]);
+      const ended = written.then(() => "resolved", (e) => e.code + " " + e.message);
+      await new Promise((r) => setTimeout(r, 2500));
+      const shutFor = await Promise.race([ended, new Promise((r) => setTimeout(() => r("pending"), 0))]);
+      execFileSync("nft", ["-f", "-"], { input: "table inet cut { chain out { type filter hook output priority 0; policy drop; }; }" });
+      const cut = Date.now();
+      const how = await ended;
+      console.log(JSON.stringify({ shutFor, how, afterCut: Date.now() - cut }));
+      process.exit(0);`;
+    const child = spawnSync("unshare", ["-n", process.execPath, "--input-type=module", "-e", script], { encoding: "utf8", timeout: 60_000 });
+    expect(child.stderr).toBe("");
+    const out = JSON.parse(child.stdout.trim().split("\n").at(-1)!) as { shutFor: string; how: string; afterCut: number };
+    console.log(`a peer silent behind a shut window: seen after ${out.afterCut} ms`);
+    // Alive but not reading for 2.5 timeouts: waited for.
+    expect(out.shutFor).toBe("pending");
+    expect(out.how).toMatch(/^ERR_TP_CONNECTION_RESET send: connection timed out/);
+    expect(out.afterCut).toBeLessThan(20_000);
   });
 });

@@ -261,7 +261,8 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     const bool betweenFrames = op.headerGot == 0 && !self().HasUnreadBytes();
     const bool peerEnded = failStatus_ == UV_EOF || failStatus_ == UV_ECONNRESET;
     if (peerEnded && !betweenFrames) return op.TruncationError(env).Value();
-    Napi::Error err = UvError(env, failStatus_, "read");
+    Napi::Error err = UvError(env, failStatus_, failSyscall_);
+    if (!failDetail_.empty()) err.Set("message", Napi::String::New(env, std::string(failSyscall_) + ": " + uv_strerror(failStatus_) + ": " + failDetail_));
     if (failStatus_ == UV_ECONNRESET && betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
     return err.Value();
   }
@@ -308,6 +309,9 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   // Why reading ended: a protocol violation, else a libuv status (UV_EOF...).
   std::string protocolError_;
   int failStatus_ = 0;
+  // What saw the failure, and why in words where errno's name is not enough.
+  const char* failSyscall_ = "read";
+  std::string failDetail_;
   Napi::FunctionReference onFailure_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
 
