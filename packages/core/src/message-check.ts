@@ -79,7 +79,12 @@ export function checkTensorBuffer(i: number, tensor: unknown, length?: number): 
   if (ArrayBuffer.isView(tensor)) throw invalid(`${name} must be an object ${shape}, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
   if (typeof tensor !== "object" || tensor === null) throw invalid(`${name} must be an object ${shape}, got ${kindOf(tensor)}`);
   const buffer = (tensor as { buffer?: unknown }).buffer;
-  if (ArrayBuffer.isView(buffer) || isDeviceBuffer(buffer)) return;
+  if (ArrayBuffer.isView(buffer)) return;
+  if (isDeviceBuffer(buffer)) {
+    // CPU memory is a TypedArray: an object that only says it is on the CPU holds none.
+    if (buffer.device.type !== "cpu") return;
+    throw invalid(`${name}: buffer is an object that names the CPU as its device but is no memory; a CPU tensor's buffer is a TypedArray or DataView${size}`);
+  }
   throw invalid(`${name}: buffer must be a TypedArray, DataView or CudaBuffer${size}; got ${kindOf(buffer)}${fix(buffer)}`);
 }
 

@@ -42,6 +42,7 @@ describe("misuse of write() and read()", () => {
     ["a bad target device", { tensors: [{ buffer: new Uint8Array(4), targetDevice: "cpu" }] }, /tensor 0: targetDevice must be \{ type, index \}/],
     ["an ArrayBuffer as a payload", { payloads: [{ data: new ArrayBuffer(8) }] }, /payload 0: data must be a TypedArray or DataView; got an ArrayBuffer: wrap it/],
     ["tensors that are not an array", { tensors: new Uint8Array(4) }, /tensors must be an array/],
+    ["an object that names the CPU as a tensor", { tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 8 } }] }, /tensor 0: buffer is an object that names the CPU as its device but is no memory/],
   ])("%s is ERR_TP_INVALID_ARG saying how to fix it", async (_, message, text) => {
     await expect(here.write(message as unknown as Message)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
     await stillWorks();
@@ -54,6 +55,7 @@ describe("misuse of write() and read()", () => {
     ["a buffer given as the tensor", { payloads: [{ data: new Uint8Array(3) }], tensors: [new Uint8Array(4)] }, /allocation tensor 0 must be an object \{ buffer \}, got a Uint8Array itself: pass \{ buffer: it \}/],
     ["an array as a tensor buffer", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: [0, 0, 0, 0] }] }, /allocation tensor 0: buffer must be .* of at least 4 bytes; got an Array: make it a TypedArray/],
     ["a tensor buffer too small", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: new Uint8Array(2) }] }, /tensor 0 needs 4 bytes, got 2/],
+    ["an object that names the CPU as a tensor buffer", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 4 } }] }, /allocation tensor 0: buffer is an object that names the CPU/],
   ])("read() with %s is ERR_TP_INVALID_ARG saying how to fix it, and the message can still be read", async (_, allocation, text) => {
     await here.write({ payloads: [{ data: new Uint8Array([1, 2, 3]) }], tensors: [{ buffer: new Uint8Array([4, 5, 6, 7]) }] });
     await there.readDescriptor();
