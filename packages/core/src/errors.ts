@@ -45,8 +45,20 @@ export interface TensorPipeErrorOptions {
   where?: string;
 }
 
+/**
+ * Marks TensorPipeErrors of every copy of this package: an application
+ * with two (a backend that brought its own) still tells them apart.
+ */
+const BRAND = Symbol.for("tensorpipe.TensorPipeError");
+
 /** Every error the library gives: a stable `code`, what failed and where. */
 export class TensorPipeError extends Error {
+  /** `instanceof TensorPipeError` holds for the errors of any copy of @tensorpipe/core. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (this !== TensorPipeError) return Function.prototype[Symbol.hasInstance].call(this, value);
+    return typeof value === "object" && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
   /** What kind of failure (ERR_TP_*). */
   readonly code: ErrorCode;
   /** The OS or libuv error name, for system errors. */
@@ -70,8 +82,9 @@ export class TensorPipeError extends Error {
     if (options.where !== undefined) this.where = options.where;
   }
 }
+Object.defineProperty(TensorPipeError.prototype, BRAND, { value: true });
 
-/** Whether `value` is a TensorPipeError. */
+/** Whether `value` is a TensorPipeError, of this copy of @tensorpipe/core or another. */
 export function isTensorPipeError(value: unknown): value is TensorPipeError {
   return value instanceof TensorPipeError;
 }

@@ -25,3 +25,20 @@ describe("errors from native backends", () => {
     expect(fromNativeError(native("EMFILE", "accept", "too many open files")).message).toBe("accept: too many open files");
   });
 });
+
+describe("errors of two copies of the package", () => {
+  it("are TensorPipeErrors to each other: instanceof and isTensorPipeError hold across copies, and for nothing else", async () => {
+    // Another instance of the built module, as a second copy in node_modules would load.
+    const here = await import(new URL("../dist/errors.js", import.meta.url).href);
+    const other = await import(`${new URL("../dist/errors.js", import.meta.url).href}?another-copy`);
+    expect(other.TensorPipeError).not.toBe(here.TensorPipeError);
+    const e = new other.TensorPipeError(ErrorCode.CLOSED, "from the other copy");
+    expect(e instanceof here.TensorPipeError).toBe(true);
+    expect(here.isTensorPipeError(e)).toBe(true);
+    expect(e instanceof Error).toBe(true);
+    for (const not of [new Error("plain"), {}, null, "ERR_TP_CLOSED", Object.assign(new Error("coded"), { code: ErrorCode.CLOSED })]) {
+      expect(not instanceof here.TensorPipeError).toBe(false);
+      expect(here.isTensorPipeError(not)).toBe(false);
+    }
+  });
+});
