@@ -304,13 +304,16 @@ function isThisMachine(host: string): boolean {
  * transport saw it (in its own handshake, as shm, or in ours), since the
  * causes are the same.
  */
-function duringHandshake(url: string, err: TensorPipeError, auth: boolean): TensorPipeError {
+function duringHandshake(url: string, err: TensorPipeError, auth: boolean, requested = false): TensorPipeError {
   if (err.code !== ErrorCode.PEER_CLOSED && err.code !== ErrorCode.CONNECTION_RESET) return err;
+  const couldNot = "it could not take the connection (out of file descriptors, or past its maxPendingHandshakes: see its connectionError events)";
   return new TensorPipeError(
     ErrorCode.NEGOTIATION,
-    `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
-      auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
-    }, or it could not take the connection (out of file descriptors, or past its maxPendingHandshakes: see its connectionError events)`,
+    requested
+      ? `peer closed a connection its answer asked for during the handshake: ${couldNot}`
+      : `peer closed the connection during the handshake: not a TensorPipe listener, or no transport in common${
+          auth ? ", or the shared secrets differ" : ", or it requires authentication (ContextOptions.auth)"
+        }, or ${couldNot}`,
     { where: url, cause: err },
   );
 }
@@ -442,11 +445,14 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
       if (followUp === answer.address && (e as { code?: string }).code === ErrorCode.INVALID_ARG) {
         throw protocolError(`the listener answered with "${peerExcerpt(answer.address)}", which is not an address ${answer.transport} can dial`, url);
       }
-      throw e;
+      // Dropped in the transport's own handshake (shm's), as the first one would be.
+      throw duringHandshake(url, fromNativeError(e, url), auth !== undefined, true);
     });
     opened.push(c);
     const packet = encodePacket({ kind: "requested", registrationId: id });
-    await c.write(session ? [packet, auth!.connectionProof(session, id)] : [packet]);
+    await c.write(session ? [packet, auth!.connectionProof(session, id)] : [packet]).catch((e: unknown) => {
+      throw duringHandshake(url, fromNativeError(e, url), auth !== undefined, true);
+    });
     return c;
   };
   const mainId = answer.transportRegistrationIds.get(ConnectionKind.MAIN);

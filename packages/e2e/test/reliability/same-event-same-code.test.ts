@@ -2,7 +2,9 @@
  * docs/failure-semantics.md's table "the same event, the same code": each
  * event provoked over every transport, the code checked exactly.
  */
-import { CPU_DEVICE, ErrorCode, type Context, type Listener, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, Context, ErrorCode, type Listener, type Pipe } from "@tensorpipe/core";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { ShmTransport } from "@tensorpipe/transport-shm";
 import type { ChannelContext, Connection, Endpoint } from "@tensorpipe/core/backend";
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
 import { CmaChannelContext } from "@tensorpipe/channel-cma";
@@ -202,6 +204,25 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     } finally {
       dropper.close();
     }
+  });
+
+  it.runIf(transport === "shm")("the listener drops a connection its answer asked for, in shm's own handshake: ERR_TP_NEGOTIATION, as for the first", async () => {
+    const server = await createContext({ transports: ["shm"], channels: ["basic"] });
+    const client = new Context();
+    contexts.push(server, client);
+    // As a listener out of descriptors resets the second connection in shm's handshake.
+    const shm = new ShmTransport();
+    const connect = shm.connect.bind(shm);
+    let calls = 0;
+    shm.connect = (address, options) =>
+      ++calls === 2 ? Promise.reject(Object.assign(new Error("shm handshake: connection reset by peer"), { code: "ECONNRESET", syscall: "shm handshake" })) : connect(address, options);
+    client.registerTransport(200, "shm", shm);
+    registerBasicChannel(client);
+    const l = await server.listen(URLS.shm);
+    await expect(client.connect(l.addresses()[0]!)).rejects.toMatchObject({
+      code: ErrorCode.NEGOTIATION,
+      message: expect.stringMatching(/peer closed a connection its answer asked for during the handshake: it could not take the connection \(out of file descriptors/),
+    });
   });
 
   it("nobody listens at the address: ERR_TP_CONNECTION_REFUSED", async () => {
