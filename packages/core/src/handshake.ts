@@ -382,7 +382,10 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
       const [, bytes] = await Promise.all([sent, main.read(MAX_HANDSHAKE_FRAME)]);
       return decodeBrochureAnswer(bytes);
     } catch (e) {
-      throw duringHandshake(url, fromNativeError(e, url), auth !== undefined);
+      const err = fromNativeError(e, url);
+      if (err.code !== ErrorCode.PROTOCOL) throw duringHandshake(url, err, auth !== undefined);
+      // An HTTP server's "HTTP/1.1" read as a frame length, say.
+      throw new TensorPipeError(ErrorCode.PROTOCOL, `the answer is not a TensorPipe listener's: is this the address of one? (${err.message})`, { where: url, cause: err });
     }
   };
   let answer = await exchange([encodePacket({ kind: "spontaneous", contextName: settings.name }), encodeBrochure(brochure)]);

@@ -202,6 +202,25 @@ describe("misuse of listen(), accept() and connect()", () => {
     listener.close();
   });
 
+  it.each([
+    ["an HTTP server", "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"],
+    ["an echo of what it got", undefined],
+  ])("connect() to %s is ERR_TP_PROTOCOL asking whether the address is a TensorPipe listener's", async (_, reply) => {
+    const server = createServer((s) => {
+      s.on("error", () => undefined);
+      s.once("data", (d) => s.write(reply ?? d));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      await expect(client.connect(`uv://127.0.0.1:${(server.address() as AddressInfo).port}`)).rejects.toMatchObject({
+        code: ErrorCode.PROTOCOL,
+        message: expect.stringMatching(/^the answer is not a TensorPipe listener's: is this the address of one\?/),
+      });
+    } finally {
+      server.close();
+    }
+  });
+
   it("closing the context ends its connects under way at once with ERR_TP_CLOSED, not at the handshake's deadline", async () => {
     // A listener that accepts and says nothing: the handshake would wait its 10 s.
     const silent = createServer((s) => s.on("error", () => undefined));
