@@ -436,7 +436,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       if (target && !this.channelBetween(sourceDevice, target)) {
         throw new TensorPipeError(
           ErrorCode.NEGOTIATION,
-          `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(target)} at the peer`,
+          `no channel was negotiated from ${deviceKey(sourceDevice)} here to ${deviceKey(target)} at the peer (channels: ${describePairs(this.channelForDevicePair)}): register a channel for it on both ends (for CPU tensors, basic works everywhere); pipe.path says why each was passed over`,
         );
       }
       if (!target) {

@@ -221,6 +221,23 @@ describe("misuse of listen(), accept() and connect()", () => {
     }
   });
 
+  it("a tensor on a pipe without a channel (none registered here) is ERR_TP_NEGOTIATION saying to register one on both ends; the pipe goes on", async () => {
+    const bare = await createContext({ transports: ["uv"], channels: [] });
+    try {
+      const listener = await server.listen("uv://127.0.0.1:0");
+      const [here, there] = await Promise.all([bare.connect(listener.addresses()[0]!), listener.accept()]);
+      await expect(here.write({ tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] })).rejects.toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/no channel was negotiated from cpu:0 here to cpu:0 at the peer \(channels: none\): register a channel for it on both ends \(for CPU tensors, basic works everywhere\)/),
+      });
+      await here.write({ metadata: "payloads and metadata need none" });
+      expect((await there.readMessage()).metadata).toBe("payloads and metadata need none");
+      listener.close();
+    } finally {
+      await bare.close();
+    }
+  });
+
   it("closing the context ends its connects under way at once with ERR_TP_CLOSED, not at the handshake's deadline", async () => {
     // A listener that accepts and says nothing: the handshake would wait its 10 s.
     const silent = createServer((s) => s.on("error", () => undefined));
