@@ -12,7 +12,7 @@ import { writeFileSync } from "node:fs";
 import { type Socket, connect } from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { CPU_DEVICE, type Context, type Pipe } from "@tensorpipe/core";
+import { CPU_DEVICE, type Context, ErrorCode, type Pipe, TensorPipeError } from "@tensorpipe/core";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
 import { type SizeFigures, sizeLabel, summarize } from "./figures.js";
 
@@ -57,14 +57,29 @@ export interface BenchFigures {
 /** Runs the bench against a peer process it spawns and prints the table. */
 export async function runBench(options: BenchOptions = {}): Promise<BenchFigures> {
   const print = options.print ?? ((line: string) => console.log(line));
+  // A line that redraws itself, on a terminal only: a log keeps none of its escapes.
+  const progress = process.stderr.isTTY;
   const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);
   const figures: BenchFigures = { skipped: [], series: {} };
   const found = await findBackends(options);
-  const usable = (kind: "transport" | "channel", wanted?: readonly string[]) =>
-    found
-      .filter((b) => b.spec.kind === kind && b.spec.memory !== "cuda" && (!wanted || wanted.includes(b.spec.name)))
-      .filter((b) => b.viability.viable || void (b.installed && figures.skipped.push({ name: b.spec.name, reason: b.viability.reason })))
+  const usable = (kind: "transport" | "channel", wanted?: readonly string[]) => {
+    const known = found.filter((b) => b.spec.kind === kind).map((b) => b.spec.name);
+    const unknown = wanted?.filter((name) => !known.includes(name)) ?? [];
+    if (unknown.length > 0) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `no ${kind} named ${unknown.map((n) => `"${n}"`).join(", ")}: the ${kind}s are ${known.join(", ")} (--backend MODULE adds another)`);
+    }
+    return found
+      .filter((b) => b.spec.kind === kind && (!wanted || wanted.includes(b.spec.name)))
+      .filter((b) => {
+        if (b.spec.memory === "cuda") {
+          if (wanted) figures.skipped.push({ name: b.spec.name, reason: "it moves GPU tensors: bench-cuda measures those" });
+          return false;
+        }
+        if (!b.viability.viable && (b.installed || wanted)) figures.skipped.push({ name: b.spec.name, reason: b.viability.reason });
+        return b.viability.viable;
+      })
       .map((b) => b.spec.name);
+  };
   const transports = usable("transport", options.transports);
   const channels = usable("channel", options.channels);
   const peer = await startPeer(options);
@@ -93,7 +108,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
       const roundTrips = Math.max(5, Math.min(options.quick ? 200 : 2000, Math.floor((options.quick ? 16 : 512) * MiB / size)));
       const messages = Math.max(4, Math.min(options.quick ? 500 : 5000, Math.floor((options.quick ? 32 : 1024) * MiB / size)));
       for (const s of series) {
-        process.stderr.write(`\r\x1b[K${sizeLabel(size)}: ${s.name}`);
+        if (progress) process.stderr.write(`\r\x1b[K${sizeLabel(size)}: ${s.name}`);
         // Warm: the JIT, the rings and socket buffers, the pages on both ends.
         for (let i = 0; i < Math.min(roundTrips, 200); i++) await s.roundTrip(data, back);
         await s.stream(data, Math.min(messages, 8));
@@ -105,7 +120,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
         }
         const cell = { ...summarize(samples), gbps: await s.stream(data, messages) };
         (figures.series[s.name] ??= {})[size] = cell;
-        process.stderr.write("\r\x1b[K");
+        if (progress) process.stderr.write("\r\x1b[K");
         print(`${(s === series[0] ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${cell.p50.toFixed(1).padStart(10)}${cell.p99.toFixed(1).padStart(10)}${cell.gbps.toFixed(3).padStart(9)}`);
       }
     }
@@ -138,7 +153,12 @@ async function pipeSeries(options: BenchOptions, urls: readonly string[], transp
     await context.close();
     return { reason: (e as Error).message };
   }
-  const name = `${pipe.transport}+${pipe.channelFor(CPU_DEVICE, CPU_DEVICE) ?? "none"}`;
+  const channel = pipe.channelFor(CPU_DEVICE, CPU_DEVICE);
+  if (channel === undefined) {
+    await context.close();
+    return { reason: `no channel for CPU tensors in common with the peer among ${channels.join(", ") || "none"}` };
+  }
+  const name = `${pipe.transport}+${channel}`;
   const ack = { payloads: [], tensors: [] };
   return {
     name,

@@ -82,7 +82,8 @@ async function main(argv: string[]): Promise<number> {
   const [command, ...given] = argv;
   // `pnpm bench -- --quick` hands the script the "--" itself.
   const rest = given[0] === "--" ? given.slice(1) : given;
-  if (command === undefined || command === "help" || command === "--help" || command === "-h") {
+  const wantsHelp = rest.includes("--help") || rest.includes("-h");
+  if (command === undefined || command === "help" || command === "--help" || command === "-h" || wantsHelp) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
@@ -159,6 +160,8 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e: unknown) => {
     const err = e as { code?: string; message?: string };
+    // A mistake in the command line, found once the backends were looked at.
+    if (err.code === "ERR_TP_INVALID_ARG") fail(err.message ?? String(e));
     process.stderr.write(`tensorpipe: ${err.code ? `${err.code}: ` : ""}${err.message ?? String(e)}\n`);
     process.exit(1);
   },

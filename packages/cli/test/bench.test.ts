@@ -39,6 +39,13 @@ describe("tensorpipe bench", () => {
     // The project's own targets are not a user's business.
     expect(stdout).not.toMatch(/target/);
   });
+
+  it("says why it leaves out a channel asked for that it cannot measure, and measures the rest; no progress escapes where stderr is no terminal", async () => {
+    const { stdout, stderr } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "8", "--transports", "uv", "--channels", "basic,cuda-ipc"]);
+    expect(stdout).toMatch(/^ {2}skipped cuda-ipc: it moves GPU tensors: bench-cuda measures those$/m);
+    expect(stdout).toMatch(/negotiation picks uv\+basic/);
+    expect(stderr).not.toMatch(/\x1b/);
+  });
 });
 
 describe("tensorpipe peer", () => {

@@ -103,8 +103,14 @@ describe("tensorpipe doctor", () => {
     expect(viaPnpm.backends).toEqual(report.backends);
   });
 
+  it("prints the usage and exits 0 for --help after any command", async () => {
+    for (const command of ["doctor", "bench", "peer"]) {
+      for (const flag of ["--help", "-h"]) expect((await run(process.execPath, [main, command, flag])).stdout).toMatch(/^usage: tensorpipe <command>/);
+    }
+  });
+
   it("exits 2 with the usage on a bad command or option", async () => {
-    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--copy-threads", "0"], ["bench", "--copy-threads", "two"], ["peer", "--copy-threads", "65"], ["peer", "--timeout", "soon"]]) {
+    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--copy-threads", "0"], ["bench", "--copy-threads", "two"], ["peer", "--copy-threads", "65"], ["peer", "--timeout", "soon"], ["bench", "--transports", "foo"], ["bench", "--channels", "basic,nope"]]) {
       const failed = await run(process.execPath, [main, ...args]).then(
         () => undefined,
         (e: { code: number; stderr: string }) => e,
