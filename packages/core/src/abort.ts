@@ -3,9 +3,9 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 /** Deadlines and cancellation for one operation (connect, read, write, accept, ...). */
 export interface OperationOptions {
   /** Cancels the operation; an AbortSignal.timeout() reports ERR_TP_TIMEOUT. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Milliseconds before the operation fails with ERR_TP_TIMEOUT. */
-  timeout?: number;
+  timeout?: number | undefined;
 }
 
 /** The error an aborted signal stands for, naming the operation. */

@@ -23,21 +23,21 @@ const log = debugLog("negotiation");
 /** Options of a Context. */
 export interface ContextOptions {
   /** Sent to listeners in the first packet; upstream's context name. */
-  name?: string;
+  name?: string | undefined;
   /** A listener drops connections that have not finished the handshake by then (ms). */
-  handshakeTimeout?: number;
+  handshakeTimeout?: number | undefined;
   /** Largest control frame (packet, brochure, descriptor) accepted from a peer. */
-  maxControlFrameLength?: number;
+  maxControlFrameLength?: number | undefined;
   /** Payloads a peer's message may have (default 16,384); more fails the pipe with ERR_TP_PROTOCOL. */
-  maxPayloads?: number;
+  maxPayloads?: number | undefined;
   /** Tensors a peer's message may have (default 16,384); more fails the pipe with ERR_TP_PROTOCOL. */
-  maxTensors?: number;
+  maxTensors?: number | undefined;
   /**
    * Payload and tensor bytes a peer's message may announce in all (default
    * 4 GiB); more fails the pipe with ERR_TP_PROTOCOL before anything is
    * allocated for it.
    */
-  maxMessageBytes?: number;
+  maxMessageBytes?: number | undefined;
   /**
    * Connections a listener lets wait in their handshakes at once (default
    * 128), and the cap on a transport's own handshake (shm's): past it the
@@ -46,20 +46,20 @@ export interface ContextOptions {
    * that peers that connect and say nothing, or a few bytes, cannot keep
    * real ones out.
    */
-  maxPendingHandshakes?: number;
+  maxPendingHandshakes?: number | undefined;
   /**
    * Opt-in mutual authentication with a shared secret, an extension of the
    * handshake (see auth.ts); off by default, and then the bytes on the wire
    * are exactly upstream's. Both ends need it.
    */
-  auth?: AuthOptions;
+  auth?: AuthOptions | undefined;
   /**
    * Events each pipe's flight recorder keeps (default 64; 0 turns it off):
    * the handshake's steps, the path, each message's size and time, errors.
    * `pipe.flightRecord()` and `context.flightRecords()` give them; a failed
    * pipe's or handshake's error carries them as `flightRecord`.
    */
-  flightRecorder?: number;
+  flightRecorder?: number | undefined;
 }
 
 /** Options of Context.connect(): a signal or a timeout for the whole handshake (default: the context's handshakeTimeout). */
@@ -70,13 +70,13 @@ export interface ConnectOptions extends OperationOptions {
    * among them alone; a pipe that cannot have them fails with
    * ERR_TP_NEGOTIATION saying why, never falls back to another.
    */
-  path?: PathPolicy;
+  path?: PathPolicy | undefined;
 }
 
 /** How Context.listen() takes pipes. */
 export interface ListenerOptions {
   /** The backends its pipes may use (as ConnectOptions.path): a peer that cannot meet them is dropped with ERR_TP_NEGOTIATION. */
-  path?: PathPolicy;
+  path?: PathPolicy | undefined;
 }
 
 /** One open pipe's flight record, as Context.flightRecords() lists it. */

@@ -116,6 +116,19 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     return [...this.urls.values()];
   }
 
+  /**
+   * The URL peers connect to over `transport` ("uv://127.0.0.1:41234"),
+   * or over the first transport listened on; ERR_TP_INVALID_ARG where it
+   * does not listen on that transport.
+   */
+  url(transport?: string): string {
+    const url = transport === undefined ? this.urls.values().next().value : this.urls.get(transport);
+    if (url === undefined) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `this listener does not listen on ${transport === undefined ? "any transport" : `transport "${transport}"`} (it listens on ${[...this.urls.keys()].join(", ") || "none"})`);
+    }
+    return url;
+  }
+
   /** The bound address of `transport` ("127.0.0.1:41234"), as sent in brochure answers. */
   transportAddress(transport: string): string | undefined {
     return this.transportListeners.get(transport)?.address();

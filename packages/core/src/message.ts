@@ -3,11 +3,11 @@ import type { Device, TensorBuffer } from "./device.js";
 /** What a pipe writes: metadata, CPU payloads and tensors on any device. */
 export interface Message {
   /** Free text for the application, sent in the descriptor (default ""). */
-  metadata?: string;
+  metadata?: string | undefined;
   /** CPU bytes sent over the pipe's transport, after the descriptor. */
-  payloads?: readonly MessagePayload[];
+  payloads?: readonly MessagePayload[] | undefined;
   /** Device memory sent over the channel negotiated for its device pair. */
-  tensors?: readonly MessageTensor[];
+  tensors?: readonly MessageTensor[] | undefined;
 }
 
 /** One payload of a message: CPU bytes, sent as they are. */
@@ -15,7 +15,7 @@ export interface MessagePayload {
   /** The bytes; they must stay unchanged until the write resolves. */
   data: ArrayBufferView;
   /** Free text, sent in the descriptor (default ""). */
-  metadata?: string;
+  metadata?: string | undefined;
 }
 
 /** One tensor of a message: memory on a device, moved by a channel. */
@@ -23,7 +23,7 @@ export interface MessageTensor {
   /** The memory: a CPU ArrayBufferView or a CUDA buffer (see cudaBuffer()). */
   buffer: TensorBuffer;
   /** Bytes to send from the start of `buffer`; defaults to all of it. */
-  length?: number;
+  length?: number | undefined;
   /**
    * Where the receiver should put it. When absent, a CPU tensor goes to the
    * receiver's CPU and a device tensor is the receiver's to place. `null`
@@ -31,9 +31,9 @@ export interface MessageTensor {
    * allocation and answers with a DescriptorReply before the bytes move (a
    * round trip more, and a write that resolves only once the peer reads).
    */
-  targetDevice?: Device | null;
+  targetDevice?: Device | null | undefined;
   /** Free text, sent in the descriptor (default ""). */
-  metadata?: string;
+  metadata?: string | undefined;
 }
 
 /** What a reader learns of a message before it provides memory for it. */

@@ -771,7 +771,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /**
    * Yields messages until the peer closes the pipe between messages; a
    * close in the middle of one, or with writes of this side unfinished,
-   * throws ERR_TP_PEER_CLOSED.
+   * throws ERR_TP_PEER_CLOSED. Leaving the loop (`break`) leaves the pipe
+   * open, for writes and later reads: close() it when done, as a pipe is
+   * both ways (a stream's iterator destroys it).
    */
   async *[Symbol.asyncIterator](): AsyncIterator<ReceivedMessage> {
     for (;;) {

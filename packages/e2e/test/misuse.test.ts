@@ -192,6 +192,14 @@ describe("misuse of listen(), accept() and connect()", () => {
     await expect(server.listen(urls as never)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
   });
 
+  it("listener.url() is the URL of the transport asked for, or the first; another is ERR_TP_INVALID_ARG naming those it listens on", async () => {
+    const listener = await server.listen("uv://127.0.0.1:0");
+    expect(listener.url()).toBe(listener.addresses()[0]);
+    expect(listener.url("uv")).toBe(listener.addresses()[0]);
+    expect(() => listener.url("shm")).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: 'this listener does not listen on transport "shm" (it listens on uv)' }));
+    listener.close();
+  });
+
   it("accept() with bad options or a signal aborted already is refused without taking a pipe: the next accept() gets it", async () => {
     const listener = await server.listen("uv://127.0.0.1:0");
     await expect(listener.accept({ timeout: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });

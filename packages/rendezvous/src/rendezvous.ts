@@ -8,7 +8,7 @@ export interface RecvOptions<T extends RendezvousValue = RendezvousValue> extend
    * land here straight from the channel; when it has, they are copied here.
    * Must be exactly the value's size. recv() then resolves with `into`.
    */
-  into?: T;
+  into?: T | undefined;
 }
 
 interface Waiter {

@@ -30,9 +30,9 @@ export interface ShmTransportOptions {
    * connection's rings take this much memory each once it has lived 20 ms,
    * when a thread of the addon maps their pages.
    */
-  ringSize?: number;
+  ringSize?: number | undefined;
   /** Accept peers running as another user (default: refuse them). */
-  allowOtherUsers?: boolean;
+  allowOtherUsers?: boolean | undefined;
   /**
    * Microseconds at most a waiting read polls the ring from Node's loop
    * before it sleeps on an eventfd (default 200; 0 never polls; at most
@@ -46,7 +46,7 @@ export interface ShmTransportOptions {
    * waiting ring for up to 5 us on each turn of the loop, holding the loop
    * that long, unless a peer last ran on this core.
    */
-  spinMicros?: number;
+  spinMicros?: number | undefined;
 }
 
 /**

@@ -10,9 +10,9 @@ export interface UvTransportOptions {
    * Network interface to use (e.g. "eth0"): listening on host "*" binds to
    * its address, and outgoing connections leave from it.
    */
-  interface?: string;
+  interface?: string | undefined;
   /** Address family for the interface's address; 4 unless it has none. */
-  family?: 4 | 6;
+  family?: 4 | 6 | undefined;
   /**
    * How long a peer may stay silent, in ms, before its connections fail
    * with ERR_TP_CONNECTION_RESET (errno ETIMEDOUT): a host that lost power,
@@ -26,7 +26,7 @@ export interface UvTransportOptions {
    * pipe's first connection watches for the rest.
    * Default 30000; 0 turns it off.
    */
-  peerTimeout?: number;
+  peerTimeout?: number | undefined;
 }
 
 /** The default of UvTransportOptions.peerTimeout. */
