@@ -30,6 +30,25 @@ async function victim(options: object = {}, fdLimit?: number): Promise<Victim> {
   return v;
 }
 
+/** `count` TCP connections to the victim, each sending `bytes` (if any) once connected, held until the test ends. */
+async function hold(port: number, count: number, bytes?: Uint8Array): Promise<Socket[]> {
+  const held = await Promise.all(
+    Array.from({ length: count }, () =>
+      new Promise<Socket>((resolve) => {
+        const s = netConnect(port, "127.0.0.1");
+        s.on("error", () => undefined);
+        s.once("connect", () => {
+          if (bytes) s.write(bytes);
+          resolve(s);
+        });
+        s.once("close", () => resolve(s));
+      }),
+    ),
+  );
+  cleanup.push(() => held.forEach((s) => s.destroy()));
+  return held;
+}
+
 /** A real client's round trip with a tensor, over the victim's `url`: the listener still serves. */
 async function stillServes(url: string, choice: object = { transports: ["uv"], channels: ["basic"] }): Promise<void> {
   const ctx = await createContext(choice);
@@ -61,20 +80,7 @@ describe("hostile brochures", () => {
     const devices = new Map(Array.from({ length: 60_000 }, (_, i) => [`d${i}:0`, { device: { type: `d${i}`, index: 0 }, descriptor: "" }]));
     const brochure = protocol.encodeBrochure({ transportDomainDescriptors: new Map([["uv", "uv:*"]]), channelDeviceDescriptors: new Map([["basic", devices]]) });
     expect(brochure.byteLength).toBeLessThan(MiB);
-    const bytes = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), brochure]);
-    const held = await Promise.all(
-      Array.from({ length: 20 }, () =>
-        new Promise<Socket>((resolve) => {
-          const s = netConnect(v.port, "127.0.0.1");
-          s.on("error", () => undefined);
-          s.once("connect", () => {
-            s.write(bytes);
-            resolve(s);
-          });
-        }),
-      ),
-    );
-    cleanup.push(() => held.forEach((s) => s.destroy()));
+    await hold(v.port, 20, onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), brochure]));
     for (let i = 0; i < 20; i++) {
       await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.PROTOCOL && /more than 1024 entries/.test(e.message!), 15_000);
     }
@@ -293,17 +299,7 @@ describe("silent connections", () => {
 describe("silent TCP connections", () => {
   it("2000 silent uv connections under a 256-descriptor limit keep a real client out for no more than the time to drain them", async () => {
     const v = await victim({}, 256);
-    const silent = await Promise.all(
-      Array.from({ length: 2000 }, () =>
-        new Promise<Socket>((resolve) => {
-          const s = netConnect(v.port, "127.0.0.1");
-          s.on("error", () => undefined);
-          s.once("connect", () => resolve(s));
-          s.once("close", () => resolve(s));
-        }),
-      ),
-    );
-    cleanup.push(() => silent.forEach((s) => s.destroy()));
+    await hold(v.port, 2000);
     // Past maxPendingHandshakes, or out of descriptors, the silent ones past their grace go.
     await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT && /sent nothing/.test(e.message!));
     // What the kernel queued before the listener could take it is drained a
@@ -326,21 +322,7 @@ describe("silent TCP connections", () => {
 describe("handshakes that stall", () => {
   it("300 connections that send their first packet and then nothing, under a 256-descriptor limit, keep a real client out for about a second, not the handshake's 10 s", async () => {
     const v = await victim({}, 256);
-    const first = onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" })]);
-    const held = await Promise.all(
-      Array.from({ length: 300 }, () =>
-        new Promise<Socket>((resolve) => {
-          const s = netConnect(v.port, "127.0.0.1");
-          s.on("error", () => undefined);
-          s.once("connect", () => {
-            s.write(first);
-            resolve(s);
-          });
-          s.once("close", () => resolve(s));
-        }),
-      ),
-    );
-    cleanup.push(() => held.forEach((s) => s.destroy()));
+    await hold(v.port, 300, onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" })]));
     const started = Date.now();
     for (let attempt = 1; ; attempt++) {
       try {
