@@ -1,4 +1,4 @@
-import { type Connection, type DetachedSocket, ErrorCode, TensorPipeError, splitHostPort } from "@tensorpipe/core/backend";
+import { type Connection, ErrorCode, TensorPipeError, splitHostPort } from "@tensorpipe/core/backend";
 import { closeSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { FrameLanes } from "./frame-lanes.js";
@@ -42,12 +42,17 @@ export async function openBulkLanes(
 ): Promise<BulkLanes> {
   const addon = threads ? loadAddon().addon : undefined;
   if (!addon || !connections.every((c) => c.detach)) return new FrameLanes(connections, maxChunk);
-  const sockets = await Promise.all(connections.map((c) => c.detach!()));
-  const handed = sockets.filter((s): s is DetachedSocket => s !== null);
-  if (handed.length === 0) return new FrameLanes(connections, maxChunk);
-  if (handed.length < sockets.length) {
+  // Each lane's socket is this side's once handed over: where any lane
+  // fails to come (a peer gone mid-handshake), those that came are closed
+  // here, or they would stay open, unread, for the life of the process.
+  const settled = await Promise.allSettled(connections.map((c) => c.detach!()));
+  const handed = settled.flatMap((r) => (r.status === "fulfilled" && r.value !== null ? [r.value] : []));
+  const failed = settled.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (handed.length === 0 && !failed) return new FrameLanes(connections, maxChunk);
+  if (failed || handed.length < settled.length) {
     for (const s of handed) closeSync(s.fd);
     for (const c of connections) c.close();
+    if (failed) throw failed.reason;
     throw new TensorPipeError(ErrorCode.INVALID_ARG, "the transport handed over the sockets of only some mpt lanes");
   }
   return new NativeLanes(addon, handed, maxChunk, unsentLimit);

@@ -2,6 +2,7 @@ import { type Connection, CPU_DEVICE, Context, ErrorCode, type Pipe } from "@ten
 import { hasPattern, patterned, prng } from "@tensorpipe/core/testing";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
+import { readdirSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { type BulkLanes, openBulkLanes } from "../src/bulk-lanes.js";
 import { CHUNK_HEADER_BYTES, MAX_HEADER_PAD, decodeChunkHeader, encodeChunkHeader } from "../src/chunks.js";
@@ -175,6 +176,19 @@ describe.each([
     await expect(a.recv(new Uint8Array(64 * MiB))).rejects.toMatchObject({
       code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)/),
     });
+  });
+});
+
+describe("mpt bulk lanes on threads, when a lane is gone before they start", () => {
+  it("close the sockets of the lanes that came: none stays open, unread", async () => {
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const { there } = await connections(3);
+    const before = fds();
+    // A peer gone mid-handshake: one lane failed before it could be handed over.
+    there[1]!.close();
+    await expect(openBulkLanes(there, 1 * MiB, true)).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_TP_/) });
+    // The other two lanes' sockets went with it: three fewer than before.
+    await expect.poll(fds).toBe(before - 3);
   });
 });
 

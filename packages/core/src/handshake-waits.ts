@@ -5,6 +5,12 @@ import type { Connection } from "./transport.js";
 export const SILENT_GRACE_MS = 250;
 /** How long a handshake may wait on its peer, once it spoke, before it may be dropped to make room (ms). */
 export const STALLED_GRACE_MS = 1000;
+/**
+ * Past this many graces a wait counts whatever this loop did meanwhile: a
+ * peer that keeps the loop busy with one legal pipe must not switch the
+ * drop off.
+ */
+const BUSY_GRACES = 3;
 /** How often to look again at waits not yet past their grace by this loop's idle time (ms). */
 const RECHECK_MS = 50;
 
@@ -32,9 +38,10 @@ export interface Stalled {
  * Under pressure (past maxPendingHandshakes, or out of descriptors) the
  * listener drops those past their grace, oldest first: a peer that said a
  * few bytes and then nothing must not hold a descriptor any longer than one
- * that said nothing. A wait counts only while this loop sat idle as well,
- * so that a server busy with a burst of real peers, whose bytes wait unread,
- * does not take them for stalled.
+ * that said nothing. A connection with bytes waiting unread has spoken, and
+ * a wait counts only while this loop sat idle as well, up to three graces,
+ * so that a server busy with a burst of real peers, whose bytes or
+ * connections wait unread, does not take them for stalled.
  */
 export class HandshakeWaits {
   private readonly silent = new Map<Connection, Wait>();
@@ -70,9 +77,9 @@ export class HandshakeWaits {
     ] as const) {
       // Oldest first: past the first that is not stalled, none is.
       for (const [c, wait] of waits) {
-        if (!stalled(wait, t, grace)) break;
-        // A first frame that waits unread (a loop busy with a burst) is a peer that spoke.
-        if (!spoke && c.hasPendingInput?.()) continue;
+        if (t.at - wait.at < grace) break;
+        // Bytes that wait unread (a loop busy with a burst) are a peer that spoke.
+        if (!stalled(wait, t, grace) || c.hasPendingInput?.()) continue;
         waits.delete(c);
         return { connection: c, spoke, waited: t.at - wait.at };
       }
@@ -108,5 +115,6 @@ function now(): Wait {
 }
 
 function stalled(wait: Wait, t: Wait, grace: number): boolean {
-  return t.at - wait.at >= grace && t.idle - wait.idle >= grace;
+  const waited = t.at - wait.at;
+  return waited >= grace && (t.idle - wait.idle >= grace || waited >= BUSY_GRACES * grace);
 }

@@ -258,9 +258,11 @@ function recorded(e: unknown, events: HandshakeEvents): unknown {
  * link-local scope that only means something here, its side of a NAT or
  * a container's port mapping, 0.0.0.0), and a hostile listener cannot
  * send this side's connections to a third party. On another transport,
- * what it names: shared memory reaches this machine alone, and a network
- * address must be on the host this side reached (this machine, where it
- * reached it over shared memory).
+ * what it names, where that is the listener's: shared memory only where
+ * this side reached it on this machine (else a listener elsewhere could
+ * point the connections at any process here), and a network address only
+ * on the host this side reached (this machine, where it reached it over
+ * shared memory).
  */
 function followUpAddress(
   answer: BrochureAnswer,
@@ -271,10 +273,16 @@ function followUpAddress(
   url: string,
 ): string {
   if (answer.transport === dialled.name) return address;
-  if ((chosen.medium ?? "network") !== "network") return answer.address;
-  const named = hostOf(answer.address);
   const overNetwork = (dialled.context.medium ?? "network") === "network";
   const reached = overNetwork ? hostOf(main.remoteAddress) : undefined;
+  if ((chosen.medium ?? "network") !== "network") {
+    if (reached === undefined ? !overNetwork : isThisMachine(reached)) return answer.address;
+    throw protocolError(
+      `the listener, reached at ${main.remoteAddress}, switched the pipe to ${answer.transport}, which reaches this machine alone: a listener elsewhere may name only itself`,
+      url,
+    );
+  }
+  const named = hostOf(answer.address);
   if (named !== undefined && (reached !== undefined ? named === reached : isThisMachine(named))) return answer.address;
   throw protocolError(
     `the listener named "${peerExcerpt(answer.address)}" for the pipe's ${answer.transport} connections, which is not ${
@@ -287,7 +295,8 @@ function followUpAddress(
 /** The host of "host:port", lower-cased and without an IPv6 scope; undefined for another form. */
 function hostOf(address: string): string | undefined {
   try {
-    return splitHostPort(address).host.split("%")[0]!.toLowerCase();
+    // An IPv4 peer of a dual-stack socket is an IPv4 host.
+    return splitHostPort(address).host.split("%")[0]!.toLowerCase().replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/, "");
   } catch {
     return undefined;
   }

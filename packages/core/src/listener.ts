@@ -186,7 +186,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   }
 
   private drop({ connection, spoke, waited }: Stalled, why: string): void {
-    const what = spoke ? `its handshake stalled for ${Math.round(waited)} ms` : "it sent nothing";
+    const what = spoke ? `its handshake stalled for ${Math.round(waited)} ms` : `it sent no whole first packet in ${Math.round(waited)} ms`;
     connection.close(new TensorPipeError(ErrorCode.TIMEOUT, `connection dropped: ${what} ${why}`, { where: connection.remoteAddress }));
   }
 

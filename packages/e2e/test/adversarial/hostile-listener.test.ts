@@ -10,6 +10,7 @@ import { type AddressInfo, type Server, type Socket, createServer } from "node:n
 import { Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { UvTransport, registerUvTransport } from "@tensorpipe/transport-uv";
+import { ShmTransport, registerShmTransport } from "@tensorpipe/transport-shm";
 import { onTheWire, protocol } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
@@ -181,6 +182,36 @@ describe("a listener that lies in its answer", () => {
       expect(third.connections()).toBe(0);
     } finally {
       await ctx.close();
+    }
+  });
+
+  it("an answer switching a dialler that reached it from another host to shm: ERR_TP_PROTOCOL (it would point the connections at any process here); from this host it is taken", async () => {
+    const shmDomain = new ShmTransport().domainDescriptor();
+    for (const [seenAt, allowed] of [
+      ["192.0.2.1", false],
+      ["127.0.0.1", true],
+    ] as const) {
+      const ctx = new Context();
+      // The listener's connection as it would be from another host.
+      const uv = new UvTransport();
+      const connect = uv.connect.bind(uv);
+      uv.connect = async (address, options) => {
+        const c = await connect(address, options);
+        Object.defineProperty(c, "remoteAddress", { value: `${seenAt}:4000` });
+        return c;
+      };
+      ctx.registerTransport(100, "uv", uv);
+      registerShmTransport(ctx);
+      registerBasicChannel(ctx);
+      try {
+        const lying = await lyingListener((p) => ({ ...honest(p), transport: "shm", transportDomainDescriptor: shmDomain, transportRegistrationIds: new Map([[0, 0n], [1, 1n]]), address: `tp-nobody-${process.pid}` }));
+        servers.push(lying.server);
+        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
+        if (allowed) expect(err.code).toBe(ErrorCode.CONNECTION_REFUSED);
+        else expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/^the listener, reached at 192\.0\.2\.1:4000, switched the pipe to shm, which reaches this machine alone/) });
+      } finally {
+        await ctx.close();
+      }
     }
   });
 
