@@ -52,6 +52,8 @@ export interface ListenerEvents {
 export class Listener extends EventEmitter<ListenerEvents> implements AsyncIterable<Pipe> {
   private readonly transportListeners = new Map<string, TransportListener>();
   private readonly urls = new Map<string, string>();
+  /** The scheme each transport was listened on by, where it was another name ("tcp" for uv). */
+  private readonly schemes = new Map<string, string>();
   private readonly ready: Pipe[] = [];
   private readonly acceptWaiters: Deferred<Pipe>[] = [];
   private readonly registrations: Registrations;
@@ -98,6 +100,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
         );
         listener.transportListeners.set(transport.name, tl);
         listener.urls.set(transport.name, `${scheme}://${tl.address()}`);
+        listener.schemes.set(scheme, transport.name);
       }
     } catch (e) {
       listener.close();
@@ -122,7 +125,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    * does not listen on that transport.
    */
   url(transport?: string): string {
-    const url = transport === undefined ? this.urls.values().next().value : this.urls.get(transport);
+    if (transport !== undefined && typeof transport !== "string") {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `url() takes a transport's name ("uv", "shm") or nothing, got ${transport === null ? "null" : typeof transport}`);
+    }
+    const name = transport?.toLowerCase();
+    const url = name === undefined ? this.urls.values().next().value : (this.urls.get(name) ?? this.urls.get(this.schemes.get(name) ?? ""));
     if (url === undefined) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `this listener does not listen on ${transport === undefined ? "any transport" : `transport "${transport}"`} (it listens on ${[...this.urls.keys()].join(", ") || "none"})`);
     }
