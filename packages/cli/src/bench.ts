@@ -82,6 +82,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
   };
   const transports = usable("transport", options.transports);
   const channels = usable("channel", options.channels);
+  if (transports.length === 0 || channels.length === 0) {
+    const none = transports.length === 0 ? "transport" : "CPU channel";
+    const why = figures.skipped.map((s) => `${s.name}: ${s.reason}`).join("; ");
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `nothing to measure: no ${none} that runs here among those asked for${why ? ` (${why})` : ""}`);
+  }
   const peer = await startPeer(options);
   const series: Series[] = [];
   try {

@@ -110,7 +110,7 @@ describe("tensorpipe doctor", () => {
   });
 
   it("exits 2 with the usage on a bad command or option", async () => {
-    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--copy-threads", "0"], ["bench", "--copy-threads", "two"], ["peer", "--copy-threads", "65"], ["peer", "--timeout", "soon"], ["bench", "--transports", "foo"], ["bench", "--channels", "basic,nope"]]) {
+    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--copy-threads", "0"], ["bench", "--copy-threads", "two"], ["peer", "--copy-threads", "65"], ["peer", "--timeout", "soon"], ["bench", "--transports", "foo"], ["bench", "--channels", "basic,nope"], ["bench", "--quick", "--channels", "cuda-ipc"]]) {
       const failed = await run(process.execPath, [main, ...args]).then(
         () => undefined,
         (e: { code: number; stderr: string }) => e,

@@ -39,7 +39,14 @@ export function operationSignal(options: OperationOptions | undefined, what?: st
     if (!isAbortSignal(signal)) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got ${describeValue(signal)}`);
     }
-    if (what !== undefined && signal.aborted) throw abortError(signal, what);
+    let aborted: boolean;
+    try {
+      aborted = signal.aborted;
+    } catch {
+      // An object made from AbortSignal.prototype, which Node's getters refuse.
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, "signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got an object that only looks like one");
+    }
+    if (what !== undefined && aborted) throw abortError(signal, what);
     signals.push(signal);
   }
   if (timeout !== undefined && timeout !== Infinity) {

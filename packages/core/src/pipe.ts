@@ -576,15 +576,19 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
   readDescriptor(options?: OperationOptions): Promise<Descriptor> {
-    if (this.failure) return Promise.reject(this.failure);
-    if (this.current) {
-      return this.refuse(invalid("readDescriptor() again before read(): read the message whose descriptor you have first"));
-    }
     let signal: AbortSignal | undefined;
     try {
       signal = operationSignal(options, "readDescriptor");
     } catch (e) {
-      return this.refuse(e);
+      return this.failure ? Promise.reject(this.failure) : this.refuse(e);
+    }
+    return this.takeDescriptor(signal, "readDescriptor");
+  }
+
+  private takeDescriptor(signal: AbortSignal | undefined, what: string): Promise<Descriptor> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.current) {
+      return this.refuse(invalid(`${what}() again before read(): read the message whose descriptor you have first`));
     }
     if (this.ended && !this.prefetched) return Promise.reject(this.ended);
     let got: Promise<Descriptor>;
@@ -598,11 +602,17 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.descriptorWaiters.push(waiter);
       got = waiter.promise;
     }
-    if (signal === undefined) return got;
+    // A descriptor already in hand is taken: an abort after the call comes too late.
+    if (signal === undefined || !waiter) return got;
     // No bytes are consumed by a waiting readDescriptor, so abandoning it leaves the pipe intact.
-    return raceSignal(got, signal, "readDescriptor", () => {
-      const i = waiter ? this.descriptorWaiters.indexOf(waiter) : -1;
+    return raceSignal(got, signal, what, () => {
+      const i = this.descriptorWaiters.indexOf(waiter);
       if (i >= 0) this.descriptorWaiters.splice(i, 1);
+      // Handed to this waiter in the same turn as the abort: it goes back for the next call.
+      else if (this.current && !this.failure) {
+        this.prefetched = this.current;
+        this.current = undefined;
+      }
     });
   }
 
@@ -611,6 +621,16 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * payloads and tensors land right in the memory given.
    */
   read(allocation: Partial<Allocation>, options?: OperationOptions): Promise<void> {
+    let signal: AbortSignal | undefined;
+    try {
+      signal = operationSignal(options, "pipe read");
+    } catch (e) {
+      return this.failure ? Promise.reject(this.failure) : this.refuse(e);
+    }
+    return this.readWith(allocation, signal, "pipe read");
+  }
+
+  private readWith(allocation: Partial<Allocation>, signal: AbortSignal | undefined, what: string): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
     const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     const d = this.current;
@@ -618,9 +638,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     let targets: Device[] | undefined;
     let payloads: Allocation["payloads"];
     let tensors: Allocation["tensors"];
-    let signal: AbortSignal | undefined;
     try {
-      signal = operationSignal(options, "pipe read");
       ({ payloads, tensors } = allocationParts(allocation));
       targets = this.checkAllocation(d, payloads, tensors);
     } catch (e) {
@@ -661,9 +679,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.fetchDescriptor();
     if (settled === DONE) {
       this.maybeFinishEnded();
-      return this.guard(DONE, signal, "pipe read");
+      return this.guard(DONE, signal, what);
     }
-    return this.guard(settled.then(this.readSettled, this.readFailed), signal, "pipe read");
+    return this.guard(settled.then(this.readSettled, this.readFailed), signal, what);
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
@@ -725,14 +743,18 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the next message into fresh CPU memory. */
   async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
+    let signal: AbortSignal | undefined;
+    try {
+      signal = operationSignal(options, "readMessage");
+    } catch (e) {
+      return this.failure ? Promise.reject(this.failure) : this.refuse(e);
+    }
     // One deadline for the whole message, not one for each half.
-    const signal = operationSignal(options, "readMessage");
-    const each = signal && { signal };
-    return this.receive(await this.readDescriptor(each), each);
+    return this.receive(await this.takeDescriptor(signal, "readMessage"), signal);
   }
 
   /** Reads the message of descriptor `d` into fresh CPU memory. */
-  private async receive(d: Descriptor, options?: OperationOptions): Promise<ReceivedMessage> {
+  private async receive(d: Descriptor, signal: AbortSignal | undefined): Promise<ReceivedMessage> {
     const allocation = { payloads: [] as { data: Uint8Array }[], tensors: [] as { buffer: Uint8Array }[] };
     try {
       for (const p of d.payloads) allocation.payloads.push({ data: new Uint8Array(p.length) });
@@ -755,7 +777,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.fail(err);
       throw err;
     }
-    await this.read(allocation, options);
+    await this.readWith(allocation, signal, "readMessage");
     return {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
@@ -784,7 +806,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         if ((e === this.ended && this.endedCleanly) || (e as TensorPipeError).code === ErrorCode.CLOSED) return;
         throw e;
       }
-      yield await this.receive(d);
+      yield await this.receive(d, undefined);
     }
   }
 
@@ -935,7 +957,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Cancelling an operation under way breaks the stream, so it fails the pipe. */
   private guard<T>(p: Promise<T>, signal: AbortSignal | undefined, what: string): Promise<T> {
-    if (signal === undefined) return p;
+    // Done already: an abort after the call comes too late to undo it.
+    if (signal === undefined || p === DONE) return p;
     return raceSignal(p, signal, what, (err) => this.fail(err));
   }
 

@@ -121,6 +121,7 @@ describe("misuse of write() and read()", () => {
     ["a NaN timeout", { timeout: NaN }, /timeout must be .*got number NaN/],
     ["a signal that is none", { signal: {} }, /signal must be an AbortSignal .*got an object \(Object\)/],
     ["options that are null", null, /options must be an object such as \{ timeout: 5000, signal \}, got null/],
+    ["a signal made from AbortSignal's prototype", { signal: Object.create(AbortSignal.prototype) }, /signal must be an AbortSignal .*got an object that only looks like one/],
   ];
 
   it.each(badOptions)("%s is ERR_TP_INVALID_ARG from every operation, which does nothing: the pipe, its messages and the listener go on", async (_, options, text) => {
@@ -162,6 +163,26 @@ describe("misuse of write() and read()", () => {
     await stillWorks();
   });
 
+  it("an abort in the same turn as a call that finished at once comes too late: the write is sent, the descriptor taken, the pipe goes on", async () => {
+    const controller = new AbortController();
+    const written = here.write({ metadata: "sent at once" }, { signal: controller.signal });
+    controller.abort();
+    await expect(written).resolves.toBeUndefined();
+    // The message is here before readDescriptor is called.
+    await new Promise((r) => setTimeout(r, 50));
+    const late = new AbortController();
+    const got = there.readDescriptor({ signal: late.signal });
+    late.abort();
+    await expect(got).resolves.toMatchObject({ metadata: "sent at once" });
+    await there.read({});
+    await stillWorks();
+  });
+
+  it("readMessage() names itself in its errors", async () => {
+    await expect(there.readMessage({ timeout: 0 })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT, message: "readMessage timed out" });
+    await stillWorks();
+  });
+
   it("keeps the reason an abort was given as the cause, and says it", async () => {
     const controller = new AbortController();
     const reason = new Error("shutting down");
@@ -197,7 +218,13 @@ describe("misuse of listen(), accept() and connect()", () => {
     expect(listener.url()).toBe(listener.addresses()[0]);
     expect(listener.url("uv")).toBe(listener.addresses()[0]);
     expect(() => listener.url("shm")).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: 'this listener does not listen on transport "shm" (it listens on uv)' }));
+    expect(listener.url("UV")).toBe(listener.addresses()[0]);
+    expect(() => listener.url(null as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/got null/) }));
     listener.close();
+    const byAlias = await server.listen("tcp://127.0.0.1:0");
+    expect(byAlias.url("tcp")).toBe(byAlias.url("uv"));
+    expect(byAlias.url()).toMatch(/^tcp:\/\//);
+    byAlias.close();
   });
 
   it("accept() with bad options or a signal aborted already is refused without taking a pipe: the next accept() gets it", async () => {
