@@ -18,6 +18,24 @@ describe("handshake waits", () => {
     expect(waits.size).toBe(0);
   });
 
+  it("count a wait past three graces whatever the loop did: a peer keeping it busy does not switch the drop off", () => {
+    const waits = new HandshakeWaits();
+    const c = connection();
+    waits.accepted(c);
+    const until = performance.now() + 3 * SILENT_GRACE_MS + 50;
+    while (performance.now() < until);
+    expect(waits.takeOldestStalled()).toMatchObject({ connection: c, spoke: false });
+  });
+
+  it("never take a connection whose bytes wait unread, however long", async () => {
+    const waits = new HandshakeWaits();
+    const c = connection(true);
+    waits.accepted(c);
+    waits.spoke(c);
+    await sleep(STALLED_GRACE_MS + 100);
+    expect(waits.takeOldestStalled()).toBeUndefined();
+  });
+
   it("give a handshake under way longer than a silent connection, and take the oldest first", async () => {
     const waits = new HandshakeWaits();
     const [spoke, silent, unread] = [connection(), connection(), connection(true)];
