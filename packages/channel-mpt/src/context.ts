@@ -1,8 +1,24 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, VIABLE, type Viability } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, ErrorCode, TensorPipeError, VIABLE, type Viability } from "@tensorpipe/core/backend";
 import { MptChannel } from "./channel.js";
 import { loadAddon } from "./native.js";
 
+/** The most bulk lanes a pipe has (each a TCP connection and two threads). */
+const MAX_LANES = 64;
+
+function invalidOption(name: string, wanted: string, got: unknown): TensorPipeError {
+  const shown = typeof got === "number" || typeof got === "boolean" ? `${typeof got} ${got}` : got === null ? "null" : typeof got;
+  return new TensorPipeError(ErrorCode.INVALID_ARG, `MptChannelOptions.${name} must be ${wanted}, got ${shown}`);
+}
+
+/** `value` as a whole number from `min` to `max`, undefined when not given; ERR_TP_INVALID_ARG otherwise. */
+function wholeNumber(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+    throw invalidOption(name, `a whole number from ${min} to ${max}`, value);
+  }
+  return value;
+}
 
 /** Options of the mpt channel. */
 export interface MptChannelOptions {
@@ -43,11 +59,13 @@ export class MptChannelContext implements ChannelContext {
   private readonly maxUnsentBytes?: number;
 
   constructor(options: MptChannelOptions = {}) {
-    this.lanes = Math.max(1, Math.floor(options.lanes ?? Math.min(8, Math.max(4, availableParallelism()))));
-    this.minSplit = Math.max(0, Math.floor(options.minSplit ?? 1024 * 1024));
-    this.maxChunk = options.maxChunk ?? 4 * 1024 * 1024;
+    if (typeof options !== "object" || options === null) throw invalidOption("options", "an object", options);
+    this.lanes = wholeNumber("lanes", options.lanes, 1, MAX_LANES) ?? Math.min(8, Math.max(4, availableParallelism()));
+    this.minSplit = wholeNumber("minSplit", options.minSplit, 0) ?? 1024 * 1024;
+    this.maxChunk = wholeNumber("maxChunk", options.maxChunk, 1) ?? 4 * 1024 * 1024;
+    if (options.threads !== undefined && typeof options.threads !== "boolean") throw invalidOption("threads", "true or false", options.threads);
     this.threads = options.threads ?? true;
-    this.maxUnsentBytes = options.maxUnsentBytes === undefined ? undefined : Math.max(0, Math.floor(options.maxUnsentBytes));
+    this.maxUnsentBytes = wholeNumber("maxUnsentBytes", options.maxUnsentBytes, 0);
   }
 
   /** Whether the channel can work here, and if not why. */
@@ -77,7 +95,7 @@ export class MptChannelContext implements ChannelContext {
 
   /** Whatever number of lanes the listening side registered. */
   acceptsConnectionCount(count: number): boolean {
-    return count >= 1 && count <= 65;
+    return count >= 1 && count <= 1 + MAX_LANES;
   }
 
   canCommunicateWithRemote(localDescriptor: string, remoteDescriptor: string): boolean {
