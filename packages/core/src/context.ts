@@ -241,7 +241,7 @@ export class Context {
     if (typeof urls !== "string" && !(Array.isArray(urls) && urls.length > 0)) {
       throw new TensorPipeError(
         ErrorCode.INVALID_ARG,
-        `listen() takes a URL or an array of URLs, one for each transport ("uv://127.0.0.1:0", "shm://name"), got ${Array.isArray(urls) ? "an empty array" : urls === null ? "null" : typeof urls}`,
+        `listen() takes a URL or an array of URLs, one for each transport ("uv://127.0.0.1:0", "shm://name"), got ${Array.isArray(urls) ? "an empty array" : kindOf(urls)}`,
       );
     }
     const path = checkPathPolicy(options?.path, this.transports, this.channels);

@@ -104,6 +104,12 @@ export class HandshakeWaits {
     return next;
   }
 
+  /** Every connection whose handshake waits. */
+  *connections(): IterableIterator<Connection> {
+    yield* this.silent.keys();
+    yield* this.spoken.keys();
+  }
+
   clear(): void {
     this.silent.clear();
     this.spoken.clear();

@@ -249,7 +249,6 @@ function recorded(e: unknown, events: HandshakeEvents): unknown {
   return e;
 }
 
-/** Same host (scope aside) and port, for addresses of the form host:port. */
 /**
  * Where to open the connections a listener's answer asks for. On the
  * transport dialled, where this side reached it: a listener has one

@@ -9,6 +9,7 @@ import { HandshakeWaits, type Stalled } from "./handshake-waits.js";
 import type { Registered } from "./negotiation.js";
 import type { Pipe, PipeParts } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
+import { kindOf } from "./message-check.js";
 import { Registrations } from "./registrations.js";
 import { addCount } from "./stats.js";
 import type { Connection, TransportContext, TransportListener } from "./transport.js";
@@ -58,8 +59,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   private readonly acceptWaiters: Deferred<Pipe>[] = [];
   private readonly registrations: Registrations;
   private closedError?: TensorPipeError;
-  private readonly pending = new Set<Connection>();
-  /** The pending connections whose handshakes wait on their peers, for dropping the stalled ones under pressure. */
+  /** The connections in their handshakes, each waiting on its peer: dropped when stalled under pressure, closed with the listener. */
   private readonly waits = new HandshakeWaits();
   /** Drops the stalled connections once they are past their grace, out of descriptors (sweepStalledSoon). */
   private sweep?: NodeJS.Timeout;
@@ -126,7 +126,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    */
   url(transport?: string): string {
     if (transport !== undefined && typeof transport !== "string") {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `url() takes a transport's name ("uv", "shm") or nothing, got ${transport === null ? "null" : typeof transport}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `url() takes a transport's name ("uv", "shm") or nothing, got ${kindOf(transport)}`);
     }
     const name = transport?.toLowerCase();
     const url = name === undefined ? this.urls.values().next().value : (this.urls.get(name) ?? this.urls.get(this.schemes.get(name) ?? ""));
@@ -154,7 +154,6 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     }
     this.dropStalledPastCap();
     this.waits.accepted(connection);
-    this.pending.add(connection);
     const timer = setTimeout(() => {
       connection.close(
         new TensorPipeError(ErrorCode.TIMEOUT, `handshake not done within ${this.settings.handshakeTimeout} ms`, {
@@ -165,13 +164,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.routeConnection(transport, connection).then(
       (pipe) => {
         clearTimeout(timer);
-        this.pending.delete(connection);
         this.waits.done(connection);
         if (pipe) this.deliver(pipe);
       },
       (e) => {
         clearTimeout(timer);
-        this.pending.delete(connection);
         this.waits.done(connection);
         const err = fromNativeError(e, connection.remoteAddress);
         connection.close(err);
@@ -298,8 +295,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     for (const l of this.transportListeners.values()) l.close();
     for (const w of this.acceptWaiters.splice(0)) w.reject(err);
     this.registrations.rejectAll(err);
-    for (const c of this.pending) c.close(err);
-    this.pending.clear();
+    for (const c of [...this.waits.connections()]) c.close(err);
     this.waits.clear();
     clearTimeout(this.sweep);
     for (const p of this.ready.splice(0)) p.close();

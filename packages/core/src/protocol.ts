@@ -248,8 +248,9 @@ export function decodeBrochureAnswer(bytes: Uint8Array): BrochureAnswer {
   const channelRegistrationIds = new Map<string, bigint[]>();
   for (let n = entries.take(r.map()); n > 0; n--) {
     const name = r.string();
-    channelRegistrationIds.set(name, r.u64Vector(entries.remaining));
-    entries.take(channelRegistrationIds.get(name)!.length);
+    const ids = r.u64Vector(entries.remaining);
+    entries.take(ids.length);
+    channelRegistrationIds.set(name, ids);
   }
   const channelDeviceDescriptors = readChannelDeviceDescriptors(r, entries);
   const channelForDevicePair: DevicePairChoice[] = [];

@@ -65,7 +65,7 @@ class UvConnection : public FramedConnection<UvConnection> {
 
   uv_tcp_t* handle_ = nullptr;
   uint32_t peerTimeoutMs_ = 0;
-  // Made at the first write that leaves bytes unacknowledged.
+  // Made at the first write, with peerTimeout set.
   uv_timer_t* watchdog_ = nullptr;
   bool reading_ = false;
   bool direct_ = false;

@@ -261,8 +261,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     const bool betweenFrames = op.headerGot == 0 && !self().HasUnreadBytes();
     const bool peerEnded = failStatus_ == UV_EOF || failStatus_ == UV_ECONNRESET;
     if (peerEnded && !betweenFrames) return op.TruncationError(env).Value();
-    Napi::Error err = UvError(env, failStatus_, failSyscall_);
-    if (!failDetail_.empty()) err.Set("message", Napi::String::New(env, std::string(failSyscall_) + ": " + uv_strerror(failStatus_) + ": " + failDetail_));
+    Napi::Error err = UvError(env, failStatus_, failSyscall_, failDetail_);
     if (failStatus_ == UV_ECONNRESET && betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
     return err.Value();
   }

@@ -17,8 +17,9 @@
 namespace tensorpipe_js {
 
 // An Error whose `code` is libuv's errno name (ECONNRESET, EOF, ...).
-inline Napi::Error UvError(Napi::Env env, int status, const char* syscall) {
-  std::string message = std::string(syscall) + ": " + uv_strerror(status);
+// `detail`, where given, says more than errno's name: it follows the message.
+inline Napi::Error UvError(Napi::Env env, int status, const char* syscall, const std::string& detail = "") {
+  std::string message = std::string(syscall) + ": " + uv_strerror(status) + (detail.empty() ? "" : ": " + detail);
   Napi::Error err = Napi::Error::New(env, message);
   err.Set("code", Napi::String::New(env, uv_err_name(status)));
   err.Set("errno", Napi::Number::New(env, status));
