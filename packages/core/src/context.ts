@@ -77,6 +77,15 @@ export interface ConnectOptions extends OperationOptions {
 export interface ListenerOptions {
   /** The backends its pipes may use (as ConnectOptions.path): a peer that cannot meet them is dropped with ERR_TP_NEGOTIATION. */
   path?: PathPolicy | undefined;
+  /**
+   * Pipes that may wait for accept() at once (default 1024; Infinity for
+   * no limit). Past it the listener turns new peers away in their
+   * handshake until the application accepts: their connect() fails with
+   * ERR_TP_NEGOTIATION saying so, and 'connectionError' here says
+   * ERR_TP_CONNECTION_REFUSED. A pipe that ends while it waits (its peer
+   * closed it, or it failed) leaves the queue: it has nothing to read.
+   */
+  maxUnaccepted?: number | undefined;
 }
 
 /** One open pipe's flight record, as Context.flightRecords() lists it. */
@@ -102,6 +111,7 @@ export interface BackendInfo {
 const DEFAULT_HANDSHAKE_TIMEOUT = 10_000;
 const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
 const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
+const DEFAULT_MAX_UNACCEPTED = 1024;
 const DEFAULT_FLIGHT_RECORDER = 64;
 
 function flightRecorderSize(value: number | undefined): number {
@@ -251,7 +261,12 @@ export class Context {
     });
     if (path) checkListenedTransports(path, this.transports, targets.map((t) => t.transport.name));
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
-    const listener = await Listener.open(targets, settings, this.maxPendingHandshakes, (parts) => this.adopt(parts));
+    const maxUnaccepted = options?.maxUnaccepted ?? DEFAULT_MAX_UNACCEPTED;
+    if (!(Number.isSafeInteger(maxUnaccepted) && maxUnaccepted >= 1) && maxUnaccepted !== Infinity) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ListenerOptions.maxUnaccepted must be a positive integer or Infinity, got ${kindOf(maxUnaccepted)}`);
+    }
+    const limits = { maxPendingHandshakes: this.maxPendingHandshakes, maxUnaccepted };
+    const listener = await Listener.open(targets, settings, limits, (parts) => this.adopt(parts));
     this.listeners.add(listener);
     return listener;
   }

@@ -314,7 +314,8 @@ function isThisMachine(host: string): boolean {
  */
 function duringHandshake(url: string, err: TensorPipeError, auth: boolean, requested = false): TensorPipeError {
   if (err.code !== ErrorCode.PEER_CLOSED && err.code !== ErrorCode.CONNECTION_RESET) return err;
-  const couldNot = "it could not take the connection (out of file descriptors, or past its maxPendingHandshakes: see its connectionError events)";
+  const couldNot =
+    "it could not take the connection (out of file descriptors, past its maxPendingHandshakes, or with maxUnaccepted pipes waiting for its accept(): see its connectionError events)";
   return new TensorPipeError(
     ErrorCode.NEGOTIATION,
     requested

@@ -39,6 +39,14 @@ export interface ListenTarget {
   address: string;
 }
 
+/** What a listener holds at once: connections in their handshakes, and pipes waiting for accept(). */
+export interface ListenerLimits {
+  /** ContextOptions.maxPendingHandshakes. */
+  maxPendingHandshakes: number;
+  /** ListenerOptions.maxUnaccepted. */
+  maxUnaccepted: number;
+}
+
 /** The events a Listener emits. */
 export interface ListenerEvents {
   /** A connection was dropped before it became a pipe (bad bytes, timeout, accept failed, ...). */
@@ -64,10 +72,12 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   /** Drops the stalled connections once they are past their grace, out of descriptors (sweepStalledSoon). */
   private sweep?: NodeJS.Timeout;
   private readonly counts = new Map<string, number>();
+  /** Handshakes answered and not yet delivered: with `ready`, what maxUnaccepted bounds. */
+  private answering = 0;
 
   private constructor(
     private readonly settings: HandshakeSettings,
-    private readonly maxPendingHandshakes: number,
+    private readonly limits: ListenerLimits,
     /** Makes the Pipe of a finished handshake (the Context keeps it). */
     private readonly adopt: (parts: PipeParts) => Pipe,
   ) {
@@ -83,10 +93,11 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   static async open(
     targets: readonly ListenTarget[],
     settings: HandshakeSettings,
-    maxPendingHandshakes: number,
+    limits: ListenerLimits,
     adopt: (parts: PipeParts) => Pipe,
   ): Promise<Listener> {
-    const listener = new Listener(settings, maxPendingHandshakes, adopt);
+    const listener = new Listener(settings, limits, adopt);
+    const { maxPendingHandshakes } = limits;
     try {
       for (const { transport, scheme, address } of targets) {
         if (listener.transportListeners.has(transport.name)) {
@@ -162,10 +173,9 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       );
     }, this.settings.handshakeTimeout);
     this.routeConnection(transport, connection).then(
-      (pipe) => {
+      () => {
         clearTimeout(timer);
         this.waits.done(connection);
-        if (pipe) this.deliver(pipe);
       },
       (e) => {
         clearTimeout(timer);
@@ -184,9 +194,10 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    * grace goes (a burst of real peers goes over the cap for that long).
    */
   private dropStalledPastCap(): void {
-    if (this.waits.size < this.maxPendingHandshakes) return;
+    const max = this.limits.maxPendingHandshakes;
+    if (this.waits.size < max) return;
     const stalled = this.waits.takeOldestStalled();
-    if (stalled) this.drop(stalled, `while ${this.maxPendingHandshakes} others waited (ContextOptions.maxPendingHandshakes)`);
+    if (stalled) this.drop(stalled, `while ${max} others waited (ContextOptions.maxPendingHandshakes)`);
   }
 
   private drop({ connection, spoke, waited }: Stalled, why: string): void {
@@ -228,27 +239,52 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.emit("connectionError", error, remoteAddress);
   }
 
-  /** Reads the first packet: a new pipe, or a connection an existing handshake asked for. */
-  private async routeConnection(transport: string, connection: Connection): Promise<Pipe | undefined> {
+  /**
+   * Reads the first packet: a connection an existing handshake asked for,
+   * or a new pipe, answered and delivered while fewer than maxUnaccepted
+   * wait for accept().
+   */
+  private async routeConnection(transport: string, connection: Connection): Promise<void> {
     const first = await connection.read(MAX_PACKET_FRAME);
     this.waits.spoke(connection);
     const packet = decodePacket(first);
     if (packet.kind === "requested") {
       await this.registrations.claim(packet.registrationId, connection);
-      return undefined;
+      return;
     }
-    const parts = await answer(this.settings, connection, transport, {
-      transports: this.listeningTransports(),
-      addressOf: (name) => this.transportAddress(name),
-      registrations: this.registrations,
-    });
-    return this.adopt(parts);
+    const max = this.limits.maxUnaccepted;
+    if (this.ready.length + this.answering >= max) {
+      throw new TensorPipeError(
+        ErrorCode.CONNECTION_REFUSED,
+        `turned a new pipe away: ${max} pipes wait for accept() (ListenerOptions.maxUnaccepted); accept them, or raise the limit`,
+        { where: connection.remoteAddress },
+      );
+    }
+    this.answering++;
+    try {
+      const parts = await answer(this.settings, connection, transport, {
+        transports: this.listeningTransports(),
+        addressOf: (name) => this.transportAddress(name),
+        registrations: this.registrations,
+      });
+      this.deliver(this.adopt(parts));
+    } finally {
+      this.answering--;
+    }
   }
 
   private deliver(pipe: Pipe): void {
     const waiter = this.acceptWaiters.shift();
-    if (waiter) waiter.resolve(pipe);
-    else this.ready.push(pipe);
+    if (waiter) {
+      waiter.resolve(pipe);
+      return;
+    }
+    this.ready.push(pipe);
+    // One that ends while it waits has nothing left to read: it leaves the queue.
+    void pipe.closed.then(() => {
+      const i = this.ready.indexOf(pipe);
+      if (i >= 0) this.ready.splice(i, 1);
+    });
   }
 
   /** Resolves with the next pipe whose handshake completed. */

@@ -1,0 +1,77 @@
+/**
+ * Pipes a listener has handshaken and the application has not accepted:
+ * at most ListenerOptions.maxUnaccepted wait at once, and one that ends
+ * while it waits leaves the queue. Without both, one client that opens
+ * pipes and closes them (or leaves them) grows the server's memory and
+ * descriptors for as long as it likes.
+ */
+import { ErrorCode, type TensorPipeError } from "@tensorpipe/core";
+import { describe, expect, it } from "vitest";
+import { closedAfterEach } from "../contexts.js";
+
+const { context } = closedAfterEach();
+
+describe.each([
+  ["uv", "uv://127.0.0.1:0"],
+  ["shm", "shm://*"],
+] as const)("pipes waiting for accept() over %s", (transport, url) => {
+  it("are at most maxUnaccepted: the next peer is turned away, saying why, until the application accepts", async () => {
+    const server = await context({ transports: [transport] });
+    const client = await context({ transports: [transport] });
+    const listener = await server.listen(url, { maxUnaccepted: 3 });
+    const refused: TensorPipeError[] = [];
+    listener.on("connectionError", (e) => refused.push(e));
+    const waiting = await Promise.all([1, 2, 3].map(() => client.connect(listener.url())));
+
+    await expect(client.connect(listener.url())).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/maxUnaccepted/) });
+    await expect.poll(() => refused.length).toBe(1);
+    expect(refused[0]).toMatchObject({ code: ErrorCode.CONNECTION_REFUSED, message: expect.stringMatching(/3 pipes wait for accept\(\) \(ListenerOptions\.maxUnaccepted\)/) });
+
+    const accepted = [await listener.accept()];
+    waiting.push(await client.connect(listener.url()));
+    // The ones that waited are untouched, and the one let in after the accept works.
+    await Promise.all(waiting.map((p, i) => p.write({ metadata: `pipe ${i}` })));
+    for (let i = 0; i < 3; i++) accepted.push(await listener.accept());
+    const got = await Promise.all(accepted.map((p) => p.readDescriptor()));
+    expect(got.map((d) => d.metadata).sort()).toEqual(["pipe 0", "pipe 1", "pipe 2", "pipe 3"]);
+  });
+
+  it("leave the queue once their peers close them, and take no room there", async () => {
+    const server = await context({ transports: [transport] });
+    const client = await context({ transports: [transport] });
+    const listener = await server.listen(url, { maxUnaccepted: 4 });
+    for (let round = 0; round < 3; round++) {
+      const pipes = await Promise.all([1, 2, 3, 4].map(() => client.connect(listener.url())));
+      for (const p of pipes) p.close();
+      // Each closed pipe leaves the queue as the listener learns of it; a new one then fits.
+      await expect.poll(async () => {
+        const p = await client.connect(listener.url()).catch(() => undefined);
+        p?.close();
+        return p !== undefined;
+      }).toBe(true);
+    }
+    // What accept() gives is a live pipe, not one of the twelve dead ones.
+    const live = await client.connect(listener.url());
+    await live.write({ metadata: "live" });
+    for (;;) {
+      const d = await (await listener.accept()).readDescriptor().catch(() => undefined);
+      if (d === undefined) continue;
+      expect(d.metadata).toBe("live");
+      break;
+    }
+  });
+});
+
+describe("ListenerOptions.maxUnaccepted", () => {
+  it("takes a positive integer or Infinity, and says so otherwise", async () => {
+    const server = await context({ transports: ["uv"] });
+    for (const bad of [0, -1, 1.5, Number.NaN, "10"]) {
+      await expect(server.listen("uv://127.0.0.1:0", { maxUnaccepted: bad as number }), String(bad)).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringMatching(/ListenerOptions\.maxUnaccepted must be a positive integer or Infinity/),
+      });
+    }
+    const listener = await server.listen("uv://127.0.0.1:0", { maxUnaccepted: Infinity });
+    listener.close();
+  });
+});
