@@ -1,2 +1,2 @@
-export { Rendezvous, type RecvOptions } from "./rendezvous.js";
+export { Rendezvous, type RecvOptions, type RendezvousOptions } from "./rendezvous.js";
 export type { RendezvousValue } from "./value-codec.js";

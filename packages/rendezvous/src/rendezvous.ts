@@ -11,6 +11,19 @@ export interface RecvOptions<T extends RendezvousValue = RendezvousValue> extend
   into?: T | undefined;
 }
 
+/** Options of Rendezvous.over(). */
+export interface RendezvousOptions {
+  /**
+   * Values the peer may have sent that no recv() has taken yet (default
+   * 16,384): one more ends the rendezvous with ERR_TP_PROTOCOL. Each costs
+   * its bytes and about 800 bytes more, so a peer sending empty values
+   * under fresh keys would otherwise grow this process without end.
+   */
+  maxUnclaimed?: number | undefined;
+}
+
+const DEFAULT_MAX_UNCLAIMED = 16_384;
+
 interface Waiter {
   resolve(value: RendezvousValue): void;
   reject(err: TensorPipeError): void;
@@ -47,6 +60,8 @@ export class Rendezvous {
   readonly closed: Promise<TensorPipeError>;
 
   private readonly arrived = new Map<string, RendezvousValue[]>();
+  /** Values in `arrived`, all keys together. */
+  private unclaimed = 0;
   private readonly waiting = new Map<string, Waiter[]>();
   private readonly writes = new Set<Promise<void>>();
   private failure?: TensorPipeError;
@@ -54,7 +69,10 @@ export class Rendezvous {
   private writeFailure?: unknown;
   private settleClosed!: (err: TensorPipeError) => void;
 
-  private constructor(private readonly pipe?: Pipe) {
+  private constructor(
+    private readonly pipe?: Pipe,
+    private readonly maxUnclaimed = Infinity,
+  ) {
     this.closed = new Promise((r) => (this.settleClosed = r));
     if (pipe) void this.pump(pipe);
   }
@@ -65,8 +83,12 @@ export class Rendezvous {
   }
 
   /** This side of a rendezvous with the process at the other end of `pipe`, which it now owns. */
-  static over(pipe: Pipe): Rendezvous {
-    return new Rendezvous(pipe);
+  static over(pipe: Pipe, options: RendezvousOptions = {}): Rendezvous {
+    const max = options.maxUnclaimed ?? DEFAULT_MAX_UNCLAIMED;
+    if (!(Number.isSafeInteger(max) && max >= 1) && max !== Infinity) {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `RendezvousOptions.maxUnclaimed must be a positive integer or Infinity, got ${typeof max === "number" ? String(max) : `a ${typeof max}`}`);
+    }
+    return new Rendezvous(pipe, max);
   }
 
   /**
@@ -118,6 +140,7 @@ export class Rendezvous {
       const error = options.into && misfit(options.into, value, key);
       if (error) return Promise.reject(error);
       queue.shift();
+      this.unclaimed--;
       if (queue.length === 0) this.arrived.delete(key);
       return Promise.resolve(options.into ? copyInto(options.into, value) : value);
     }
@@ -174,6 +197,7 @@ export class Rendezvous {
         const queue = this.arrived.get(key) ?? [];
         queue.push(value);
         this.arrived.set(key, queue);
+        this.unclaimed++;
         return;
       }
       this.removeWaiter(key, waiter);
@@ -196,6 +220,13 @@ export class Rendezvous {
       for (;;) {
         const descriptor = await pipe.readDescriptor();
         const { header, length } = decodeHeader(descriptor);
+        if (this.unclaimed >= this.maxUnclaimed && !this.waiting.has(header.key)) {
+          throw new TensorPipeError(
+            ErrorCode.PROTOCOL,
+            `the peer sent ${this.maxUnclaimed} values no recv() has taken, and one more (key "${header.key.slice(0, 100)}"): take them with recv(), or raise RendezvousOptions.maxUnclaimed`,
+            { where: `rendezvous with ${pipe.peer}` },
+          );
+        }
         // The first waiter's own memory, when it gave some of the right size.
         const waiter = this.waiting.get(header.key)?.[0];
         const direct = waiter?.into && waiter.into.byteLength === length && !waiter.claimed ? waiter : undefined;

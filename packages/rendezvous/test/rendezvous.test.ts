@@ -177,6 +177,46 @@ describe("a rendezvous over a pipe", () => {
   });
 });
 
+describe("a rendezvous over a pipe, against a peer that sends what nobody asks for", () => {
+  const contexts: Context[] = [];
+  afterEach(async () => {
+    for (const c of contexts.splice(0)) await c.close();
+  });
+
+  async function pipePair(): Promise<[Pipe, Pipe]> {
+    const server = await createContext({ transports: ["uv"], channels: ["basic"] });
+    const client = await createContext({ transports: ["uv"], channels: ["basic"] });
+    contexts.push(server, client);
+    const listener = await server.listen("uv://127.0.0.1:0");
+    return Promise.all([client.connect(listener.url()), listener.accept()]);
+  }
+
+  it("keeps at most maxUnclaimed values, then ends with ERR_TP_PROTOCOL saying so; values waited for still come", async () => {
+    const [a, b] = await pipePair();
+    const left = Rendezvous.over(a);
+    const right = Rendezvous.over(b, { maxUnclaimed: 100 });
+    const waited = right.recv("wanted");
+    for (let i = 0; i < 100; i++) left.send(`junk${i}`, new Uint8Array(0));
+    left.send("wanted", new Uint8Array([1]));
+    expect([...((await waited) as Uint8Array)]).toEqual([1]);
+    left.send("one too many", new Uint8Array(0));
+    const ended = await Promise.race([right.closed, new Promise((r) => setTimeout(() => r("still open after 10 s"), 10_000))]);
+    expect(ended).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/100 values no recv\(\) has taken.*RendezvousOptions\.maxUnclaimed/) });
+    // What came before the end is still there for the taking.
+    expect(right.pendingKeys().arrived).toHaveLength(100);
+    expect(await right.recv("junk7")).toHaveLength(0);
+  });
+
+  it("takes a positive integer or Infinity for maxUnclaimed", async () => {
+    const [, b] = await pipePair();
+    for (const bad of [0, -5, 2.5, "9"]) {
+      expect(() => Rendezvous.over(b, { maxUnclaimed: bad as number }), String(bad)).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/maxUnclaimed must be a positive integer or Infinity/) }),
+      );
+    }
+  });
+});
+
 describe("a rendezvous between two processes", () => {
   it("exchanges values, keeps what arrived after the peer dies, and rejects the rest", async () => {
     const server = await createContext({ transports: ["uv"], channels: ["basic"] });
