@@ -1,4 +1,4 @@
-// How long a waiting read polls its ring before it sleeps on its eventfd,
+// How long a waiting read polls its ring before it sleeps until its peer wakes it,
 // learnt from the waits before it.
 #pragma once
 

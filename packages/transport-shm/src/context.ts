@@ -27,15 +27,15 @@ function handshakeBounds(options: Partial<ListenOptions> | undefined): NativeHan
 export interface ShmTransportOptions {
   /**
    * Bytes of each direction's ring, a power of two (default 4 MiB). A
-   * connection's rings take this much memory each once it has lived 20 ms,
-   * when a thread of the addon maps their pages.
+   * ring's pages are taken as frames touch them, up to this much, and
+   * given back 5 to 6 s after it last carried a frame.
    */
   ringSize?: number | undefined;
   /** Accept peers running as another user (default: refuse them). */
   allowOtherUsers?: boolean | undefined;
   /**
    * Microseconds at most a waiting read polls the ring from Node's loop
-   * before it sleeps on an eventfd (default 200; 0 never polls; at most
+   * before it sleeps until the peer wakes it with a byte on their Unix socket (default 200; 0 never polls; at most
    * 1,000,000, else ERR_TP_INVALID_ARG). Polling
    * trades a little CPU for latency: a kernel wake-up costs tens of
    * microseconds. Within this bound each connection learns how long to
@@ -51,8 +51,8 @@ export interface ShmTransportOptions {
 
 /**
  * Shared memory between processes of one machine: one ring per direction
- * (memfd), eventfd wake-ups on Node's loop, and an abstract Unix socket to
- * meet, hand the memory over and notice the peer's death. Addresses are
+ * (memfd), and an abstract Unix socket on Node's loop to meet, hand the
+ * memory over, wake a sleeping reader and notice the peer's death. Addresses are
  * names: "shm://my-service"; "shm://" or "shm://*" picks a fresh one. A
  * listener bounds the hand-over of memory (the shm handshake) of the
  * connections it accepts: see listen(). Out of file descriptors, either
