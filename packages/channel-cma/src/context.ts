@@ -1,5 +1,5 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, describeValue, notViable } from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
 import { describeCmaMismatch, upstreamCmaDescriptor } from "./upstream-descriptor.js";
@@ -60,7 +60,7 @@ export class CmaChannelContext implements ChannelContext {
     const parallelism = options.parallelism ?? Math.min(4, availableParallelism());
     // Each is a thread of its own that lives as long as the Node thread.
     if (!Number.isInteger(parallelism) || parallelism < 1 || parallelism > MAX_PARALLELISM) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `parallelism must be an integer from 1 to ${MAX_PARALLELISM}, got ${parallelism}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `parallelism must be an integer from 1 to ${MAX_PARALLELISM}, got ${describeValue(parallelism)}`);
     }
     this.tuning = {
       parallelism,

@@ -1,4 +1,4 @@
-import { type ChannelBackend, type ChannelContext, type Context, ErrorCode, TensorPipeError, registerBackend } from "@tensorpipe/core/backend";
+import { type ChannelBackend, type ChannelContext, type Context, ErrorCode, TensorPipeError, describeValue, registerBackend } from "@tensorpipe/core/backend";
 import { CudaBasicChannelContext, type CudaBasicChannelOptions } from "./context.js";
 
 export { CudaBasicChannel } from "./channel.js";
@@ -15,12 +15,6 @@ export const backend: ChannelBackend<CudaBasicChannelOptions, CudaBasicChannelCo
   priority: CUDA_BASIC_PRIORITY,
   create: (options) => new CudaBasicChannelContext(options),
 };
-
-/** A value as an error names it. */
-function describe(value: unknown): string {
-  if (value === null || Array.isArray(value)) return value === null ? "null" : "an array";
-  return typeof value === "string" ? `the string ${JSON.stringify(value.slice(0, 32))}` : typeof value;
-}
 
 /** What registerCudaBasicChannel takes: the channel's options, and the CPU channels to stage over besides its own. */
 export interface CudaBasicRegistration extends CudaBasicChannelOptions {
@@ -44,15 +38,15 @@ export function registerCudaBasicChannel(context: Context, options: CudaBasicReg
   // All checked before anything is registered.
   const invalid = (message: string) => new TensorPipeError(ErrorCode.INVALID_ARG, message);
   const isObject = (v: unknown): v is object => typeof v === "object" && v !== null && !Array.isArray(v);
-  if (!isObject(options)) throw invalid(`registerCudaBasicChannel's options must be an object { cpuChannel?, chunkBytes?, poolChunks?, alsoOver? }, got ${describe(options)}`);
-  if (typeof priority !== "number" || !Number.isFinite(priority)) throw invalid(`registerCudaBasicChannel's priority must be a finite number, got ${describe(priority)}`);
+  if (!isObject(options)) throw invalid(`registerCudaBasicChannel's options must be an object { cpuChannel?, chunkBytes?, poolChunks?, alsoOver? }, got ${describeValue(options)}`);
+  if (typeof priority !== "number" || !Number.isFinite(priority)) throw invalid(`registerCudaBasicChannel's priority must be a finite number, got ${describeValue(priority)}`);
   const { alsoOver = {}, ...own } = options;
-  if (!isObject(alsoOver)) throw invalid(`alsoOver must be an object of CPU channels by name, e.g. { cma: new CmaChannelContext() }, got ${describe(alsoOver)}`);
+  if (!isObject(alsoOver)) throw invalid(`alsoOver must be an object of CPU channels by name, e.g. { cma: new CmaChannelContext() }, got ${describeValue(alsoOver)}`);
   const over = Object.entries(alsoOver);
   for (const [name, cpu] of over) {
     if (!/^[A-Za-z0-9_.-]+$/.test(name)) throw invalid(`alsoOver: ${JSON.stringify(name)} cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
     if (typeof (cpu as Partial<ChannelContext> | null)?.createChannel !== "function") {
-      throw invalid(`alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${describe(cpu)}`);
+      throw invalid(`alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${describeValue(cpu)}`);
     }
     const devices = cpu.deviceDescriptors();
     if (devices.length > 0 && !devices.some((d) => d.device.type === "cpu")) throw invalid(`alsoOver.${name} serves no CPU memory: stage over a CPU channel (cma, mpt, basic)`);

@@ -63,7 +63,7 @@ describe("cuda-basic channel anywhere", () => {
     for (const [options, priority, text] of [
       [null, undefined, /options must be an object/],
       [{ alsoOver: null }, undefined, /alsoOver must be an object of CPU channels by name, .* got null/],
-      [{ alsoOver: [new CmaChannelContext()] }, undefined, /alsoOver must be an object .* got an array/],
+      [{ alsoOver: [new CmaChannelContext()] }, undefined, /alsoOver must be an object .* got an Array/],
       [{ alsoOver: { "": new CmaChannelContext() } }, undefined, /alsoOver: "" cannot name a channel/],
       [{ alsoOver: { cb: new CudaBasicChannelContext() } }, undefined, gpu ? /alsoOver\.cb serves no CPU memory/ : undefined],
       [{}, "100", /priority must be a finite number, got the string "100"/],

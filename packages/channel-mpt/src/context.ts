@@ -1,5 +1,5 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, ErrorCode, TensorPipeError, VIABLE, type Viability } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, ErrorCode, TensorPipeError, VIABLE, type Viability, describeValue } from "@tensorpipe/core/backend";
 import { MptChannel } from "./channel.js";
 import { loadAddon } from "./native.js";
 
@@ -7,8 +7,7 @@ import { loadAddon } from "./native.js";
 const MAX_LANES = 64;
 
 function invalidOption(name: string, wanted: string, got: unknown): TensorPipeError {
-  const shown = typeof got === "number" || typeof got === "boolean" ? `${typeof got} ${got}` : got === null ? "null" : typeof got;
-  return new TensorPipeError(ErrorCode.INVALID_ARG, `MptChannelOptions.${name} must be ${wanted}, got ${shown}`);
+  return new TensorPipeError(ErrorCode.INVALID_ARG, `MptChannelOptions.${name} must be ${wanted}, got ${describeValue(got)}`);
 }
 
 /** `value` as a whole number from `min` to `max`, undefined when not given; ERR_TP_INVALID_ARG otherwise. */

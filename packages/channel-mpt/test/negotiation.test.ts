@@ -18,8 +18,8 @@ describe("mpt options", () => {
     ["maxChunk", { maxChunk: Number.NaN }, /maxChunk must be .*got number NaN/],
     ["lanes", { lanes: 0 }, /MptChannelOptions\.lanes must be a whole number from 1 to 64, got number 0/],
     ["lanes", { lanes: 65 }, /lanes must be a whole number from 1 to 64/],
-    ["minSplit", { minSplit: "1M" }, /minSplit must be .*got string/],
-    ["threads", { threads: "yes" }, /threads must be true or false, got string/],
+    ["minSplit", { minSplit: "1M" }, /minSplit must be .*got the string "1M"/],
+    ["threads", { threads: "yes" }, /threads must be true or false, got the string "yes"/],
   ])("refuse a bad %s with ERR_TP_INVALID_ARG saying what it takes", (_, options, text) => {
     expect(() => new MptChannelContext(options as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) }));
   });

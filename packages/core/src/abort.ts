@@ -1,3 +1,4 @@
+import { describeValue } from "./describe-value.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 
 /** Deadlines and cancellation for one operation (connect, read, write, accept, ...). */
@@ -74,14 +75,6 @@ function isAbortSignal(value: unknown): value is AbortSignal {
   // One of another realm (a vm context, a polyfill) works as well.
   const v = value as Partial<AbortSignal> | null;
   return typeof v === "object" && v !== null && typeof v.aborted === "boolean" && typeof v.addEventListener === "function" && typeof v.removeEventListener === "function";
-}
-
-function describeValue(value: unknown): string {
-  if (typeof value === "string") return `the string "${value.length > 32 ? `${value.slice(0, 32)}...` : value}"`;
-  if (typeof value === "number" || typeof value === "bigint" || typeof value === "boolean") return `${typeof value} ${String(value)}`;
-  if (value === null) return "null";
-  if (typeof value === "object") return `an object (${value.constructor?.name ?? "no constructor"})`;
-  return typeof value;
 }
 
 /**

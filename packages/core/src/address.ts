@@ -1,5 +1,5 @@
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import { kindOf } from "./message-check.js";
+import { describeValue } from "./describe-value.js";
 
 /** "uv://127.0.0.1:1234" -> { scheme: "uv", address: "127.0.0.1:1234" }. */
 export function parseUrl(url: string): {
@@ -9,7 +9,7 @@ export function parseUrl(url: string): {
   address: string;
 } {
   if (typeof url !== "string") {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a URL must be a string of the form scheme://address ("uv://127.0.0.1:4000"), got ${kindOf(url)}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `a URL must be a string of the form scheme://address ("uv://127.0.0.1:4000"), got ${describeValue(url)}`);
   }
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/(.*)$/.exec(url);
   if (!m) {

@@ -39,4 +39,5 @@ export { fromNativeError, protocolError, closedError } from "./errors.js";
 export { operationSignal, raceSignal, abortError } from "./abort.js";
 export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
+export { describeValue } from "./describe-value.js";
 export { NopReader, NopWriter, Nop } from "./nop.js";

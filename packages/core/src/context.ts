@@ -5,7 +5,7 @@ import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
 import { DialGate } from "./dial-gate.js";
-import { kindOf } from "./message-check.js";
+import { describeValue } from "./describe-value.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
@@ -117,7 +117,7 @@ const DEFAULT_FLIGHT_RECORDER = 64;
 function flightRecorderSize(value: number | undefined): number {
   if (value === undefined) return DEFAULT_FLIGHT_RECORDER;
   if (!Number.isSafeInteger(value) || value < 0 || value > 1_000_000) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${kindOf(value)}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${describeValue(value)}`);
   }
   return value;
 }
@@ -126,7 +126,7 @@ function flightRecorderSize(value: number | undefined): number {
 function positiveInteger(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < 1) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${kindOf(value)}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${describeValue(value)}`);
   }
   return value;
 }
@@ -200,10 +200,10 @@ export class Context {
   private checkRegistration(priority: number, name: string, into: Map<string, unknown>): void {
     if (this.closing) throw closedError("context");
     if (typeof priority !== "number" || !Number.isFinite(priority)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `the priority of "${name}" must be a finite number (higher wins), got ${kindOf(priority)}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `the priority of "${name}" must be a finite number (higher wins), got ${describeValue(priority)}`);
     }
     if (typeof name !== "string" || !/^[A-Za-z0-9_.-]+$/.test(name)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name ${JSON.stringify(name) ?? kindOf(name)} must be [A-Za-z0-9_.-]+`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name ${JSON.stringify(name) ?? describeValue(name)} must be [A-Za-z0-9_.-]+`);
     }
     if (name.startsWith("tensorpipe-js.")) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `backend name "${name}": tensorpipe-js.* names are the handshake's own entries`);
@@ -251,7 +251,7 @@ export class Context {
     if (typeof urls !== "string" && !(Array.isArray(urls) && urls.length > 0)) {
       throw new TensorPipeError(
         ErrorCode.INVALID_ARG,
-        `listen() takes a URL or an array of URLs, one for each transport ("uv://127.0.0.1:0", "shm://name"), got ${Array.isArray(urls) ? "an empty array" : kindOf(urls)}`,
+        `listen() takes a URL or an array of URLs, one for each transport ("uv://127.0.0.1:0", "shm://name"), got ${Array.isArray(urls) ? "an empty array" : describeValue(urls)}`,
       );
     }
     const path = checkPathPolicy(options?.path, this.transports, this.channels);
@@ -263,7 +263,7 @@ export class Context {
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const maxUnaccepted = options?.maxUnaccepted ?? DEFAULT_MAX_UNACCEPTED;
     if (!(Number.isSafeInteger(maxUnaccepted) && maxUnaccepted >= 1) && maxUnaccepted !== Infinity) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ListenerOptions.maxUnaccepted must be a positive integer or Infinity, got ${kindOf(maxUnaccepted)}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ListenerOptions.maxUnaccepted must be a positive integer or Infinity, got ${describeValue(maxUnaccepted)}`);
     }
     const limits = { maxPendingHandshakes: this.maxPendingHandshakes, maxUnaccepted };
     const listener = await Listener.open(targets, settings, limits, (parts) => this.adopt(parts));

@@ -9,7 +9,7 @@ import { HandshakeWaits, type Stalled } from "./handshake-waits.js";
 import type { Registered } from "./negotiation.js";
 import type { Pipe, PipeParts } from "./pipe.js";
 import { decodePacket } from "./protocol.js";
-import { kindOf } from "./message-check.js";
+import { describeValue } from "./describe-value.js";
 import { Registrations } from "./registrations.js";
 import { addCount } from "./stats.js";
 import type { Connection, TransportContext, TransportListener } from "./transport.js";
@@ -137,7 +137,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
    */
   url(transport?: string): string {
     if (transport !== undefined && typeof transport !== "string") {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `url() takes a transport's name ("uv", "shm") or nothing, got ${kindOf(transport)}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `url() takes a transport's name ("uv", "shm") or nothing, got ${describeValue(transport)}`);
     }
     const name = transport?.toLowerCase();
     const url = name === undefined ? this.urls.values().next().value : (this.urls.get(name) ?? this.urls.get(this.schemes.get(name) ?? ""));

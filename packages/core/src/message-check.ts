@@ -5,22 +5,13 @@
  * themselves are the cheap ones write() makes anyway; the words are built
  * only for a message that fails them.
  */
+import { describeValue } from "./describe-value.js";
 import type { Device, DeviceBuffer } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { Allocation } from "./message.js";
 
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
-}
-
-/** What a value is, as a user would name it. */
-export function kindOf(value: unknown): string {
-  if (value === null || value === undefined) return String(value);
-  if (Array.isArray(value)) return "an Array";
-  if (value instanceof ArrayBuffer) return "an ArrayBuffer";
-  if (typeof SharedArrayBuffer !== "undefined" && value instanceof SharedArrayBuffer) return "a SharedArrayBuffer";
-  if (typeof value === "object") return `an object (${Object.keys(value as object).slice(0, 4).join(", ") || "no keys"})`;
-  return typeof value === "string" ? "a string" : `${typeof value} ${String(value)}`;
 }
 
 /** How to turn what was given into memory the library takes. */
@@ -35,15 +26,15 @@ function fix(value: unknown): string {
 /** Throws unless `message` is an object whose parts are of the right kinds. */
 export function checkMessageShape(message: unknown): void {
   if (typeof message !== "object" || message === null || Array.isArray(message)) {
-    throw invalid(`write() takes a message object { metadata?, payloads?, tensors? }, got ${kindOf(message)}`);
+    throw invalid(`write() takes a message object { metadata?, payloads?, tensors? }, got ${describeValue(message)}`);
   }
   const m = message as { metadata?: unknown; payloads?: unknown; tensors?: unknown };
-  if (m.metadata !== undefined && typeof m.metadata !== "string") throw invalid(`metadata must be a string, got ${kindOf(m.metadata)}`);
+  if (m.metadata !== undefined && typeof m.metadata !== "string") throw invalid(`metadata must be a string, got ${describeValue(m.metadata)}`);
   if (m.payloads !== undefined && !Array.isArray(m.payloads)) {
-    throw invalid(`payloads must be an array of { data, metadata? }, got ${kindOf(m.payloads)}`);
+    throw invalid(`payloads must be an array of { data, metadata? }, got ${describeValue(m.payloads)}`);
   }
   if (m.tensors !== undefined && !Array.isArray(m.tensors)) {
-    throw invalid(`tensors must be an array of { buffer, length?, targetDevice?, metadata? }, got ${kindOf(m.tensors)}`);
+    throw invalid(`tensors must be an array of { buffer, length?, targetDevice?, metadata? }, got ${describeValue(m.tensors)}`);
   }
 }
 
@@ -62,9 +53,9 @@ function part(kind: "payload" | "tensor", i: number, length: number | undefined)
 /** The error for payload `i` (of an allocation needing `length` bytes there), whose data is not an ArrayBufferView. */
 export function badPayload(i: number, payload: unknown, length?: number): TensorPipeError {
   const { name, shape, size } = part("payload", i, length);
-  if (typeof payload !== "object" || payload === null) return invalid(`${name} must be an object ${shape}, got ${kindOf(payload)}`);
+  if (typeof payload !== "object" || payload === null) return invalid(`${name} must be an object ${shape}, got ${describeValue(payload)}`);
   const data = (payload as { data?: unknown }).data;
-  return invalid(`${name}: data must be a TypedArray or DataView${size}; got ${kindOf(data)}${fix(data)}`);
+  return invalid(`${name}: data must be a TypedArray or DataView${size}; got ${describeValue(data)}${fix(data)}`);
 }
 
 /** Whether `b` is a device buffer as cudaBuffer() makes them. */
@@ -77,7 +68,7 @@ function isDeviceBuffer(b: unknown): b is DeviceBuffer {
 export function checkTensorBuffer(i: number, tensor: unknown, length?: number): void {
   const { name, shape, size } = part("tensor", i, length);
   if (ArrayBuffer.isView(tensor)) throw invalid(`${name} must be an object ${shape}, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
-  if (typeof tensor !== "object" || tensor === null) throw invalid(`${name} must be an object ${shape}, got ${kindOf(tensor)}`);
+  if (typeof tensor !== "object" || tensor === null) throw invalid(`${name} must be an object ${shape}, got ${describeValue(tensor)}`);
   const buffer = (tensor as { buffer?: unknown }).buffer;
   if (ArrayBuffer.isView(buffer)) return;
   if (isDeviceBuffer(buffer)) {
@@ -85,23 +76,23 @@ export function checkTensorBuffer(i: number, tensor: unknown, length?: number): 
     if (buffer.device.type !== "cpu") return;
     throw invalid(`${name}: buffer is an object that names the CPU as its device but is no memory; a CPU tensor's buffer is a TypedArray or DataView${size}`);
   }
-  throw invalid(`${name}: buffer must be a TypedArray, DataView or CudaBuffer${size}; got ${kindOf(buffer)}${fix(buffer)}`);
+  throw invalid(`${name}: buffer must be a TypedArray, DataView or CudaBuffer${size}; got ${describeValue(buffer)}${fix(buffer)}`);
 }
 
 /** Throws unless `device` is a { type, index } device (a tensor's targetDevice). */
 export function checkDevice(i: number, device: unknown): void {
   const d = device as Partial<Device> | undefined;
   if (typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0) return;
-  throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${kindOf(device)}`);
+  throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${describeValue(device)}`);
 }
 
 /** The payloads and tensors of what read() was given, each [] when left out. */
 export function allocationParts(a: Partial<Allocation>): Allocation {
   if (typeof a !== "object" || a === null || Array.isArray(a)) {
-    throw invalid(`read() takes an allocation { payloads?: [{ data }], tensors?: [{ buffer }] } sized from the descriptor, got ${kindOf(a)}`);
+    throw invalid(`read() takes an allocation { payloads?: [{ data }], tensors?: [{ buffer }] } sized from the descriptor, got ${describeValue(a)}`);
   }
   const { payloads = [], tensors = [] } = a;
-  if (!Array.isArray(payloads)) throw invalid(`allocation.payloads must be an array of { data }, got ${kindOf(payloads)}`);
-  if (!Array.isArray(tensors)) throw invalid(`allocation.tensors must be an array of { buffer }, got ${kindOf(tensors)}`);
+  if (!Array.isArray(payloads)) throw invalid(`allocation.payloads must be an array of { data }, got ${describeValue(payloads)}`);
+  if (!Array.isArray(tensors)) throw invalid(`allocation.tensors must be an array of { buffer }, got ${describeValue(tensors)}`);
   return { payloads, tensors };
 }

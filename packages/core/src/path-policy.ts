@@ -6,7 +6,7 @@
  */
 import type { ChannelContext } from "./channel.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import { kindOf } from "./message-check.js";
+import { describeValue } from "./describe-value.js";
 import type { Registered } from "./negotiation.js";
 import type { TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
@@ -28,7 +28,7 @@ function invalid(message: string): TensorPipeError {
 function names(what: string, value: unknown): readonly string[] | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value) || !value.every((v) => typeof v === "string")) {
-    throw invalid(`path.${what} must be an array of backend names, e.g. ["cma"]; got ${kindOf(value)}`);
+    throw invalid(`path.${what} must be an array of backend names, e.g. ["cma"]; got ${describeValue(value)}`);
   }
   return value as string[];
 }
@@ -45,7 +45,7 @@ export function checkPathPolicy(
 ): PathPolicy | undefined {
   if (path === undefined) return undefined;
   if (typeof path !== "object" || path === null || Array.isArray(path)) {
-    throw invalid(`path must be an object { transports?, channels?, forbid? } of backend names; got ${kindOf(path)}`);
+    throw invalid(`path must be an object { transports?, channels?, forbid? } of backend names; got ${describeValue(path)}`);
   }
   const p = path as Record<string, unknown>;
   const policy: PathPolicy = { transports: names("transports", p.transports), channels: names("channels", p.channels), forbid: names("forbid", p.forbid) };

@@ -131,6 +131,6 @@ describe("the flight recorder", () => {
     there.close();
     expect((await here.closed).flightRecord).toBeUndefined();
     await expect(createContext({ flightRecorder: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/flightRecorder/) });
-    await expect(createContext({ flightRecorder: "3" as never })).rejects.toMatchObject({ message: expect.stringMatching(/flightRecorder must be .*, got a string$/) });
+    await expect(createContext({ flightRecorder: "3" as never })).rejects.toMatchObject({ message: expect.stringMatching(/flightRecorder must be .*, got the string "3"$/) });
   });
 });

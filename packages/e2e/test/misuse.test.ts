@@ -119,7 +119,7 @@ describe("misuse of write() and read()", () => {
     ["a timeout past what a timer holds", { timeout: 2 ** 31 + 5 }, /timeout must be .*got number 2147483653/],
     ["a string timeout", { timeout: "100" }, /timeout must be .*got the string "100"/],
     ["a NaN timeout", { timeout: NaN }, /timeout must be .*got number NaN/],
-    ["a signal that is none", { signal: {} }, /signal must be an AbortSignal .*got an object \(Object\)/],
+    ["a signal that is none", { signal: {} }, /signal must be an AbortSignal .*got an object \(no keys\)/],
     ["options that are null", null, /options must be an object such as \{ timeout: 5000, signal \}, got null/],
     ["a signal made from AbortSignal's prototype", { signal: Object.create(AbortSignal.prototype) }, /signal must be an AbortSignal .*got an object that only looks like one/],
   ];

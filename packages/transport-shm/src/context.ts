@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, VIABLE, type Viability, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, VIABLE, type Viability, describeValue, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
 import { type NativeHandshakeBounds, type NativeShmOptions, loadAddon } from "./native.js";
 
 /** How long a listener's connection may take over the shm handshake when the listener is not told (ms). */
@@ -11,10 +11,10 @@ function handshakeBounds(options: Partial<ListenOptions> | undefined): NativeHan
   const handshakeTimeout = options?.handshakeTimeout ?? DEFAULT_SHM_HANDSHAKE_TIMEOUT;
   const maxPendingHandshakes = options?.maxPendingHandshakes ?? DEFAULT_SHM_MAX_PENDING_HANDSHAKES;
   if (!(handshakeTimeout > 0)) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `handshakeTimeout must be a positive number of ms, got ${handshakeTimeout}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `handshakeTimeout must be a positive number of ms, got ${describeValue(handshakeTimeout)}`);
   }
   if (!(maxPendingHandshakes >= 1 && (Number.isInteger(maxPendingHandshakes) || maxPendingHandshakes === Infinity))) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `maxPendingHandshakes must be an integer from 1, got ${maxPendingHandshakes}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `maxPendingHandshakes must be an integer from 1, got ${describeValue(maxPendingHandshakes)}`);
   }
   // The addon takes 0 for no bound.
   return {
@@ -68,12 +68,12 @@ export class ShmTransport implements TransportContext {
   constructor(options: ShmTransportOptions = {}) {
     const ringSize = options.ringSize ?? 4 * 1024 * 1024;
     if (!(ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${ringSize}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${describeValue(ringSize)}`);
     }
     const spinMicros = options.spinMicros ?? 200;
     // Nanoseconds in the addon: a second bounds it well inside 64 bits.
     if (!(spinMicros >= 0 && spinMicros <= 1_000_000)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `spinMicros must be a number from 0 to 1000000, got ${spinMicros}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `spinMicros must be a number from 0 to 1000000, got ${describeValue(spinMicros)}`);
     }
     this.native = { ringSize, allowOtherUsers: options.allowOtherUsers ?? false, spinMicros };
   }

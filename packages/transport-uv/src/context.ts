@@ -1,7 +1,7 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, type Viability, VIABLE, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
+import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, type Viability, VIABLE, describeValue, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
 import { loadAddon } from "./native.js";
 
 /** Options of the uv transport. */
@@ -84,7 +84,7 @@ export class UvTransport implements TransportContext {
   constructor(private readonly options: UvTransportOptions = {}) {
     const t = options.peerTimeout ?? DEFAULT_PEER_TIMEOUT;
     if (!Number.isInteger(t) || t < 0 || t > 2 ** 31 - 1) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${t}`);
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${describeValue(t)}`);
     }
     this.peerTimeout = t;
   }

@@ -148,6 +148,16 @@ describe("uv connection hand-over (detach)", () => {
 describe("uv peer timeout", () => {
   const MiB = 1 << 20;
 
+  it.each([
+    ["10", 'the string "10"'],
+    [-1, "number -1"],
+    [1.5, "number 1.5"],
+  ])("refuses %s, saying what it got", (bad, said) => {
+    expect(() => new UvTransport({ peerTimeout: bad as number })).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${said}` }),
+    );
+  });
+
   /** A connected pair of connections of transports with `peerTimeout`. */
   async function pair(peerTimeout: number): Promise<[Connection, Connection, () => void]> {
     const transport = new UvTransport({ peerTimeout });
