@@ -178,6 +178,9 @@ const CUT_CONNECTION_CHECK_MS = 1000;
 /** The errors made for a peer's end with writes of this side unfinished, not to be wrapped again. */
 const UNFINISHED = new WeakSet<TensorPipeError>();
 
+/** A write whose tensors were not all sent at once, as its timeout or abort names it: the likeliest cause is a peer that is not reading. */
+const WAITING_WRITE = "pipe write (a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write?)";
+
 /** One end of a pipe: ordered messages each way. Made by Context.connect() and Listener.accept(); write() sends, readDescriptor() then read() receive into memory the caller provides. */
 export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** The transport negotiated ("uv", "shm", ...). */
@@ -407,7 +410,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (started > 0) this.publishDone("write", all, this.encodedBytes, message.tensors?.[0] ? this.sentChannelName(message.tensors[0]) : "", started);
     if (all === DONE) return this.guard(DONE, signal, "pipe write");
     this.writesInFlight++;
-    return this.guard(all.then(this.writeSettled, this.writeFailed), signal, "pipe write");
+    return this.guard(all.then(this.writeSettled, this.writeFailed), signal, tensorsSent === DONE ? "pipe write" : WAITING_WRITE);
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -588,7 +591,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private takeDescriptor(signal: AbortSignal | undefined, what: string): Promise<Descriptor> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.current) {
-      return this.refuse(invalid(`${what}() again before read(): read the message whose descriptor you have first`));
+      return this.refuse(invalid(`${what}() while the descriptor readDescriptor() gave is unread: read() that message first`));
     }
     if (this.ended && !this.prefetched) return Promise.reject(this.ended);
     let got: Promise<Descriptor>;

@@ -86,10 +86,13 @@ describe("misuse of write() and read()", () => {
     await stillWorks();
   });
 
-  it("a second readDescriptor() before read() is refused at once", async () => {
+  it.each(["readDescriptor", "readMessage"] as const)("%s() after readDescriptor() and before read() is refused at once, saying which came first", async (op) => {
     await here.write({ metadata: "one" });
     await there.readDescriptor();
-    await expect(there.readDescriptor()).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/before read\(\)/) });
+    await expect(there[op]()).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: `${op}() while the descriptor readDescriptor() gave is unread: read() that message first`,
+    });
     await there.read({ payloads: [], tensors: [] });
     await stillWorks();
   });
@@ -270,6 +273,21 @@ describe("misuse of listen(), accept() and connect()", () => {
       listener.close();
     } finally {
       await bare.close();
+    }
+  });
+
+  it("a large write awaited before anyone reads times out saying the peer may not be reading", async () => {
+    const ctx = await createContext({ transports: ["uv"], channels: ["basic"] });
+    try {
+      const listener = await ctx.listen("uv://127.0.0.1:0");
+      const [a] = await Promise.all([ctx.connect(listener.url()), listener.accept()]);
+      // The test-style script: await the write, then read. 16 MiB does not fit the socket's buffers.
+      await expect(a.write({ tensors: [{ buffer: new Uint8Array(16 << 20), targetDevice: CPU_DEVICE }] }, { timeout: 500 })).rejects.toMatchObject({
+        code: ErrorCode.TIMEOUT,
+        message: expect.stringMatching(/^pipe write \(a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write\?\) timed out/),
+      });
+    } finally {
+      await ctx.close();
     }
   });
 
