@@ -722,6 +722,25 @@ async function awaitConnections(
       r.cancel(e instanceof Error ? e : new Error(String(e)));
       r.connection.then((c) => c.close(), () => undefined);
     }
-    throw e;
+    throw hungUpOnAnswer(e, path);
   }
+}
+
+/**
+ * A peer that closed the connection on an answer with no channel for CPU
+ * tensors most likely refused it for that (this library's dialler does):
+ * the mistake is then this side's as much as the peer's, and this side
+ * hears of it only here.
+ */
+function hungUpOnAnswer(e: unknown, path: PathReport): unknown {
+  const code = (e as { code?: string }).code;
+  if (code !== ErrorCode.PEER_CLOSED && code !== ErrorCode.CONNECTION_RESET) return e;
+  if (path.pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE))) return e;
+  const theirs = path.offeredThere?.channels ?? [];
+  if (theirs.length === 0) return e;
+  return new TensorPipeError(
+    ErrorCode.NEGOTIATION,
+    `the peer hung up on this listener's answer, which had no channel for CPU tensors in common with it (it offered ${theirs.join(", ")}; here: ${path.offeredHere.channels.join(", ") || "none registered, or none viable"}): register one both ends have (basic works everywhere)`,
+    { where: (e as TensorPipeError).where, cause: e },
+  );
 }

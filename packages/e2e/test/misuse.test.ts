@@ -276,6 +276,23 @@ describe("misuse of listen(), accept() and connect()", () => {
     }
   });
 
+  it("a listener with no channel registered hears why its peers hang up: ERR_TP_NEGOTIATION saying to register one, on both ends", async () => {
+    const bare = await createContext({ transports: ["uv"], channels: [] });
+    try {
+      const listener = await bare.listen("uv://127.0.0.1:0");
+      const dropped: Error[] = [];
+      listener.on("connectionError", (e) => dropped.push(e));
+      await expect(client.connect(listener.url())).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/no channel for CPU tensors in common with the listener/) });
+      await expect.poll(() => dropped.length).toBe(1);
+      expect(dropped[0]).toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/^the peer hung up on this listener's answer, which had no channel for CPU tensors in common with it \(it offered basic; here: none registered, or none viable\): register one both ends have/),
+      });
+    } finally {
+      await bare.close();
+    }
+  });
+
   it("a large write awaited before anyone reads times out saying the peer may not be reading", async () => {
     const ctx = await createContext({ transports: ["uv"], channels: ["basic"] });
     try {
