@@ -829,7 +829,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private endStream(err: TensorPipeError): void {
     if (this.ended) return;
     this.endedCleanly = this.writesInFlight === 0;
-    this.ended = this.endedCleanly ? err : this.unfinishedWrites(err);
+    this.ended = this.endedCleanly ? this.peerClosed(err) : this.unfinishedWrites(err);
     if (!this.prefetched) for (const w of this.descriptorWaiters.splice(0)) w.reject(this.ended);
     this.maybeFinishEnded();
     // The rest of a message being read may still be on its way on a
@@ -884,6 +884,16 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (!this.ended || this.readsInFlight > 0 || this.prefetched || this.current) return;
     // Writes begun after a clean end are lost too: fail() says so.
     this.fail(this.ended, this.endedCleanly && this.writesInFlight === 0 ? "ended" : "error");
+  }
+
+  /** The peer's clean end, as every later operation hears of it (a write as much as a read: not the read that learnt it). */
+  private peerClosed(cause: TensorPipeError): TensorPipeError {
+    return new TensorPipeError(ErrorCode.PEER_CLOSED, `the peer closed the pipe (${cause.message})`, {
+      where: `pipe to ${this.peer}`,
+      errno: cause.errno,
+      syscall: cause.syscall,
+      cause,
+    });
   }
 
   /** The peer's end (`cause`) while writes of this side were unfinished: what they carried is lost. */

@@ -293,6 +293,19 @@ describe("misuse of listen(), accept() and connect()", () => {
     }
   });
 
+  it.each(["uv", "shm"] as const)("a write after the peer closed the pipe over %s says so, not 'read: ...'", async (transport) => {
+    const ctx = await createContext({ transports: [transport], channels: ["basic"] });
+    try {
+      const listener = await ctx.listen(transport === "uv" ? "uv://127.0.0.1:0" : "shm://*");
+      const [gone, left] = await Promise.all([ctx.connect(listener.url()), listener.accept()]);
+      gone.close();
+      await left.closed;
+      await expect(left.write({ metadata: "to nobody" })).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/^the peer closed the pipe \(/) });
+    } finally {
+      await ctx.close();
+    }
+  });
+
   it("a large write awaited before anyone reads times out saying the peer may not be reading", async () => {
     const ctx = await createContext({ transports: ["uv"], channels: ["basic"] });
     try {
