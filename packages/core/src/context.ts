@@ -82,8 +82,8 @@ export interface ListenerOptions {
    * no limit). Past it the listener turns new peers away in their
    * handshake until the application accepts: their connect() fails with
    * ERR_TP_NEGOTIATION saying so, and 'connectionError' here says
-   * ERR_TP_CONNECTION_REFUSED. A pipe that ends while it waits (its peer
-   * closed it, or it failed) leaves the queue: it has nothing to read.
+   * ERR_TP_CONNECTION_REFUSED. A pipe that ends while it waits stays
+   * until accepted, as a TCP connection closed before accept() does.
    */
   maxUnaccepted?: number | undefined;
 }

@@ -279,12 +279,10 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       waiter.resolve(pipe);
       return;
     }
+    // One that ends while it waits is kept too, as TCP keeps a connection
+    // closed before accept(): accept() gives it, and its reads say how it
+    // ended (a health check that connects and closes is seen).
     this.ready.push(pipe);
-    // One that ends while it waits has nothing left to read: it leaves the queue.
-    void pipe.closed.then(() => {
-      const i = this.ready.indexOf(pipe);
-      if (i >= 0) this.ready.splice(i, 1);
-    });
   }
 
   /** Resolves with the next pipe whose handshake completed. */
