@@ -377,4 +377,9 @@ export class Context {
   join(): Promise<void> {
     return this.closed ?? this.close();
   }
+
+  /** close(), for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
 }

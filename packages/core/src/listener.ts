@@ -334,4 +334,9 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     clearTimeout(this.sweep);
     for (const p of this.ready.splice(0)) p.close();
   }
+
+  /** close(), for `await using`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+  }
 }

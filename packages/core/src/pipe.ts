@@ -1007,5 +1007,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   close(): void {
     this.fail(closedError("pipe"), "closed here");
   }
-}
 
+  /** close(), for `await using`: resolves once the pipe has ended. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+    await this.closed;
+  }
+}
