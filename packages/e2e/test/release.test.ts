@@ -146,12 +146,14 @@ describe("the published packages", () => {
         expect(m.exports).toEqual({ "./package.json": "./package.json" });
       } else if (name === "metrics") {
         // One entry point per monitoring stack, none for the package itself.
-        expect(Object.keys(m.exports as object)).toEqual(["./prometheus", "./opentelemetry"]);
+        expect(Object.keys(m.exports as object)).toEqual(["./package.json", "./prometheus", "./opentelemetry"]);
         for (const f of ["prometheus.js", "prometheus.d.ts", "opentelemetry.js", "opentelemetry.d.ts"]) expect(files).toContain(`package/dist/${f}`);
       } else {
         expect(files).toContain("package/dist/index.js");
         expect(files).toContain("package/dist/index.d.ts");
       }
+      // Tools that report versions resolve it.
+      expect((m.exports as Record<string, unknown>)["./package.json"], name).toBe("./package.json");
       // Measurement lives in the private bench package.
       expect(files.filter((f) => /baseline|zmq|svg-plot|progress-bar/.test(f)), name).toEqual([]);
       expect(JSON.stringify(m.dependencies ?? {})).not.toContain("workspace:");
