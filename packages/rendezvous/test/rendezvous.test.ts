@@ -175,21 +175,6 @@ describe("a rendezvous over a pipe", () => {
     await expect(waiting).rejects.toMatchObject({ code: ErrorCode.PROTOCOL });
     expect((await right.closed).code).toBe(ErrorCode.PROTOCOL);
   });
-});
-
-describe("a rendezvous over a pipe, against a peer that sends what nobody asks for", () => {
-  const contexts: Context[] = [];
-  afterEach(async () => {
-    for (const c of contexts.splice(0)) await c.close();
-  });
-
-  async function pipePair(): Promise<[Pipe, Pipe]> {
-    const server = await createContext({ transports: ["uv"], channels: ["basic"] });
-    const client = await createContext({ transports: ["uv"], channels: ["basic"] });
-    contexts.push(server, client);
-    const listener = await server.listen("uv://127.0.0.1:0");
-    return Promise.all([client.connect(listener.url()), listener.accept()]);
-  }
 
   it("keeps at most maxUnclaimed values, then ends with ERR_TP_PROTOCOL saying so; values waited for still come", async () => {
     const [a, b] = await pipePair();

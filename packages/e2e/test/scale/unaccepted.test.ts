@@ -15,12 +15,18 @@ describe.each([
   ["uv", "uv://127.0.0.1:0"],
   ["shm", "shm://*"],
 ] as const)("pipes waiting for accept() over %s", (transport, url) => {
-  it("are at most maxUnaccepted: the next peer is turned away, saying why, until the application accepts", async () => {
+  /** A client's context, and a listener of `maxUnaccepted` with the errors it reports. */
+  async function limited(maxUnaccepted: number) {
     const server = await context({ transports: [transport] });
     const client = await context({ transports: [transport] });
-    const listener = await server.listen(url, { maxUnaccepted: 3 });
+    const listener = await server.listen(url, { maxUnaccepted });
     const refused: TensorPipeError[] = [];
     listener.on("connectionError", (e) => refused.push(e));
+    return { client, listener, refused };
+  }
+
+  it("are at most maxUnaccepted: the next peer is turned away, saying why, until the application accepts", async () => {
+    const { client, listener, refused } = await limited(3);
     const waiting = await Promise.all([1, 2, 3].map(() => client.connect(listener.url())));
 
     await expect(client.connect(listener.url())).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/maxUnaccepted/) });
@@ -37,11 +43,7 @@ describe.each([
   });
 
   it("count until accepted when their peers closed them, as TCP's do: a client that connects and closes cannot grow the server past the limit", async () => {
-    const server = await context({ transports: [transport] });
-    const client = await context({ transports: [transport] });
-    const listener = await server.listen(url, { maxUnaccepted: 4 });
-    const refused: TensorPipeError[] = [];
-    listener.on("connectionError", (e) => refused.push(e));
+    const { client, listener, refused } = await limited(4);
     // Round after round of pipes opened and closed at once, nobody accepting.
     let opened = 0;
     for (let round = 0; round < 3; round++) {
