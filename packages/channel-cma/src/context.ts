@@ -1,5 +1,5 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, TensorPipeError, type TransportMedium, VIABLE, type Viability, describeValue, notViable } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, OptionChecks, TensorPipeError, type TransportMedium, VIABLE, type Viability, notViable } from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
 import { describeCmaMismatch, upstreamCmaDescriptor } from "./upstream-descriptor.js";
@@ -30,6 +30,7 @@ export interface CmaChannelOptions {
   hugePages?: boolean;
 }
 
+const check = new OptionChecks("CmaChannelOptions");
 const KiB = 1024;
 const MiB = 1024 * KiB;
 /** The most copier threads a Node thread may ask for. */
@@ -57,16 +58,15 @@ export class CmaChannelContext implements ChannelContext {
   private viability?: Viability;
 
   constructor(options: CmaChannelOptions = {}) {
-    const parallelism = options.parallelism ?? Math.min(4, availableParallelism());
+    check.object(options);
     // Each is a thread of its own that lives as long as the Node thread.
-    if (!Number.isInteger(parallelism) || parallelism < 1 || parallelism > MAX_PARALLELISM) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `parallelism must be an integer from 1 to ${MAX_PARALLELISM}, got ${describeValue(parallelism)}`);
-    }
+    const parallelism = check.wholeNumber("parallelism", options.parallelism, 1, MAX_PARALLELISM) ?? Math.min(4, availableParallelism());
     this.tuning = {
       parallelism,
-      hugePages: options.hugePages ?? true,
+      hugePages: check.boolean("hugePages", options.hugePages) ?? true,
     };
-    this.inlineMax = options.inlineMax;
+    const inlineMax = check.wholeNumber("inlineMax", options.inlineMax, 0);
+    if (inlineMax !== undefined) this.inlineMax = inlineMax;
   }
 
   /** Whether the channel can work here, and if not why. */

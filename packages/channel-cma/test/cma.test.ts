@@ -81,12 +81,20 @@ describe("cma channel", () => {
   });
 
   it("refuses a number of copier threads that is not an integer from 1 to 64", () => {
-    for (const parallelism of [0, -1, 1.5, 65, Number.NaN]) {
-      expect(() => new CmaChannelContext({ parallelism }), String(parallelism)).toThrow(
-        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/parallelism must be an integer from 1 to 64/) }),
+    for (const parallelism of [0, -1, 1.5, 65, Number.NaN, "4"]) {
+      expect(() => new CmaChannelContext({ parallelism: parallelism as number }), String(parallelism)).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/^CmaChannelOptions\.parallelism must be a whole number from 1 to 64, got /) }),
       );
     }
     expect(() => new CmaChannelContext({ parallelism: 64 })).not.toThrow();
+  });
+
+  it.each([
+    ["inlineMax", "10", 'CmaChannelOptions.inlineMax must be a whole number from 0 to 9007199254740991, got the string "10"'],
+    ["inlineMax", -1, "CmaChannelOptions.inlineMax must be a whole number from 0 to 9007199254740991, got number -1"],
+    ["hugePages", "no", 'CmaChannelOptions.hugePages must be true or false, got the string "no"'],
+  ])("refuses %s %s, saying what it takes", (name, value, message) => {
+    expect(() => new CmaChannelContext({ [name]: value } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
   });
 
   it("speaks its own wire only with an end that cuts tensors at the same size, upstream's with any other", async () => {

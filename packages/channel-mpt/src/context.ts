@@ -1,23 +1,12 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, ErrorCode, TensorPipeError, VIABLE, type Viability, describeValue } from "@tensorpipe/core/backend";
+import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, OptionChecks, VIABLE, type Viability } from "@tensorpipe/core/backend";
 import { MptChannel } from "./channel.js";
 import { loadAddon } from "./native.js";
 
 /** The most bulk lanes a pipe has (each a TCP connection and two threads). */
 const MAX_LANES = 64;
 
-function invalidOption(name: string, wanted: string, got: unknown): TensorPipeError {
-  return new TensorPipeError(ErrorCode.INVALID_ARG, `MptChannelOptions.${name} must be ${wanted}, got ${describeValue(got)}`);
-}
-
-/** `value` as a whole number from `min` to `max`, undefined when not given; ERR_TP_INVALID_ARG otherwise. */
-function wholeNumber(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    throw invalidOption(name, `a whole number from ${min} to ${max}`, value);
-  }
-  return value;
-}
+const check = new OptionChecks("MptChannelOptions");
 
 /** Options of the mpt channel. */
 export interface MptChannelOptions {
@@ -58,13 +47,12 @@ export class MptChannelContext implements ChannelContext {
   private readonly maxUnsentBytes?: number;
 
   constructor(options: MptChannelOptions = {}) {
-    if (typeof options !== "object" || options === null) throw invalidOption("options", "an object", options);
-    this.lanes = wholeNumber("lanes", options.lanes, 1, MAX_LANES) ?? Math.min(8, Math.max(4, availableParallelism()));
-    this.minSplit = wholeNumber("minSplit", options.minSplit, 0) ?? 1024 * 1024;
-    this.maxChunk = wholeNumber("maxChunk", options.maxChunk, 1) ?? 4 * 1024 * 1024;
-    if (options.threads !== undefined && typeof options.threads !== "boolean") throw invalidOption("threads", "true or false", options.threads);
-    this.threads = options.threads ?? true;
-    this.maxUnsentBytes = wholeNumber("maxUnsentBytes", options.maxUnsentBytes, 0);
+    check.object(options);
+    this.lanes = check.wholeNumber("lanes", options.lanes, 1, MAX_LANES) ?? Math.min(8, Math.max(4, availableParallelism()));
+    this.minSplit = check.wholeNumber("minSplit", options.minSplit, 0) ?? 1024 * 1024;
+    this.maxChunk = check.wholeNumber("maxChunk", options.maxChunk, 1) ?? 4 * 1024 * 1024;
+    this.threads = check.boolean("threads", options.threads) ?? true;
+    this.maxUnsentBytes = check.wholeNumber("maxUnsentBytes", options.maxUnsentBytes, 0);
   }
 
   /** Whether the channel can work here, and if not why. */

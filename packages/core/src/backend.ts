@@ -40,4 +40,5 @@ export { operationSignal, raceSignal, abortError } from "./abort.js";
 export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";
+export { OptionChecks } from "./option-checks.js";
 export { NopReader, NopWriter, Nop } from "./nop.js";

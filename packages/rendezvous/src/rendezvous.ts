@@ -1,4 +1,4 @@
-import { CPU_DEVICE, ErrorCode, type OperationOptions, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationSignal, raceSignal } from "@tensorpipe/core/backend";
+import { CPU_DEVICE, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationSignal, raceSignal } from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 /** Options of recv(): a signal or a timeout, and where to receive. */
@@ -23,6 +23,7 @@ export interface RendezvousOptions {
 }
 
 const DEFAULT_MAX_UNCLAIMED = 16_384;
+const check = new OptionChecks("RendezvousOptions");
 
 interface Waiter {
   resolve(value: RendezvousValue): void;
@@ -84,10 +85,9 @@ export class Rendezvous {
 
   /** This side of a rendezvous with the process at the other end of `pipe`, which it now owns. */
   static over(pipe: Pipe, options: RendezvousOptions = {}): Rendezvous {
+    check.object(options);
     const max = options.maxUnclaimed ?? DEFAULT_MAX_UNCLAIMED;
-    if (!(Number.isSafeInteger(max) && max >= 1) && max !== Infinity) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `RendezvousOptions.maxUnclaimed must be a positive integer or Infinity, got ${typeof max === "number" ? String(max) : `a ${typeof max}`}`);
-    }
+    if (!(Number.isSafeInteger(max) && max >= 1) && max !== Infinity) check.fail("maxUnclaimed", "a positive integer or Infinity", max);
     return new Rendezvous(pipe, max);
   }
 

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, VIABLE, type Viability, describeValue, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, OptionChecks, VIABLE, type Viability, describeValue, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
 import { type NativeHandshakeBounds, type NativeShmOptions, loadAddon } from "./native.js";
 
 /** How long a listener's connection may take over the shm handshake when the listener is not told (ms). */
@@ -22,6 +22,8 @@ function handshakeBounds(options: Partial<ListenOptions> | undefined): NativeHan
     maxPendingHandshakes: Number.isFinite(maxPendingHandshakes) ? maxPendingHandshakes : 0,
   };
 }
+
+const check = new OptionChecks("ShmTransportOptions");
 
 /** Options of the shm transport. */
 export interface ShmTransportOptions {
@@ -66,16 +68,16 @@ export class ShmTransport implements TransportContext {
   private readonly native: NativeShmOptions;
 
   constructor(options: ShmTransportOptions = {}) {
+    check.object(options);
     const ringSize = options.ringSize ?? 4 * 1024 * 1024;
-    if (!(ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ringSize must be a power of two from 4 KiB to 1 GiB, got ${describeValue(ringSize)}`);
+    if (!(typeof ringSize === "number" && ringSize >= 4096 && ringSize <= 2 ** 30 && (ringSize & (ringSize - 1)) === 0)) {
+      check.fail("ringSize", "a power of two from 4 KiB to 1 GiB", ringSize);
     }
-    const spinMicros = options.spinMicros ?? 200;
     // Nanoseconds in the addon: a second bounds it well inside 64 bits.
-    if (!(spinMicros >= 0 && spinMicros <= 1_000_000)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `spinMicros must be a number from 0 to 1000000, got ${describeValue(spinMicros)}`);
-    }
-    this.native = { ringSize, allowOtherUsers: options.allowOtherUsers ?? false, spinMicros };
+    const spinMicros = check.number("spinMicros", options.spinMicros, 0, 1_000_000) ?? 200;
+    // The uid check of every peer: a string "false" must not turn it off.
+    const allowOtherUsers = check.boolean("allowOtherUsers", options.allowOtherUsers) ?? false;
+    this.native = { ringSize, allowOtherUsers, spinMicros };
   }
 
   /** Whether the transport can work here, and if not why. */

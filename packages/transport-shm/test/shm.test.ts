@@ -317,6 +317,15 @@ describe("shm transport options", () => {
     }
     expect(() => new ShmTransport({ ringSize: 4096, spinMicros: 0 })).not.toThrow();
   });
+
+  it.each([
+    ["allowOtherUsers", "false", 'ShmTransportOptions.allowOtherUsers must be true or false, got the string "false"'],
+    ["allowOtherUsers", 0, "ShmTransportOptions.allowOtherUsers must be true or false, got number 0"],
+    ["spinMicros", "10", 'ShmTransportOptions.spinMicros must be a number from 0 to 1000000, got the string "10"'],
+    ["ringSize", "4096", 'ShmTransportOptions.ringSize must be a power of two from 4 KiB to 1 GiB, got the string "4096"'],
+  ])("refuses %s %s, saying what it takes (a string \"false\" once turned the uid check off)", (name, value, message) => {
+    expect(() => new ShmTransport({ [name]: value } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
+  });
 });
 
 describe("shm wake-ups", () => {

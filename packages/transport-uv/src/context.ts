@@ -1,8 +1,10 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, type Viability, VIABLE, describeValue, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
+import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, OptionChecks, type Viability, VIABLE, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
 import { loadAddon } from "./native.js";
+
+const check = new OptionChecks("UvTransportOptions");
 
 /** Options of the uv transport. */
 export interface UvTransportOptions {
@@ -82,11 +84,10 @@ export class UvTransport implements TransportContext {
   private readonly peerTimeout: number;
 
   constructor(private readonly options: UvTransportOptions = {}) {
-    const t = options.peerTimeout ?? DEFAULT_PEER_TIMEOUT;
-    if (!Number.isInteger(t) || t < 0 || t > 2 ** 31 - 1) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${describeValue(t)}`);
-    }
-    this.peerTimeout = t;
+    check.object(options);
+    this.peerTimeout = check.wholeNumber("peerTimeout", options.peerTimeout, 0, 2 ** 31 - 1, " of ms") ?? DEFAULT_PEER_TIMEOUT;
+    check.string("interface", options.interface);
+    check.oneOf("family", options.family, [4, 6]);
   }
 
   /** Whether the transport can work here, and if not why. */

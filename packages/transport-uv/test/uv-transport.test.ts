@@ -149,13 +149,14 @@ describe("uv peer timeout", () => {
   const MiB = 1 << 20;
 
   it.each([
-    ["10", 'the string "10"'],
-    [-1, "number -1"],
-    [1.5, "number 1.5"],
-  ])("refuses %s, saying what it got", (bad, said) => {
-    expect(() => new UvTransport({ peerTimeout: bad as number })).toThrow(
-      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: `peerTimeout must be a whole number of ms from 0 to 2^31-1, got ${said}` }),
-    );
+    ["peerTimeout", "10", 'peerTimeout must be a whole number of ms from 0 to 2147483647, got the string "10"'],
+    ["peerTimeout", -1, "peerTimeout must be a whole number of ms from 0 to 2147483647, got number -1"],
+    ["peerTimeout", 1.5, "peerTimeout must be a whole number of ms from 0 to 2147483647, got number 1.5"],
+    ["family", "4", 'family must be one of 4, 6, got the string "4"'],
+    ["family", 5, "family must be one of 4, 6, got number 5"],
+    ["interface", 10, "interface must be a non-empty string, got number 10"],
+  ])("refuses %s %s, saying what it takes and got", (name, bad, said) => {
+    expect(() => new UvTransport({ [name]: bad } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: `UvTransportOptions.${said}` }));
   });
 
   /** A connected pair of connections of transports with `peerTimeout`. */
