@@ -79,7 +79,8 @@ export interface ListenerOptions {
   path?: PathPolicy | undefined;
   /**
    * Pipes that may wait for accept() at once (default 1024; Infinity for
-   * no limit). Past it the listener turns new peers away in their
+   * no limit), give or take the handshakes under way when the limit is
+   * reached. Past it the listener turns new peers away in their
    * handshake until the application accepts: their connect() fails with
    * ERR_TP_NEGOTIATION saying so, and 'connectionError' here says
    * ERR_TP_CONNECTION_REFUSED. A pipe that ends while it waits stays

@@ -72,8 +72,6 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
   /** Drops the stalled connections once they are past their grace, out of descriptors (sweepStalledSoon). */
   private sweep?: NodeJS.Timeout;
   private readonly counts = new Map<string, number>();
-  /** Handshakes answered and not yet delivered: with `ready`, what maxUnaccepted bounds. */
-  private answering = 0;
 
   private constructor(
     private readonly settings: HandshakeSettings,
@@ -252,25 +250,23 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       await this.registrations.claim(packet.registrationId, connection);
       return;
     }
+    // Pipes delivered and not taken: counting handshakes under way too
+    // would turn peers away from a listener that accepts as fast as they
+    // come, and let peers that stall after the answer lock it.
     const max = this.limits.maxUnaccepted;
-    if (this.ready.length + this.answering >= max) {
+    if (this.ready.length >= max) {
       throw new TensorPipeError(
         ErrorCode.CONNECTION_REFUSED,
         `turned a new pipe away: ${max} pipes wait for accept() (ListenerOptions.maxUnaccepted); accept them, or raise the limit`,
         { where: connection.remoteAddress },
       );
     }
-    this.answering++;
-    try {
-      const parts = await answer(this.settings, connection, transport, {
-        transports: this.listeningTransports(),
-        addressOf: (name) => this.transportAddress(name),
-        registrations: this.registrations,
-      });
-      this.deliver(this.adopt(parts));
-    } finally {
-      this.answering--;
-    }
+    const parts = await answer(this.settings, connection, transport, {
+      transports: this.listeningTransports(),
+      addressOf: (name) => this.transportAddress(name),
+      registrations: this.registrations,
+    });
+    this.deliver(this.adopt(parts));
   }
 
   private deliver(pipe: Pipe): void {

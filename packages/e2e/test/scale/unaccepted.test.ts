@@ -42,6 +42,22 @@ describe.each([
     expect(got.map((d) => d.metadata).sort()).toEqual(["pipe 0", "pipe 1", "pipe 2", "pipe 3"]);
   });
 
+  it("turn nobody away from a listener that accepts as they come, however many handshake at once", async () => {
+    const { client, listener, refused } = await limited(2);
+    const served = (async () => {
+      let n = 0;
+      for await (const pipe of listener) {
+        pipe.close();
+        if (++n === 100) return n;
+      }
+      return n;
+    })();
+    const pipes = await Promise.all(Array.from({ length: 100 }, () => client.connect(listener.url())));
+    expect(await served).toBe(100);
+    expect(refused).toEqual([]);
+    for (const p of pipes) p.close();
+  });
+
   it("count until accepted when their peers closed them, as TCP's do: a client that connects and closes cannot grow the server past the limit", async () => {
     const { client, listener, refused } = await limited(4);
     // Round after round of pipes opened and closed at once, nobody accepting.
