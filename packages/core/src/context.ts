@@ -374,6 +374,11 @@ export class Context {
     return this.closed;
   }
 
+  /** Whether close() was called. */
+  get isClosed(): boolean {
+    return this.closing;
+  }
+
   /** Resolves once close() has finished: every pipe ended, every backend closed. */
   join(): Promise<void> {
     return this.closed ?? this.close();

@@ -1003,6 +1003,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (diagnostics.pipeClose.hasSubscribers) diagnostics.pipeClose.publish({ pipe: this, error: err });
   }
 
+  /** Whether the pipe has ended: closed here, ended by the peer, or failed (`closed` says which). */
+  get isClosed(): boolean {
+    return this.failure !== undefined;
+  }
+
   /** Closes the pipe; pending operations reject with ERR_TP_CLOSED. */
   close(): void {
     this.fail(closedError("pipe"), "closed here");

@@ -17,8 +17,9 @@ it("closes a context, its listener and its pipes when an `await using` block end
     await using pipe = await context.connect(listener.url());
     const accepted = await listener.accept();
     kept = { context, pipe, accepted };
-    expect(listener.isClosed).toBe(false);
+    expect([context.isClosed, listener.isClosed, pipe.isClosed, accepted.isClosed]).toEqual([false, false, false, false]);
   }
+  expect([kept.context.isClosed, kept.pipe.isClosed, kept.accepted.isClosed]).toEqual([true, true, true]);
   expect((await kept.pipe.closed).code).toBe(ErrorCode.CLOSED);
   expect((await kept.accepted.closed).code).toBe(ErrorCode.CLOSED);
   await expect(kept.context.connect("uv://127.0.0.1:1")).rejects.toMatchObject({ code: ErrorCode.CLOSED });
