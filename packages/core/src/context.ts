@@ -6,6 +6,7 @@ import type { ChannelContext } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
 import { DialGate } from "./dial-gate.js";
 import { describeValue } from "./describe-value.js";
+import { OptionChecks } from "./option-checks.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type HandshakeSettings, dial } from "./handshake.js";
 import { Listener } from "./listener.js";
@@ -115,22 +116,9 @@ const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
 const DEFAULT_MAX_UNACCEPTED = 1024;
 const DEFAULT_FLIGHT_RECORDER = 64;
 
-function flightRecorderSize(value: number | undefined): number {
-  if (value === undefined) return DEFAULT_FLIGHT_RECORDER;
-  if (!Number.isSafeInteger(value) || value < 0 || value > 1_000_000) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.flightRecorder must be a whole number of events from 0 (off) to 1000000, got ${describeValue(value)}`);
-  }
-  return value;
-}
-
-/** `value`, or `fallback` when undefined; else ERR_TP_INVALID_ARG naming the option. */
-function positiveInteger(name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, `ContextOptions.${name} must be a positive integer, got ${describeValue(value)}`);
-  }
-  return value;
-}
+const check = new OptionChecks("ContextOptions");
+/** The longest a timer waits: a longer handshakeTimeout would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * Holds the registered transports and channels, opens listeners and pipes,
@@ -166,15 +154,17 @@ export class Context {
   private closed?: Promise<void>;
 
   constructor(options: ContextOptions = {}) {
+    check.object(options);
+    if (options.name !== undefined && typeof options.name !== "string") check.fail("name", "a string", options.name);
     this.name = options.name ?? "";
-    this.handshakeTimeout = positiveInteger("handshakeTimeout", options.handshakeTimeout, DEFAULT_HANDSHAKE_TIMEOUT);
-    this.maxControlFrameLength = positiveInteger("maxControlFrameLength", options.maxControlFrameLength, DEFAULT_MAX_CONTROL_FRAME);
+    this.handshakeTimeout = check.wholeNumber("handshakeTimeout", options.handshakeTimeout, 1, MAX_TIMER_MS, " of ms") ?? DEFAULT_HANDSHAKE_TIMEOUT;
+    this.maxControlFrameLength = check.wholeNumber("maxControlFrameLength", options.maxControlFrameLength, 1) ?? DEFAULT_MAX_CONTROL_FRAME;
     this.descriptorLimits = {
-      maxPayloads: positiveInteger("maxPayloads", options.maxPayloads, DEFAULT_DESCRIPTOR_LIMITS.maxPayloads),
-      maxTensors: positiveInteger("maxTensors", options.maxTensors, DEFAULT_DESCRIPTOR_LIMITS.maxTensors),
-      maxMessageBytes: positiveInteger("maxMessageBytes", options.maxMessageBytes, DEFAULT_DESCRIPTOR_LIMITS.maxMessageBytes),
+      maxPayloads: check.wholeNumber("maxPayloads", options.maxPayloads, 1) ?? DEFAULT_DESCRIPTOR_LIMITS.maxPayloads,
+      maxTensors: check.wholeNumber("maxTensors", options.maxTensors, 1) ?? DEFAULT_DESCRIPTOR_LIMITS.maxTensors,
+      maxMessageBytes: check.wholeNumber("maxMessageBytes", options.maxMessageBytes, 1) ?? DEFAULT_DESCRIPTOR_LIMITS.maxMessageBytes,
     };
-    this.maxPendingHandshakes = positiveInteger("maxPendingHandshakes", options.maxPendingHandshakes, DEFAULT_MAX_PENDING_HANDSHAKES);
+    this.maxPendingHandshakes = check.wholeNumber("maxPendingHandshakes", options.maxPendingHandshakes, 1) ?? DEFAULT_MAX_PENDING_HANDSHAKES;
     if (options.auth) this.auth = new SharedSecretAuth(options.auth);
     this.handshakeSettings = {
       name: this.name,
@@ -182,7 +172,7 @@ export class Context {
       channels: this.channels,
       auth: this.auth,
       handshakeTimeout: this.handshakeTimeout,
-      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: flightRecorderSize(options.flightRecorder) },
+      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: check.wholeNumber("flightRecorder", options.flightRecorder, 0, 1_000_000, " of events") ?? DEFAULT_FLIGHT_RECORDER },
     };
   }
 
@@ -264,7 +254,7 @@ export class Context {
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const maxUnaccepted = options?.maxUnaccepted ?? DEFAULT_MAX_UNACCEPTED;
     if (!(Number.isSafeInteger(maxUnaccepted) && maxUnaccepted >= 1) && maxUnaccepted !== Infinity) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `ListenerOptions.maxUnaccepted must be a positive integer or Infinity, got ${describeValue(maxUnaccepted)}`);
+      new OptionChecks("ListenerOptions").fail("maxUnaccepted", "a positive integer or Infinity", maxUnaccepted);
     }
     const limits = { maxPendingHandshakes: this.maxPendingHandshakes, maxUnaccepted };
     const listener = await Listener.open(targets, settings, limits, (parts) => this.adopt(parts));

@@ -2,7 +2,7 @@
  * The mistakes a user makes in the first hour get a TensorPipeError that
  * says what was wrong and how to fix it, and leave the pipe usable.
  */
-import { type Allocation, CPU_DEVICE, type Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, Context, ErrorCode, type Message, type Pipe } from "@tensorpipe/core";
 import { type AddressInfo, createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
@@ -193,6 +193,19 @@ describe("misuse of write() and read()", () => {
     controller.abort(reason);
     await expect(waiting).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/shutting down/), cause: reason });
     await stillWorks();
+  });
+});
+
+describe("misuse of ContextOptions", () => {
+  it.each([
+    [{ handshakeTimeout: 2 ** 32 }, "ContextOptions.handshakeTimeout must be a whole number of ms from 1 to 2147483647, got number 4294967296"],
+    [{ handshakeTimeout: "5000" }, 'ContextOptions.handshakeTimeout must be a whole number of ms from 1 to 2147483647, got the string "5000"'],
+    [{ name: 5 }, "ContextOptions.name must be a string, got number 5"],
+    [{ maxPayloads: "10" }, 'ContextOptions.maxPayloads must be a whole number from 1 to 9007199254740991, got the string "10"'],
+    [{ flightRecorder: -1 }, "ContextOptions.flightRecorder must be a whole number of events from 0 to 1000000, got number -1"],
+    ["fast", 'ContextOptions must be an object, got the string "fast"'],
+  ])("%j is refused with ERR_TP_INVALID_ARG saying what it takes", (options, message) => {
+    expect(() => new Context(options as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
   });
 });
 
