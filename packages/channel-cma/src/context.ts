@@ -13,7 +13,7 @@ export interface CmaChannelOptions {
    * first large read with the largest number asked for, and joined when
    * it goes.
    */
-  parallelism?: number;
+  parallelism?: number | undefined;
   /**
    * Tensors up to this size travel inline on the channel's connection: for
    * them a copy through the transport beats process_vm_readv. Default: by
@@ -21,13 +21,13 @@ export interface CmaChannelOptions {
    * ends set differently, as with upstream TensorPipe, every tensor is read
    * by address.
    */
-  inlineMax?: number;
+  inlineMax?: number | undefined;
   /**
    * Turn the 2 MiB pages inside large tensors into huge pages (off the
    * loop, once per buffer) so that later copies of them run at memcpy
    * speed (default true).
    */
-  hugePages?: boolean;
+  hugePages?: boolean | undefined;
 }
 
 const check = new OptionChecks("CmaChannelOptions");

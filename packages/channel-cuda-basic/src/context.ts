@@ -11,11 +11,11 @@ export interface CudaBasicChannelOptions {
    * The CPU channel the staged bytes travel on (default: basic, over the
    * pipe's transport). Its CPU descriptor decides which peers pair.
    */
-  cpuChannel?: ChannelContext;
+  cpuChannel?: ChannelContext | undefined;
   /** Bytes per staging chunk (default 4 MiB). */
-  chunkBytes?: number;
+  chunkBytes?: number | undefined;
   /** Pinned chunks per direction, shared by this context's pipes (default 8). */
-  poolChunks?: number;
+  poolChunks?: number | undefined;
 }
 
 const PREFIX = "cuda-basic/";

@@ -26,7 +26,7 @@ export interface CudaBasicRegistration extends CudaBasicChannelOptions {
    * machine, where cuda-ipc cannot serve a pair) and cuda-basic over its
    * own CPU channel stays the fallback. Each has its own staging pools.
    */
-  alsoOver?: Readonly<Record<string, ChannelContext>>;
+  alsoOver?: Readonly<Record<string, ChannelContext>> | undefined;
 }
 
 /**

@@ -10,16 +10,16 @@ import { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity
 /** Options of the cuda-gdr channel. */
 export interface CudaGdrChannelOptions {
   /** RDMA devices to use, by name ("mlx5_0"); default: every one with an active port. */
-  devices?: readonly string[];
+  devices?: readonly string[] | undefined;
   /** GID table entry to address ports by (RoCE needs the right one; default 0). */
-  gidIndex?: number;
+  gidIndex?: number | undefined;
   /**
    * Whether viability requires the kernel module that lets NICs reach GPU
    * memory (nvidia-peermem or nv_peer_mem; default true). False where
    * something else provides it: memory registration then says whether it
    * works.
    */
-  peerMemoryCheck?: boolean;
+  peerMemoryCheck?: boolean | undefined;
 }
 
 /** A port the channel can use: the device's first active one. */

@@ -14,23 +14,23 @@ export interface MptChannelOptions {
    * Bulk lanes per pipe, each its own TCP connection (default: the cores,
    * from 4 to 8). The listening side's count wins.
    */
-  lanes?: number;
+  lanes?: number | undefined;
   /** Tensors smaller than this go whole over one connection (default 1 MiB); both ends must agree. */
-  minSplit?: number;
+  minSplit?: number | undefined;
   /** The largest chunk a lane takes at once (default 4 MiB). */
-  maxChunk?: number;
+  maxChunk?: number | undefined;
   /**
    * Unsent bytes each threaded lane's socket may queue (TCP_NOTSENT_LOWAT;
    * 0: the kernel's default). Default 64 KiB over loopback where the lanes
    * outnumber the cores, else 0 (see defaultUnsentLimit).
    */
-  maxUnsentBytes?: number;
+  maxUnsentBytes?: number | undefined;
   /**
    * Run the bulk lanes on their own threads where the transport hands its
    * sockets over (uv) and the addon loads (default true); else they run
    * through the transport in the event loop.
    */
-  threads?: boolean;
+  threads?: boolean | undefined;
 }
 
 /**

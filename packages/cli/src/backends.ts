@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import {
   type ChannelContext,
   Context,
@@ -144,7 +144,9 @@ export async function findBackends(options: BackendOptions = {}, packages: reado
   for (const packageName of packages) {
     let module: { backend?: unknown };
     try {
-      module = (await import(packageName)) as { backend?: unknown };
+      // A path is the user's, from where they run the command; a bare name is a package.
+      const target = /^\.{0,2}\//.test(packageName) ? pathToFileURL(resolve(packageName)).href : packageName;
+      module = (await import(target)) as { backend?: unknown };
     } catch (e) {
       const spec = guessedSpec(packageName);
       found.push(

@@ -86,6 +86,12 @@ describe("tensorpipe doctor", () => {
     });
   });
 
+  it("takes --backend as a path from where the command runs, as a user types it", async () => {
+    const cwd = fileURLToPath(new URL("fixtures/", import.meta.url));
+    const { stdout } = await run(process.execPath, [main, "doctor", "--backend", "./inline-channel.mjs", "--json"], { cwd });
+    expect((JSON.parse(stdout) as DoctorReport).backends.find((b) => b.name === "inline")).toMatchObject({ installed: true, viable: true });
+  });
+
   it("prints the report as text and as JSON from the command line", async () => {
     const { stdout } = await run(process.execPath, [main, "doctor"]);
     const report = await runDoctor();

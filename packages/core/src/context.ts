@@ -157,7 +157,7 @@ export class Context {
     check.object(options);
     if (options.name !== undefined && typeof options.name !== "string") check.fail("name", "a string", options.name);
     this.name = options.name ?? "";
-    this.handshakeTimeout = check.wholeNumber("handshakeTimeout", options.handshakeTimeout, 1, MAX_TIMER_MS, " of ms") ?? DEFAULT_HANDSHAKE_TIMEOUT;
+    this.handshakeTimeout = check.wholeNumber("handshakeTimeout", options.handshakeTimeout, 1, MAX_TIMER_MS, "ms") ?? DEFAULT_HANDSHAKE_TIMEOUT;
     this.maxControlFrameLength = check.wholeNumber("maxControlFrameLength", options.maxControlFrameLength, 1) ?? DEFAULT_MAX_CONTROL_FRAME;
     this.descriptorLimits = {
       maxPayloads: check.wholeNumber("maxPayloads", options.maxPayloads, 1) ?? DEFAULT_DESCRIPTOR_LIMITS.maxPayloads,
@@ -172,7 +172,7 @@ export class Context {
       channels: this.channels,
       auth: this.auth,
       handshakeTimeout: this.handshakeTimeout,
-      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: check.wholeNumber("flightRecorder", options.flightRecorder, 0, 1_000_000, " of events") ?? DEFAULT_FLIGHT_RECORDER },
+      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: check.wholeNumber("flightRecorder", options.flightRecorder, 0, 1_000_000, "events") ?? DEFAULT_FLIGHT_RECORDER },
     };
   }
 

@@ -36,13 +36,13 @@ export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 /** What a TensorPipeError carries besides its code and message. */
 export interface TensorPipeErrorOptions {
   /** The error underneath (a native error, an abort reason). */
-  cause?: unknown;
+  cause?: unknown | undefined;
   /** The errno name reported by the OS or libuv (e.g. "ECONNRESET"). */
-  errno?: string;
+  errno?: string | undefined;
   /** The system call that failed, where one did. */
-  syscall?: string;
+  syscall?: string | undefined;
   /** Where it happened: an address, a pipe or a backend name. */
-  where?: string;
+  where?: string | undefined;
 }
 
 /**
@@ -141,7 +141,10 @@ const writeCalls = new Set(["write", "send", "sendmsg", "writev"]);
 
 /**
  * Turns an error reported by a native backend ({ code: "ECONNRESET" | "EOF" |
- * "ERR_TP_...", message, syscall }) into a TensorPipeError.
+ * "ERR_TP_...", message, syscall, betweenFrames? }) into a TensorPipeError:
+ * the code follows the errno and the syscall (ECONNRESET or EPIPE on a
+ * write is the peer gone; ECONNRESET on a read is a broken connection,
+ * unless `betweenFrames` says it came between frames: the peer's end).
  */
 export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   if (err instanceof TensorPipeError) return err;

@@ -21,10 +21,12 @@ export class OptionChecks {
     if (options !== undefined && (typeof options !== "object" || options === null || Array.isArray(options))) this.fail("", "an object", options);
   }
 
-  /** An integer from `min` to `max`. */
-  wholeNumber(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER, unit = ""): number | undefined {
+  /** An integer from `min` to `max`; `unit` ("ms", "bytes") is said in the message: "a whole number of ms from 0 to ...". */
+  wholeNumber(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER, unit?: string): number | undefined {
     if (value === undefined) return undefined;
-    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) this.fail(name, `a whole number${unit} from ${min} to ${max}`, value);
+    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+      this.fail(name, `a whole number${unit ? ` of ${unit}` : ""} from ${min} to ${max}`, value);
+    }
     return value;
   }
 

@@ -14,11 +14,11 @@ import type { Viability } from "./viability.js";
 /** The backends a pipe may use, by the names they are registered under. */
 export interface PathPolicy {
   /** Only these transports (default: any registered). */
-  readonly transports?: readonly string[];
+  readonly transports?: readonly string[] | undefined;
   /** Only these channels, for every pair of devices (default: any registered). */
-  readonly channels?: readonly string[];
+  readonly channels?: readonly string[] | undefined;
   /** Never these transports or channels. */
-  readonly forbid?: readonly string[];
+  readonly forbid?: readonly string[] | undefined;
 }
 
 function invalid(message: string): TensorPipeError {

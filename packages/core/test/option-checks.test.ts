@@ -18,7 +18,7 @@ describe("OptionChecks", () => {
 
   it.each([
     [() => check.wholeNumber("n", 1.5, 1, 5), "ThingOptions.n must be a whole number from 1 to 5, got number 1.5"],
-    [() => check.wholeNumber("n", "3", 1, 5, " of ms"), 'ThingOptions.n must be a whole number of ms from 1 to 5, got the string "3"'],
+    [() => check.wholeNumber("n", "3", 1, 5, "ms"), 'ThingOptions.n must be a whole number of ms from 1 to 5, got the string "3"'],
     [() => check.number("x", Number.NaN, 0, 1), "ThingOptions.x must be a number from 0 to 1, got number NaN"],
     [() => check.boolean("b", "false"), 'ThingOptions.b must be true or false, got the string "false"'],
     [() => check.string("s", ""), 'ThingOptions.s must be a non-empty string, got the string ""'],

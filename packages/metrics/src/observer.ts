@@ -11,9 +11,9 @@ export type Direction = "sent" | "received";
 /** Options both exporters take. */
 export interface MetricsOptions {
   /** Upper bounds of the tensor size histogram, in bytes (default: 64 B to 1 GiB, by 16x). */
-  readonly sizeBuckets?: readonly number[];
+  readonly sizeBuckets?: readonly number[] | undefined;
   /** Upper bounds of the message duration histogram, in seconds (default: 10 us to 10 s). */
-  readonly durationBuckets?: readonly number[];
+  readonly durationBuckets?: readonly number[] | undefined;
 }
 
 /** Tensor sizes: 64 B, 1 KiB, 16 KiB, 256 KiB, 4 MiB, 64 MiB, 1 GiB. */

@@ -24,7 +24,7 @@ const IO: Record<Direction, string> = { sent: "transmit", received: "receive" };
 /** Options of openTelemetryMetrics(). */
 export interface OpenTelemetryOptions extends MetricsOptions {
   /** Carried by every observation: what tells contexts on one Meter apart. */
-  readonly attributes?: Attributes;
+  readonly attributes?: Attributes | undefined;
 }
 
 // Which contexts each Meter has instruments for: twice would count twice.

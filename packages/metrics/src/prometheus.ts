@@ -14,9 +14,9 @@ export { type MetricsOptions } from "./observer.js";
 /** Options of prometheusMetrics(). */
 export interface PrometheusOptions extends MetricsOptions {
   /** Where the metrics go (default: prom-client's global registry). */
-  readonly registry?: Registry;
+  readonly registry?: Registry | undefined;
   /** Put before every name (default "tensorpipe_"). */
-  readonly prefix?: string;
+  readonly prefix?: string | undefined;
 }
 
 /** A point's labels as Prometheus takes them, in the metric's order. */

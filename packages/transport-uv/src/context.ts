@@ -85,7 +85,7 @@ export class UvTransport implements TransportContext {
 
   constructor(private readonly options: UvTransportOptions = {}) {
     check.object(options);
-    this.peerTimeout = check.wholeNumber("peerTimeout", options.peerTimeout, 0, 2 ** 31 - 1, " of ms") ?? DEFAULT_PEER_TIMEOUT;
+    this.peerTimeout = check.wholeNumber("peerTimeout", options.peerTimeout, 0, 2 ** 31 - 1, "ms") ?? DEFAULT_PEER_TIMEOUT;
     check.string("interface", options.interface);
     check.oneOf("family", options.family, [4, 6]);
   }

@@ -13,18 +13,18 @@ export interface ChannelConformanceOptions {
   /** The channel's registered name, e.g. "basic". */
   name: string;
   /** Tells apart several runs of one channel in test names ("inline off"). */
-  variant?: string;
+  variant?: string | undefined;
   create(): ChannelContext | Promise<ChannelContext>;
   /** The transport the pipe runs on, registered under `transportName`. */
   createTransport(): TransportContext | Promise<TransportContext>;
   transportName: string;
   /** A URL to listen on, e.g. "uv://127.0.0.1:0". */
   listenUrl(): string;
-  largeTensorBytes?: number;
+  largeTensorBytes?: number | undefined;
   /** Where the tensors live (default: CPU memory). */
-  memory?: ConformanceMemory;
+  memory?: ConformanceMemory | undefined;
   /** Messages kept in flight each way by the in-flight test (default 500). */
-  inFlight?: number;
+  inFlight?: number | undefined;
   /**
    * A module (path or file URL of plain JavaScript) exporting
    * `conformancePeer`: when given, the connecting end runs in a second
@@ -32,7 +32,7 @@ export interface ChannelConformanceOptions {
    * in one process (CUDA IPC). Tests that need both ends in one process
    * are skipped then.
    */
-  peerProcess?: string | URL;
+  peerProcess?: string | URL | undefined;
 }
 
 const MiB = 1024 * 1024;
