@@ -36,6 +36,8 @@ step() {
   shift 2
   local left=$((deadline - SECONDS))
   [ "$name" = report ] || left=$((left - REPORT_RESERVE))
+  # A step cut at its limit may end a second past it: none is left, not less.
+  [ "$left" -lt 0 ] && left=0
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt "$MIN_STEP" ]; then
     echo "== $name skipped: ${left}s left of TP_DEVICE_SECONDS"
