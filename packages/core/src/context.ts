@@ -117,6 +117,7 @@ const DEFAULT_MAX_UNACCEPTED = 1024;
 const DEFAULT_FLIGHT_RECORDER = 64;
 
 const check = new OptionChecks("ContextOptions");
+const listenerCheck = new OptionChecks("ListenerOptions");
 /** The longest a timer waits: a longer handshakeTimeout would fire at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -252,10 +253,7 @@ export class Context {
     });
     if (path) checkListenedTransports(path, this.transports, targets.map((t) => t.transport.name));
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
-    const maxUnaccepted = options?.maxUnaccepted ?? DEFAULT_MAX_UNACCEPTED;
-    if (!(Number.isSafeInteger(maxUnaccepted) && maxUnaccepted >= 1) && maxUnaccepted !== Infinity) {
-      new OptionChecks("ListenerOptions").fail("maxUnaccepted", "a positive integer or Infinity", maxUnaccepted);
-    }
+    const maxUnaccepted = listenerCheck.limit("maxUnaccepted", options?.maxUnaccepted) ?? DEFAULT_MAX_UNACCEPTED;
     const limits = { maxPendingHandshakes: this.maxPendingHandshakes, maxUnaccepted };
     const listener = await Listener.open(targets, settings, limits, (parts) => this.adopt(parts));
     this.listeners.add(listener);

@@ -36,7 +36,7 @@ export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 /** What a TensorPipeError carries besides its code and message. */
 export interface TensorPipeErrorOptions {
   /** The error underneath (a native error, an abort reason). */
-  cause?: unknown | undefined;
+  cause?: unknown;
   /** The errno name reported by the OS or libuv (e.g. "ECONNRESET"). */
   errno?: string | undefined;
   /** The system call that failed, where one did. */

@@ -30,6 +30,13 @@ export class OptionChecks {
     return value;
   }
 
+  /** A bound on a count: a positive integer, or Infinity for none. */
+  limit(name: string, value: unknown): number | undefined {
+    if (value === undefined) return undefined;
+    if (!(Number.isSafeInteger(value) && (value as number) >= 1) && value !== Infinity) this.fail(name, "a positive integer or Infinity", value);
+    return value as number;
+  }
+
   /** A number (fractions too) from `min` to `max`. */
   number(name: string, value: unknown, min: number, max: number): number | undefined {
     if (value === undefined) return undefined;

@@ -797,9 +797,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * Yields messages until the peer closes the pipe between messages, or
    * this side closes it (close(), or its context's): the loop then just
    * ends, without an error. A peer's close in the middle of a message, or
-   * with writes of this side unfinished, throws ERR_TP_PEER_CLOSED. Leaving the loop (`break`) leaves the pipe
-   * open, for writes and later reads: close() it when done, as a pipe is
-   * both ways (a stream's iterator destroys it).
+   * with writes of this side unfinished, throws ERR_TP_PEER_CLOSED.
+   * Leaving the loop (`break`) leaves the pipe open, for writes and later
+   * reads: close() it when done, as a pipe is both ways (a stream's
+   * iterator destroys it).
    */
   async *[Symbol.asyncIterator](): AsyncIterator<ReceivedMessage> {
     for (;;) {

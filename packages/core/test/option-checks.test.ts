@@ -13,6 +13,8 @@ describe("OptionChecks", () => {
     expect(check.boolean("b", false)).toBe(false);
     expect(check.string("s", "eth0")).toBe("eth0");
     expect(check.oneOf("f", 6, [4, 6])).toBe(6);
+    expect(check.limit("m", Infinity)).toBe(Infinity);
+    expect(check.limit("m", 3)).toBe(3);
     expect(() => check.object(undefined)).not.toThrow();
   });
 
@@ -24,6 +26,7 @@ describe("OptionChecks", () => {
     [() => check.string("s", ""), 'ThingOptions.s must be a non-empty string, got the string ""'],
     [() => check.oneOf("f", "4", [4, 6]), 'ThingOptions.f must be one of 4, 6, got the string "4"'],
     [() => check.object([]), "ThingOptions must be an object, got an Array"],
+    [() => check.limit("m", 0), "ThingOptions.m must be a positive integer or Infinity, got number 0"],
   ])("refuses, saying what the option takes and what it got: %#", (call, message) => {
     expect(call).toThrow(refused(message));
   });

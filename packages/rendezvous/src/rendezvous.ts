@@ -86,9 +86,7 @@ export class Rendezvous {
   /** This side of a rendezvous with the process at the other end of `pipe`, which it now owns. */
   static over(pipe: Pipe, options: RendezvousOptions = {}): Rendezvous {
     check.object(options);
-    const max = options.maxUnclaimed ?? DEFAULT_MAX_UNCLAIMED;
-    if (!(Number.isSafeInteger(max) && max >= 1) && max !== Infinity) check.fail("maxUnclaimed", "a positive integer or Infinity", max);
-    return new Rendezvous(pipe, max);
+    return new Rendezvous(pipe, check.limit("maxUnclaimed", options.maxUnclaimed) ?? DEFAULT_MAX_UNCLAIMED);
   }
 
   /**
