@@ -25,16 +25,65 @@ export function abortError(signal: AbortSignal, what: string): TensorPipeError {
 const MAX_TIMEOUT = 2 ** 31 - 1;
 
 /**
- * Checks `options` and merges its `signal` and `timeout` into one signal
- * (or none); ERR_TP_INVALID_ARG for options that are not. With `what`,
- * a signal that has fired already throws that operation's abort error.
- * An operation calls it before it does anything, so that either leaves
- * the pipe, listener or context as it was.
+ * One operation's deadline: its own timer and controller, aborting on the
+ * timeout, on the caller's signal, or when abort() is called. Not
+ * AbortSignal.timeout() merged with AbortSignal.any(): on Node 20 a full
+ * GC collects such a signal and its timer (nodejs/node#57736), and the
+ * operation then waits for ever. The timer holds the controller, so the
+ * signal lives until it fires or release() ends it.
  */
-export function operationSignal(options: OperationOptions | undefined, what?: string): AbortSignal | undefined {
+export class Deadline {
+  /** Aborts with the timeout's TimeoutError, the caller's reason, or abort()'s. */
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private timer?: NodeJS.Timeout;
+  private readonly onSourceAbort = (): void => this.abort(this.source!.reason);
+
+  constructor(
+    private readonly source?: AbortSignal,
+    timeout?: number,
+  ) {
+    this.signal = this.controller.signal;
+    if (source?.aborted) {
+      this.controller.abort(source.reason);
+      return;
+    }
+    if (source) source.addEventListener("abort", this.onSourceAbort, { once: true });
+    if (timeout !== undefined) {
+      // Unref'd as AbortSignal.timeout()'s is: the operation's own handle keeps the process alive.
+      this.timer = setTimeout(() => this.abort(new DOMException("The operation was aborted due to timeout", "TimeoutError")), timeout);
+      this.timer.unref();
+    }
+  }
+
+  /** Aborts now with `reason` (unless it has already). */
+  abort(reason: unknown): void {
+    this.release();
+    if (!this.signal.aborted) this.controller.abort(reason);
+  }
+
+  /** The operation is over: the timer and the listener on the caller's signal go. */
+  release(): void {
+    clearTimeout(this.timer);
+    this.source?.removeEventListener("abort", this.onSourceAbort);
+  }
+
+  /** raceSignal() under this deadline, released once `promise` settles or the deadline aborts. */
+  race<T>(promise: Promise<T>, what: string, onAbort?: (err: TensorPipeError) => void): Promise<T> {
+    return race(promise, this.signal, what, onAbort, this);
+  }
+}
+
+/**
+ * Checks `options` and makes its `signal` and `timeout` one Deadline (or
+ * none); ERR_TP_INVALID_ARG for options that are not. With `what`, a
+ * signal that has fired already throws that operation's abort error. An
+ * operation calls it before it does anything, so that either leaves the
+ * pipe, listener or context as it was, and release()s it once it is over.
+ */
+export function operationDeadline(options: OperationOptions | undefined, what?: string): Deadline | undefined {
   if (options === undefined) return undefined;
   checkOptionsObject(options);
-  const signals: AbortSignal[] = [];
   const { signal, timeout } = options;
   if (signal !== undefined) {
     if (!isAbortSignal(signal)) {
@@ -48,8 +97,8 @@ export function operationSignal(options: OperationOptions | undefined, what?: st
       throw new TensorPipeError(ErrorCode.INVALID_ARG, "signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got an object that only looks like one");
     }
     if (what !== undefined && aborted) throw abortError(signal, what);
-    signals.push(signal);
   }
+  let ms: number | undefined;
   if (timeout !== undefined && timeout !== Infinity) {
     if (typeof timeout !== "number" || !(timeout >= 0) || timeout > MAX_TIMEOUT) {
       throw new TensorPipeError(
@@ -57,10 +106,10 @@ export function operationSignal(options: OperationOptions | undefined, what?: st
         `timeout must be a number of milliseconds from 0 to ${MAX_TIMEOUT} (Infinity or none for no deadline), got ${describeValue(timeout)}`,
       );
     }
-    signals.push(AbortSignal.timeout(Math.ceil(timeout)));
+    ms = Math.ceil(timeout);
   }
-  if (signals.length === 0) return undefined;
-  return signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+  if (signal === undefined && ms === undefined) return undefined;
+  return new Deadline(signal, ms);
 }
 
 /** ERR_TP_INVALID_ARG unless `options` is an object (or undefined). */
@@ -87,9 +136,13 @@ export function raceSignal<T>(
   what: string,
   onAbort?: (err: TensorPipeError) => void,
 ): Promise<T> {
-  if (!signal) return promise;
+  return signal ? race(promise, signal, what, onAbort) : promise;
+}
+
+function race<T>(promise: Promise<T>, signal: AbortSignal, what: string, onAbort?: (err: TensorPipeError) => void, deadline?: Deadline): Promise<T> {
   if (signal.aborted) {
     promise.catch(() => undefined);
+    deadline?.release();
     const err = abortError(signal, what);
     onAbort?.(err);
     return Promise.reject(err);
@@ -104,10 +157,12 @@ export function raceSignal<T>(
     promise.then(
       (v) => {
         signal.removeEventListener("abort", abort);
+        deadline?.release();
         resolve(v);
       },
       (e) => {
         signal.removeEventListener("abort", abort);
+        deadline?.release();
         reject(e);
       },
     );

@@ -36,7 +36,7 @@ export { nativeAddonLoader, addonCandidates } from "./native-addon.js";
 export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo } from "./channel.js";
 export { VIABLE, notViable } from "./viability.js";
 export { fromNativeError, protocolError, closedError } from "./errors.js";
-export { operationSignal, raceSignal, abortError } from "./abort.js";
+export { Deadline, operationDeadline, raceSignal, abortError } from "./abort.js";
 export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";

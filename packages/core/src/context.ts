@@ -1,5 +1,5 @@
 import { setMaxListeners } from "node:events";
-import { type OperationOptions, checkOptionsObject, operationSignal, raceSignal } from "./abort.js";
+import { type Deadline, type OperationOptions, checkOptionsObject, operationDeadline } from "./abort.js";
 import { parseUrl } from "./address.js";
 import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
@@ -145,7 +145,7 @@ export class Context {
   private readonly listeners = new Set<Listener>();
   private readonly pipes = new Set<Pipe>();
   /** Each connect under way: closing the context aborts them. */
-  private readonly connecting = new Set<AbortController>();
+  private readonly connecting = new Set<Deadline>();
   /** Handshakes dialled at once (DialGate); connects past them wait, their timeouts running. */
   private readonly dials = new DialGate(32);
   /** What ended pipes carried. */
@@ -269,9 +269,9 @@ export class Context {
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const what = `connect to ${url}`;
     checkOptionsObject(options);
-    const given = operationSignal({ signal: options?.signal, timeout: options?.timeout ?? this.handshakeTimeout }, what);
-    const closing = new AbortController();
-    const signal = given ? AbortSignal.any([given, closing.signal]) : closing.signal;
+    // Always a deadline: the handshake's own, unless the caller gave one.
+    const deadline = operationDeadline({ signal: options?.signal, timeout: options?.timeout ?? this.handshakeTimeout }, what)!;
+    const signal = deadline.signal;
     // Every connection of the pipe (a channel may want many) is opened
     // under this one signal, each with its own listener until it is open.
     setMaxListeners(0, signal);
@@ -287,15 +287,16 @@ export class Context {
         leave();
       }
     };
-    this.connecting.add(closing);
-    return raceSignal(handshake(), signal, what, abandon)
+    this.connecting.add(deadline);
+    return deadline
+      .race(handshake(), what, abandon)
       .catch((e) => {
         const err = fromNativeError(e, url);
         if (log.enabled) log("connect to %s failed: %s", url, describeError(err));
         abandon(err);
         throw err;
       })
-      .finally(() => this.connecting.delete(closing));
+      .finally(() => this.connecting.delete(deadline));
   }
 
   /** Keeps the pipe of a finished handshake, or closes it if this context is closing. */
@@ -348,7 +349,7 @@ export class Context {
     if (!this.closing) {
       this.closing = true;
       this.closed = (async () => {
-        for (const c of this.connecting) c.abort(closedError("context"));
+        for (const d of this.connecting) d.abort(closedError("context"));
         for (const l of this.listeners) l.close();
         const pipes = [...this.pipes];
         for (const p of pipes) p.close();

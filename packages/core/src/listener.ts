@@ -1,5 +1,5 @@
 import { EventEmitter } from "node:events";
-import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { type Deadline, type OperationOptions, operationDeadline } from "./abort.js";
 import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { channels as diagnostics } from "./diagnostic-channels.js";
@@ -283,18 +283,21 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
 
   /** Resolves with the next pipe whose handshake completed. */
   accept(options?: OperationOptions): Promise<Pipe> {
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, "accept");
+      deadline = operationDeadline(options, "accept");
     } catch (e) {
       return Promise.reject(e);
     }
-    const ready = this.ready.shift();
-    if (ready) return Promise.resolve(ready);
-    if (this.closedError) return Promise.reject(this.closedError);
+    const ready = this.ready.shift() ?? this.closedError;
+    if (ready) {
+      deadline?.release();
+      return ready instanceof TensorPipeError ? Promise.reject(ready) : Promise.resolve(ready);
+    }
     const waiter = new Deferred<Pipe>();
     this.acceptWaiters.push(waiter);
-    return raceSignal(waiter.promise, signal, "accept", () => {
+    if (!deadline) return waiter.promise;
+    return deadline.race(waiter.promise, "accept", () => {
       const i = this.acceptWaiters.indexOf(waiter);
       if (i >= 0) this.acceptWaiters.splice(i, 1);
     });

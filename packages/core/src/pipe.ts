@@ -3,7 +3,7 @@
  * main connection (descriptors and payloads), a reply connection
  * (DescriptorReply) and one channel per chosen device pair (tensors).
  */
-import { type OperationOptions, operationSignal, raceSignal } from "./abort.js";
+import { type Deadline, type OperationOptions, operationDeadline, raceSignal } from "./abort.js";
 import type { Channel } from "./channel.js";
 import { debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
@@ -374,11 +374,12 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     if (this.failure) return Promise.reject(this.failure);
     const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     let missingTargets: number;
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, "pipe write");
+      deadline = operationDeadline(options, "pipe write");
       missingTargets = this.encodeDescriptor(message);
     } catch (e) {
+      deadline?.release();
       return this.refuse(e);
     }
     this.counters.messagesSent++;
@@ -399,7 +400,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         tensorsSent = send.done.promise;
       }
     }
-    if (tensorsSent === undefined) return Promise.reject(this.failure);
+    if (tensorsSent === undefined) {
+      deadline?.release();
+      return Promise.reject(this.failure);
+    }
     const written = this.writeMain(message.payloads);
     let all: Promise<void>;
     if (tensorsSent === DONE) all = written;
@@ -408,9 +412,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const recorder = this.recorder;
     if (recorder) recorder.write(this.encodedBytes, all !== DONE);
     if (started > 0) this.publishDone("write", all, this.encodedBytes, message.tensors?.[0] ? this.sentChannelName(message.tensors[0]) : "", started);
-    if (all === DONE) return this.guard(DONE, signal, "pipe write");
+    if (all === DONE) return this.guard(DONE, deadline, "pipe write");
     this.writesInFlight++;
-    return this.guard(all.then(this.writeSettled, this.writeFailed), signal, tensorsSent === DONE ? "pipe write" : WAITING_WRITE);
+    return this.guard(all.then(this.writeSettled, this.writeFailed), deadline, tensorsSent === DONE ? "pipe write" : WAITING_WRITE);
   }
 
   /** Encodes the message's descriptor into the pipe's encoder, checking the message; returns its tensors without a target. */
@@ -579,15 +583,18 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
   readDescriptor(options?: OperationOptions): Promise<Descriptor> {
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, "readDescriptor");
+      deadline = operationDeadline(options, "readDescriptor");
     } catch (e) {
       return this.failure ? Promise.reject(this.failure) : this.refuse(e);
     }
-    return this.takeDescriptor(signal, "readDescriptor");
+    const got = this.takeDescriptor(deadline?.signal, "readDescriptor");
+    if (!deadline) return got;
+    return got.finally(() => deadline.release());
   }
 
+  /** The next descriptor, waited for under `signal` (whose deadline the caller releases). */
   private takeDescriptor(signal: AbortSignal | undefined, what: string): Promise<Descriptor> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.current) {
@@ -624,20 +631,28 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * payloads and tensors land right in the memory given.
    */
   read(allocation: Partial<Allocation>, options?: OperationOptions): Promise<void> {
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, "pipe read");
+      deadline = operationDeadline(options, "pipe read");
     } catch (e) {
       return this.failure ? Promise.reject(this.failure) : this.refuse(e);
     }
-    return this.readWith(allocation, signal, "pipe read");
+    return this.readWith(allocation, deadline, "pipe read");
   }
 
-  private readWith(allocation: Partial<Allocation>, signal: AbortSignal | undefined, what: string): Promise<void> {
-    if (this.failure) return Promise.reject(this.failure);
+  /** Reads the current message into `allocation`; releases `deadline` once the read is over. */
+  private readWith(allocation: Partial<Allocation>, deadline: Deadline | undefined, what: string): Promise<void> {
+    const refused = (e: unknown): Promise<never> => {
+      deadline?.release();
+      return e === this.failure ? Promise.reject(e) : this.refuse(e);
+    };
+    if (this.failure) return refused(this.failure);
     const started = diagnostics.messageDone.hasSubscribers ? performance.now() : 0;
     const d = this.current;
-    if (!d) return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
+    if (!d) {
+      deadline?.release();
+      return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
+    }
     let targets: Device[] | undefined;
     let payloads: Allocation["payloads"];
     let tensors: Allocation["tensors"];
@@ -645,7 +660,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       ({ payloads, tensors } = allocationParts(allocation));
       targets = this.checkAllocation(d, payloads, tensors);
     } catch (e) {
-      return this.refuse(e);
+      return refused(e);
     }
     this.current = undefined;
     this.counters.messagesReceived++;
@@ -682,9 +697,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.fetchDescriptor();
     if (settled === DONE) {
       this.maybeFinishEnded();
-      return this.guard(DONE, signal, what);
+      return this.guard(DONE, deadline, what);
     }
-    return this.guard(settled.then(this.readSettled, this.readFailed), signal, what);
+    return this.guard(settled.then(this.readSettled, this.readFailed), deadline, what);
   }
 
   /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to us. */
@@ -746,18 +761,25 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the next message into fresh CPU memory. */
   async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, "readMessage");
+      deadline = operationDeadline(options, "readMessage");
     } catch (e) {
       return this.failure ? Promise.reject(this.failure) : this.refuse(e);
     }
     // One deadline for the whole message, not one for each half.
-    return this.receive(await this.takeDescriptor(signal, "readMessage"), signal);
+    let d: Descriptor;
+    try {
+      d = await this.takeDescriptor(deadline?.signal, "readMessage");
+    } catch (e) {
+      deadline?.release();
+      throw e;
+    }
+    return this.receive(d, deadline);
   }
 
-  /** Reads the message of descriptor `d` into fresh CPU memory. */
-  private async receive(d: Descriptor, signal: AbortSignal | undefined): Promise<ReceivedMessage> {
+  /** Reads the message of descriptor `d` into fresh CPU memory; releases `deadline` once it is over. */
+  private async receive(d: Descriptor, deadline: Deadline | undefined): Promise<ReceivedMessage> {
     const allocation = { payloads: [] as { data: Uint8Array }[], tensors: [] as { buffer: Uint8Array }[] };
     try {
       for (const p of d.payloads) allocation.payloads.push({ data: new Uint8Array(p.length) });
@@ -770,6 +792,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         allocation.tensors.push({ buffer: new Uint8Array(t.length) });
       }
     } catch (e) {
+      deadline?.release();
       if (e instanceof TensorPipeError) throw e;
       // Memory for it cannot be had: nor can the stream skip the message.
       const err = new TensorPipeError(
@@ -780,7 +803,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.fail(err);
       throw err;
     }
-    await this.readWith(allocation, signal, "readMessage");
+    await this.readWith(allocation, deadline, "readMessage");
     return {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
@@ -971,10 +994,14 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** Cancelling an operation under way breaks the stream, so it fails the pipe. */
-  private guard<T>(p: Promise<T>, signal: AbortSignal | undefined, what: string): Promise<T> {
+  private guard<T>(p: Promise<T>, deadline: Deadline | undefined, what: string): Promise<T> {
+    if (deadline === undefined) return p;
     // Done already: an abort after the call comes too late to undo it.
-    if (signal === undefined || p === DONE) return p;
-    return raceSignal(p, signal, what, (err) => this.fail(err));
+    if (p === DONE) {
+      deadline.release();
+      return p;
+    }
+    return deadline.race(p, what, (err) => this.fail(err));
   }
 
   /** Ends the pipe: for an error, or closed here, or ended by the peer between messages (neither counts as an error). */

@@ -1,4 +1,4 @@
-import { CPU_DEVICE, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationSignal, raceSignal } from "@tensorpipe/core/backend";
+import { CPU_DEVICE, type Deadline, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationDeadline } from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 /** Options of recv(): a signal or a timeout, and where to receive. */
@@ -123,16 +123,17 @@ export class Rendezvous {
   recv<T extends RendezvousValue = RendezvousValue>(key: string, options?: RecvOptions<T>): Promise<T>;
   recv(key: string, options: RecvOptions = {}): Promise<RendezvousValue> {
     if (typeof key !== "string") return Promise.reject(new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous key must be a string"));
-    let signal: AbortSignal | undefined;
+    let deadline: Deadline | undefined;
     try {
-      signal = operationSignal(options, `recv("${key}")`);
       if (options.into !== undefined && !ArrayBuffer.isView(options.into)) {
         throw new TensorPipeError(ErrorCode.INVALID_ARG, `recv("${key}"): into must be a TypedArray or DataView to copy the value into`);
       }
+      deadline = operationDeadline(options, `recv("${key}")`);
     } catch (e) {
       return Promise.reject(e);
     }
     const queue = this.arrived.get(key);
+    if (queue || this.failure) deadline?.release();
     if (queue) {
       const value = queue[0]!;
       const error = options.into && misfit(options.into, value, key);
@@ -151,7 +152,8 @@ export class Rendezvous {
     const list = this.waiting.get(key) ?? [];
     list.push(waiter);
     this.waiting.set(key, list);
-    return raceSignal(promise, signal, `recv("${key}")`, () => {
+    if (!deadline) return promise;
+    return deadline.race(promise, `recv("${key}")`, () => {
       waiter.done = true;
       this.removeWaiter(key, waiter);
     });
