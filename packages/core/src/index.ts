@@ -31,6 +31,7 @@ export type {
   Allocation,
   ReceivedMessage,
 } from "./message.js";
+export { allocateMessage, type MessageMemory } from "./message-memory.js";
 export {
   type Device,
   type DeviceBuffer,

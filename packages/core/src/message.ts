@@ -80,7 +80,7 @@ export interface Allocation {
   }[];
 }
 
-/** A whole message as returned by Pipe.readMessage(). */
+/** A whole message as returned by Pipe.readMessage(): its payloads and tensors are views of one buffer (allocateMessage()). */
 export interface ReceivedMessage {
   /** The message's metadata. */
   metadata: string;
@@ -93,7 +93,7 @@ export interface ReceivedMessage {
   }[];
   /** Each tensor, in fresh CPU memory. */
   tensors: {
-    /** The tensor's bytes, in fresh CPU memory: view them as the type they are, e.g. new Float32Array(buffer.buffer, buffer.byteOffset, length / 4). */
+    /** The tensor's bytes, in fresh CPU memory shared with the message's other parts, 64-byte aligned: view them as the type they are, e.g. new Float32Array(buffer.buffer, buffer.byteOffset, length / 4). */
     buffer: Uint8Array;
     /** How many bytes of `buffer` it fills. */
     length: number;

@@ -13,6 +13,7 @@ import { bufferDevice, CPU_DEVICE, deviceKey, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError, protocolError } from "./errors.js";
 import type { Allocation, Descriptor, Message, MessagePayload, MessageTensor, ReceivedMessage } from "./message.js";
 import { allocationParts, badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "./message-check.js";
+import { type MessageMemory, allocateMessage } from "./message-memory.js";
 import { describePairs, pairKey } from "./negotiation.js";
 import { NopWriter } from "./nop.js";
 import type { PathReport } from "./path-report.js";
@@ -780,17 +781,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the message of descriptor `d` into fresh CPU memory; releases `deadline` once it is over. */
   private async receive(d: Descriptor, deadline: Deadline | undefined): Promise<ReceivedMessage> {
-    const allocation = { payloads: [] as { data: Uint8Array }[], tensors: [] as { buffer: Uint8Array }[] };
+    let allocation: MessageMemory;
     try {
-      for (const p of d.payloads) allocation.payloads.push({ data: new Uint8Array(p.length) });
-      for (let i = 0; i < d.tensors.length; i++) {
-        const t = d.tensors[i]!;
-        const target = t.targetDevice ?? CPU_DEVICE;
-        if (target.type !== "cpu") {
-          throw invalid(`tensor ${i} targets ${deviceKey(target)}: use readDescriptor() and read() with device memory`);
-        }
-        allocation.tensors.push({ buffer: new Uint8Array(t.length) });
-      }
+      allocation = allocateMessage(d);
     } catch (e) {
       deadline?.release();
       if (e instanceof TensorPipeError) throw e;

@@ -111,6 +111,25 @@ describe("hostile descriptors", () => {
     await stillServes(v.uvUrl);
   });
 
+  it("four descriptors announcing 16,384 tensors of 128 KiB each, and not a byte of them, cost address space, not memory, and little time", async () => {
+    const v = await victim();
+    // A victim that has served and freed large messages, as a busy server has.
+    await stillServes(v.uvUrl);
+    const before = { rss: await v.rss(), cpu: await v.cpu() };
+    const announced = onTheWire([descriptorOf(0, Array.from({ length: 16_384 }, () => ({ length: 128 << 10 })))]);
+    const peers = await Promise.all(Array.from({ length: 4 }, () => rawPipe(v.port)));
+    for (const p of peers) p.main.write(announced);
+    const reading = () => v.events.filter((e) => e.event === "reading" && e.tensors === 16_384).length;
+    await v.next(() => reading() === 4, 30_000);
+    const after = { rss: await v.rss(), cpu: await v.cpu() };
+    const grown = after.rss - before.rss;
+    console.log(`four announced-only descriptors of 2 GiB: RSS +${(grown / MiB).toFixed(1)} MiB, ${(after.cpu - before.cpu).toFixed(0)} ms of CPU`);
+    // Each had committed 1.1 GB and taken 1.5 to 4 s of the victim's main thread.
+    expect(grown).toBeLessThan(200 * MiB);
+    expect(after.cpu - before.cpu).toBeLessThan(4000);
+    await stillServes(v.uvUrl);
+  });
+
   it("announced bytes beyond maxMessageBytes fail the pipe before anything is allocated", async () => {
     const v = await victim();
     const { main } = await rawPipe(v.port);

@@ -17,6 +17,10 @@ export interface VictimEvent {
   errno?: string;
   message?: string;
   rss?: number;
+  /** CPU time so far, user and system, in ms. */
+  cpu?: number;
+  /** Tensors of a message it took a read for. */
+  tensors?: number;
   urls?: string[];
   pid?: number;
 }
@@ -98,6 +102,13 @@ export class Victim {
     const from = this.out.lines.length;
     this.child.stdin!.write("rss\n");
     return (await this.out.next((l) => l.event === "rss", 15_000, from)).rss!;
+  }
+
+  /** Its CPU time so far, user and system (ms). */
+  async cpu(): Promise<number> {
+    const from = this.out.lines.length;
+    this.child.stdin!.write("cpu\n");
+    return (await this.out.next((l) => l.event === "cpu", 15_000, from)).cpu!;
   }
 
   async stop(): Promise<void> {

@@ -1,13 +1,14 @@
 /**
  * The victim of the adversarial suite: a real listener in a process of its
  * own, echoing every message, that says on stdout (one JSON line each)
- * where it listens, every connection its listener dropped and every pipe
- * that ended, and its RSS when asked on stdin ("rss").
+ * where it listens, every connection its listener dropped, every pipe
+ * that ended and every message it takes a read for, and its RSS ("rss")
+ * or CPU time ("cpu") when asked on stdin.
  *
  * victim.mjs '{"auth": {"secret": "..."}, ...ContextOptions}'
  */
 import { createInterface } from "node:readline";
-import { CPU_DEVICE } from "@tensorpipe/core";
+import { CPU_DEVICE, diagnostics } from "@tensorpipe/core";
 import { createContext } from "@tensorpipe/bench";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
@@ -17,6 +18,7 @@ const failure = (e) => ({ code: e?.code, errno: e?.errno, message: e?.message })
 const context = await createContext({ transports: ["uv", "shm"], channels: ["basic", "cma"], ...options });
 const listener = await context.listen(["uv://127.0.0.1:0", "shm://*"]);
 listener.on("connectionError", (e) => say({ event: "connection-error", ...failure(e) }));
+diagnostics.messageRead.subscribe((m) => say({ event: "reading", tensors: m.tensors.length }));
 
 async function echo(pipe) {
   pipe.closed.then((e) => say({ event: "pipe-closed", ...failure(e) }));
@@ -43,6 +45,10 @@ createInterface({ input: process.stdin })
     if (line === "rss") {
       globalThis.gc?.();
       say({ event: "rss", rss: process.memoryUsage().rss });
+    }
+    if (line === "cpu") {
+      const { user, system } = process.cpuUsage();
+      say({ event: "cpu", cpu: (user + system) / 1000 });
     }
   })
   .on("close", async () => {
