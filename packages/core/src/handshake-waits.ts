@@ -46,6 +46,8 @@ export interface Stalled {
 export class HandshakeWaits {
   private readonly silent = new Map<Connection, Wait>();
   private readonly spoken = new Map<Connection, Wait>();
+  /** Spoken connections that were answered and wait on others (the connections the answer asked for). */
+  private readonly answered = new Set<Connection>();
 
   /** Connections whose handshakes wait. */
   get size(): number {
@@ -62,10 +64,21 @@ export class HandshakeWaits {
     if (this.silent.delete(c)) this.spoken.set(c, now());
   }
 
+  /**
+   * `c` was answered: its handshake waits on other connections now, and
+   * bytes on `c` are no sign of it going on. A peer that sent a few bytes
+   * past its offer (the start of a message, or junk) and never opened the
+   * connections asked for had kept the drop off for the whole timeout.
+   */
+  answeredOn(c: Connection): void {
+    if (this.spoken.has(c)) this.answered.add(c);
+  }
+
   /** `c`'s handshake ended, one way or another. */
   done(c: Connection): void {
     this.silent.delete(c);
     this.spoken.delete(c);
+    this.answered.delete(c);
   }
 
   /** Takes the oldest connection past its grace, if any. */
@@ -78,9 +91,11 @@ export class HandshakeWaits {
       // Oldest first: past the first that is not stalled, none is.
       for (const [c, wait] of waits) {
         if (t.at - wait.at < grace) break;
-        // Bytes that wait unread (a loop busy with a burst) are a peer that spoke.
-        if (!stalled(wait, t, grace) || c.hasPendingInput?.()) continue;
+        // Bytes that wait unread (a loop busy with a burst) are a peer that
+        // spoke, but not once it was answered: they are not the handshake's.
+        if (!stalled(wait, t, grace) || (!this.answered.has(c) && c.hasPendingInput?.())) continue;
         waits.delete(c);
+        this.answered.delete(c);
         return { connection: c, spoke, waited: t.at - wait.at };
       }
     }
@@ -113,6 +128,7 @@ export class HandshakeWaits {
   clear(): void {
     this.silent.clear();
     this.spoken.clear();
+    this.answered.clear();
   }
 }
 

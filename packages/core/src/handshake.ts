@@ -100,6 +100,8 @@ export interface ListeningSide {
   addressOf(transport: string): string | undefined;
   /** The ids of the connections asked for. */
   readonly registrations: Registrations;
+  /** The answer went out on `main`: its handshake now waits on the connections asked for. */
+  answered(main: Connection): void;
 }
 
 /** A brochure in one line: each backend offered, with its descriptors. */
@@ -680,6 +682,7 @@ async function awaitConnections(
       else main.closed.then((e) => giveUpIn(Math.min(CLOSED_PEER_GRACE_MS, settings.handshakeTimeout), e ?? closedError("connection")));
     });
     givenUp.catch(() => undefined);
+    listening.answered(main);
     events.add("handshake", `answered; waiting for the ${registrations.length} connection(s) asked for`);
     const conns = await Promise.race([Promise.all(registrations.map((r) => r.connection)), givenUp]).finally(() => {
       waiting = false;

@@ -265,6 +265,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
       transports: this.listeningTransports(),
       addressOf: (name) => this.transportAddress(name),
       registrations: this.registrations,
+      answered: (c) => this.waits.answeredOn(c),
     });
     this.deliver(this.adopt(parts));
   }

@@ -36,6 +36,16 @@ describe("handshake waits", () => {
     expect(waits.takeOldestStalled()).toBeUndefined();
   });
 
+  it("take an answered connection past its grace though bytes wait on it: they are not the handshake's", async () => {
+    const waits = new HandshakeWaits();
+    const c = connection(true);
+    waits.accepted(c);
+    waits.spoke(c);
+    waits.answeredOn(c);
+    await sleep(STALLED_GRACE_MS + 100);
+    expect(waits.takeOldestStalled()).toMatchObject({ connection: c, spoke: true });
+  });
+
   it("give a handshake under way longer than a silent connection, and take the oldest first", async () => {
     const waits = new HandshakeWaits();
     const [spoke, silent, unread] = [connection(), connection(), connection(true)];

@@ -60,17 +60,20 @@ export class RawSocket {
   }
 }
 
+/** A new pipe's first bytes as a foreign peer sends them: its packet and an offer of uv + basic. */
+export function offerByHand(): Buffer {
+  return onTheWire([
+    protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
+    protocol.encodeBrochure({
+      transportDomainDescriptors: new Map([["uv", "uv:*"]]),
+      channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
+    }),
+  ]);
+}
+
 /** A new pipe's first connection opened by hand, offering uv + basic as a foreign peer would, and the listener's BrochureAnswer. */
 export async function brochureByHand(port: number): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
   const main = await RawSocket.connect(port);
-  main.write(
-    onTheWire([
-      protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
-      protocol.encodeBrochure({
-        transportDomainDescriptors: new Map([["uv", "uv:*"]]),
-        channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
-      }),
-    ]),
-  );
+  main.write(offerByHand());
   return { main, answer: protocol.decodeBrochureAnswer(await main.readFrame()) };
 }

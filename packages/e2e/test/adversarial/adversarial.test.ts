@@ -13,7 +13,7 @@ import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
-import { RawSocket } from "../raw-socket.js";
+import { RawSocket, offerByHand } from "../raw-socket.js";
 import { ForgedCmaContext, type Secret, Victim, rawPipe, startBystander } from "./peers.js";
 
 const MiB = 1024 * 1024;
@@ -361,6 +361,15 @@ describe("handshakes that stall", () => {
     await hold(v.port, 300, onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" })]));
     await getsIn(v.uvUrl, 6000, "stalled handshakes");
     expect(v.events.some((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT && stalledDrop.test(e.message!))).toBe(true);
+  });
+
+  it("300 connections that send a whole offer and four bytes more, then never open the connections asked for, under a 256-descriptor limit, keep a real client out for about a second", async () => {
+    const v = await victim({}, 256);
+    // Unread past the offer, the junk had made each look like a peer still speaking.
+    await hold(v.port, 300, Buffer.concat([offerByHand(), Buffer.from([1, 2, 3, 4])]));
+    await getsIn(v.uvUrl, 6000, "answered handshakes with junk");
+    // Said once the wait for the connections asked for gives up, a second after the drop.
+    await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.TIMEOUT && /handshake stalled for \d+ ms/.test(e.message!));
   });
 });
 
