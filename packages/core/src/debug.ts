@@ -6,6 +6,7 @@
  */
 import { debuglog } from "node:util";
 import type { TensorPipeError } from "./errors.js";
+import { peerText } from "./peer-text.js";
 
 /** One section's log. Printing happens only when `enabled`. */
 export interface DebugLog {
@@ -16,6 +17,9 @@ export interface DebugLog {
 
 const root = debuglog("tensorpipe");
 
+/** Characters of one argument of a log line. */
+const MAX_ARGUMENT = 4096;
+
 /**
  * The log of `tensorpipe:<section>`, for core and for backends alike
  * ("negotiation", "pipe", "listener", "shm", "uv", ...).
@@ -24,7 +28,9 @@ export function debugLog(section: string): DebugLog {
   const own = debuglog(`tensorpipe:${section}`);
   // Both are read once, when NODE_DEBUG is: sections do not come and go.
   const enabled = own.enabled || root.enabled;
-  const print = own.enabled ? own : (format: string, ...args: unknown[]) => root(`${section}: ${format}`, ...args);
+  const sink = own.enabled ? own : (format: string, ...args: unknown[]) => root(`${section}: ${format}`, ...args);
+  // Arguments may carry a peer's words: each is one line of bounded length.
+  const print = (format: string, ...args: unknown[]) => sink(format, ...args.map((a) => (typeof a === "string" ? peerText(a, MAX_ARGUMENT) : a)));
   const log = (enabled ? print : () => undefined) as DebugLog;
   Object.defineProperty(log, "enabled", { value: enabled });
   return log;

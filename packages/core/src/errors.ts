@@ -1,4 +1,5 @@
 import type { FlightEvent } from "./flight-recorder.js";
+import { peerText } from "./peer-text.js";
 
 /**
  * Errors are values with a stable `code`. Native errno-style codes from a
@@ -51,6 +52,9 @@ export interface TensorPipeErrorOptions {
  */
 const BRAND = Symbol.for("tensorpipe.TensorPipeError");
 
+/** Characters of an error's message, past which it is cut (a negotiation's reasons stay well within it). */
+const MAX_MESSAGE = 8192;
+
 /** Every error the library gives: a stable `code`, what failed and where. */
 export class TensorPipeError extends Error {
   /** `instanceof TensorPipeError` holds for the errors of any copy of @tensorpipe/core. */
@@ -74,7 +78,8 @@ export class TensorPipeError extends Error {
   flightRecord?: readonly FlightEvent[];
 
   constructor(code: ErrorCode, message: string, options: TensorPipeErrorOptions = {}) {
-    super(options.where ? `${message} (${options.where})` : message, { cause: options.cause });
+    // Messages quote what peers sent: one line, escaped, of bounded length, whatever they sent.
+    super(peerText(options.where ? `${message} (${options.where})` : message, MAX_MESSAGE), { cause: options.cause });
     this.name = "TensorPipeError";
     this.code = code;
     if (options.errno !== undefined) this.errno = options.errno;

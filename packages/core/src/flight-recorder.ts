@@ -9,6 +9,11 @@
  * read that did not finish at once, and the rare events.
  */
 
+import { peerText } from "./peer-text.js";
+
+/** Characters of an event's words: they may quote a peer. */
+const MAX_DETAIL = 2048;
+
 /** What an event was. */
 export type FlightEventKind =
   /** A step of the handshake (dialled, offered, answered, connections opened). */
@@ -64,7 +69,7 @@ export class HandshakeEvents {
   /** Adds a step; `detail` is only built when `enabled` (the context records). */
   constructor(readonly enabled: boolean) {}
   add(kind: "handshake" | "path" | "error", detail: string): void {
-    if (this.enabled) this.events.push({ at: performance.timeOrigin + performance.now(), kind, detail });
+    if (this.enabled) this.events.push({ at: performance.timeOrigin + performance.now(), kind, detail: peerText(detail, MAX_DETAIL) });
   }
 }
 
@@ -149,7 +154,7 @@ export class FlightRecorder {
 
   /** A rare event, in words. */
   note(kind: "handshake" | "path" | "error" | "closed", detail: string): void {
-    this.push(KINDS.indexOf(kind), performance.now(), 0, detail);
+    this.push(KINDS.indexOf(kind), performance.now(), 0, peerText(detail, MAX_DETAIL));
   }
 
   /** The events the ring holds, oldest first. */

@@ -7,7 +7,8 @@ import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
 import { deviceKey, pairLabel } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
-import { type PathVerdict, peerExcerpt, peerText } from "./path-report.js";
+import type { PathVerdict } from "./path-report.js";
+import { peerExcerpt, peerText } from "./peer-text.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 import type { TransportContext } from "./transport.js";
 

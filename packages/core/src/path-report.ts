@@ -10,6 +10,7 @@
  * what that peer decided is inferred from its answer, and marked so.
  */
 import { pairLabel } from "./device.js";
+import { peerText } from "./peer-text.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 
 /** What became of one transport, or of one channel for one device pair. */
@@ -112,29 +113,14 @@ export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVer
   return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
 }
 
-// Control characters (C0, C1), line and paragraph separators, bidi
-// overrides and invisible marks: what could forge a line or hide text in
-// a log or a terminal.
-// eslint-disable-next-line no-control-regex
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]/g;
-
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-
-/** A peer's text as shown here: at most `max` characters, whole code points, nothing that could forge a line or hide text. */
-export function peerText(value: string, max = MAX_TEXT): string {
-  let cut = value.length > max ? value.slice(0, max) : value;
-  // Not half a surrogate pair at the cut, nor a lone one anywhere.
-  return cut.replace(LONE_SURROGATE, "\ufffd").replace(UNSAFE, "?");
-}
-
-/** A peer's text as an error names it: at most 128 characters, made safe, saying how long it was where it was cut. */
-export function peerExcerpt(value: string): string {
-  return value.length > EXCERPT ? `${peerText(value, EXCERPT)}... (${value.length} characters)` : peerText(value);
-}
-const EXCERPT = 128;
-
 function text(value: unknown): string | undefined {
-  return typeof value === "string" ? peerText(value) : undefined;
+  return typeof value === "string" ? peerText(value, MAX_TEXT) : undefined;
+}
+
+/** `v` with its words made safe to show: this side's reasons quote the peer's descriptors too (a channel's describeMismatch). */
+export function safeVerdict(v: PathVerdict): PathVerdict {
+  const pair = v.pair === undefined ? {} : { pair: peerText(v.pair, MAX_NAME) };
+  return { ...v, name: peerText(v.name, MAX_NAME), ...pair, reason: peerText(v.reason, MAX_TEXT) };
 }
 
 /** The first MAX_PEER_NAMES of a peer's backend names, made safe to show, and how many more there were. */

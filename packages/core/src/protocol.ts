@@ -6,6 +6,7 @@ import type { Device } from "./device.js";
 import { CPU_DEVICE, deviceKey } from "./device.js";
 import type { Descriptor } from "./message.js";
 import { NopReader, NopWriter } from "./nop.js";
+import { peerExcerpt } from "./peer-text.js";
 
 /** The first frame on every connection: a new pipe, or a connection a handshake asked for. */
 export type Packet =
@@ -119,11 +120,19 @@ function writeDevice(w: NopWriter, d: Device): void {
   else w.structure(2).string(d.type).int(d.index);
 }
 
+/**
+ * What a device type is: a name ("cpu", "cuda"). A peer's device types
+ * end up in keys, logs, errors and pipe.path; one that is not a name (a
+ * terminal's escape sequence, a line break, 200 KB) fails the frame.
+ */
+const DEVICE_TYPE = /^[A-Za-z0-9_.-]{1,64}$/;
+
 /** The device at the reader; the CPU is always the one CPU_DEVICE object. */
 function readDevice(r: NopReader): Device {
   if (r.skip(CPU_ENCODED)) return CPU_DEVICE;
   r.structure(2, "Device");
   const type = r.string();
+  if (!DEVICE_TYPE.test(type)) r.fail(`device type "${peerExcerpt(type)}" is not a name of at most 64 characters [A-Za-z0-9_.-]`);
   const index = r.int(32);
   return { type, index };
 }

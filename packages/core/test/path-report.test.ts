@@ -23,7 +23,7 @@ describe("a peer's path report", () => {
     expect(peerReport(entry("42"))).toBeUndefined();
   });
 
-  it("keeps only well-formed verdicts, bounded, without control characters", () => {
+  it("keeps only well-formed verdicts, bounded, control characters escaped", () => {
     const junk = [
       { kind: "channel", name: "x", by: "here", outcome: "rm -rf", reason: "unknown outcome" },
       { kind: "disk", name: "x", by: "here", outcome: "chosen", reason: "unknown kind" },
@@ -36,14 +36,15 @@ describe("a peer's path report", () => {
     const got = peerReport(entry(JSON.stringify({ offered: { transports: "uv", channels: [1, "basic"] }, verdicts: [...junk, ...many] })))!;
     expect(got.offered).toEqual({ transports: [], channels: ["basic"] });
     expect(got.verdicts.length).toBeLessThanOrEqual(512);
-    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv?[31m", by: "here", outcome: "not viable", reason: "r".repeat(1024) });
+    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv\\x1b[31m", by: "here", outcome: "not viable", reason: `${"r".repeat(1024 - 21)}... (2000 characters)` });
   });
 
-  it("replaces what could forge a line or hide text, and never leaves half a character", () => {
+  it("escapes what could forge a line or hide text, and never leaves half a character", () => {
     const hostile = "a\u0085b\u2028c\u202ed\u200be\ufefff\ud800g" + "\ud83d\ude00".repeat(600);
     const got = peerReport(entry(JSON.stringify({ verdicts: [{ kind: "channel", name: hostile, by: "here", outcome: "chosen", reason: "r" }] })))!;
     const name = got.verdicts[0]!.name;
-    expect(name.startsWith("a?b?c?d?e?f\ufffdg")).toBe(true);
+    expect(name.startsWith("a\\x85b\\u2028c\\u202ed\\u200be\\ufefff\ufffdg")).toBe(true);
+    expect(name).toMatch(/\.\.\. \(1213 characters\)$/);
     expect(name.length).toBeLessThanOrEqual(1024);
     expect(name).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
   });

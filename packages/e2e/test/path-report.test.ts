@@ -122,8 +122,8 @@ describe("a hostile peer's brochure", () => {
     closeLater(() => l.close());
     const many = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}\u001b[31m\n\u2028forged: chosen`);
     const transports = new Map<string, string>([["uv", "uv:*"], ...many("t", 300).map((n) => [n, "x"] as [string, string])]);
-    // First, a device the channel pairs with (its descriptor matches), named to forge a line.
-    const devices = new Map([["x:0", { device: { type: "x\u001b[2J\nforged", index: 0 }, descriptor: "any" }]]);
+    // First, a device the channel pairs with (its descriptor matches). (One whose type is no name fails the brochure: peer-text.test.ts.)
+    const devices = new Map([["x:0", { device: { type: "x", index: 0 }, descriptor: "any" }]]);
     // Within the 1024 entries a brochure may hold (past them, it is refused as it is decoded).
     for (let i = 0; i < 400; i++) devices.set(`cpu:${i}`, { device: { type: "cpu", index: i }, descriptor: `junk\u001b${i}` });
     const channels = new Map<string, Map<string, { device: { type: string; index: number }; descriptor: string }>>([

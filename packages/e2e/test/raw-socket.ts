@@ -60,20 +60,23 @@ export class RawSocket {
   }
 }
 
-/** A new pipe's first bytes as a foreign peer sends them: its packet and an offer of uv + basic. */
-export function offerByHand(): Buffer {
+/** Channel entries of a brochure, by name: each device's key and descriptor. */
+export type ChannelEntries = Map<string, Map<string, { device: { type: string; index: number }; descriptor: string }>>;
+
+/** A new pipe's first bytes as a foreign peer sends them: its packet and an offer of uv + basic, with `extra` channel entries. */
+export function offerByHand(extra: ChannelEntries = new Map()): Buffer {
   return onTheWire([
     protocol.encodePacket({ kind: "spontaneous", contextName: "" }),
     protocol.encodeBrochure({
       transportDomainDescriptors: new Map([["uv", "uv:*"]]),
-      channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])]]),
+      channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: { type: "cpu", index: 0 }, descriptor: "any" }]])], ...extra]),
     }),
   ]);
 }
 
-/** A new pipe's first connection opened by hand, offering uv + basic as a foreign peer would, and the listener's BrochureAnswer. */
-export async function brochureByHand(port: number): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
+/** A new pipe's first connection opened by hand, offering uv + basic (and `extra`) as a foreign peer would, and the listener's BrochureAnswer. */
+export async function brochureByHand(port: number, extra?: ChannelEntries): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
   const main = await RawSocket.connect(port);
-  main.write(offerByHand());
+  main.write(offerByHand(extra));
   return { main, answer: protocol.decodeBrochureAnswer(await main.readFrame()) };
 }

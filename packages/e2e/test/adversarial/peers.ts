@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { protocol, onTheWire } from "@tensorpipe/core/testing";
-import { RawSocket, brochureByHand } from "../raw-socket.js";
+import { type ChannelEntries, RawSocket, brochureByHand } from "../raw-socket.js";
 
 /** A line the victim printed. */
 export interface VictimEvent {
@@ -21,6 +21,13 @@ export interface VictimEvent {
   cpu?: number;
   /** Tensors of a message it took a read for. */
   tensors?: number;
+  /** Verdicts a pipe's path report keeps, and their characters. */
+  verdicts?: number;
+  chars?: number;
+  /** The path report as describePathReport() tells it. */
+  text?: string;
+  /** A failed pipe's flight record, as describeFlightEvents() tells it. */
+  record?: string;
   urls?: string[];
   pid?: number;
 }
@@ -58,26 +65,32 @@ class JsonLines<T> {
 
 const script = (name: string) => fileURLToPath(new URL(name, import.meta.url));
 
-/** Starts `node args...`, under `ulimit -n fdLimit` when given. */
-function node(args: string[], fdLimit?: number): ChildProcess {
+/** Starts `node args...`, under `ulimit -n fdLimit` when given; with `env`, its stderr is the caller's to read. */
+function node(args: string[], fdLimit?: number, env?: NodeJS.ProcessEnv): ChildProcess {
   const argv = ["--expose-gc", ...args];
+  const options = { stdio: ["pipe", "pipe", env ? "pipe" : "inherit"] as ("pipe" | "inherit")[], env: { ...process.env, ...env } };
   return fdLimit === undefined
-    ? spawn(process.execPath, argv, { stdio: ["pipe", "pipe", "inherit"] })
-    : spawn("bash", ["-c", `ulimit -n ${fdLimit} && exec "$0" "$@"`, process.execPath, ...argv], { stdio: ["pipe", "pipe", "inherit"] });
+    ? spawn(process.execPath, argv, options)
+    : spawn("bash", ["-c", `ulimit -n ${fdLimit} && exec "$0" "$@"`, process.execPath, ...argv], options);
 }
 
 /** The victim: a real listener (uv and shm, basic and cma) in its own process. */
 export class Victim {
+  /** What it wrote on stderr, when started with an env of its own (NODE_DEBUG's lines). */
+  stderr = "";
+
   private constructor(
     readonly child: ChildProcess,
     private readonly out: JsonLines<VictimEvent>,
     readonly uvUrl: string,
     readonly shmUrl: string,
     readonly pid: number,
-  ) {}
+  ) {
+    child.stderr?.on("data", (d: Buffer) => (this.stderr += d.toString()));
+  }
 
-  static async start(options: object = {}, fdLimit?: number): Promise<Victim> {
-    const child = node([script("victim.mjs"), JSON.stringify(options)], fdLimit);
+  static async start(options: object = {}, fdLimit?: number, env?: NodeJS.ProcessEnv): Promise<Victim> {
+    const child = node([script("victim.mjs"), JSON.stringify(options)], fdLimit, env);
     const out = new JsonLines<VictimEvent>(child);
     const ready = await out.next((l) => l.event === "listening");
     const urls = ready.urls!;
@@ -138,8 +151,9 @@ export async function startBystander(): Promise<Secret> {
 export async function rawPipe(
   port: number,
   onIds?: (ids: bigint[]) => void,
+  extra?: ChannelEntries,
 ): Promise<{ main: RawSocket; reply: RawSocket; channel: RawSocket }> {
-  const { main, answer } = await brochureByHand(port);
+  const { main, answer } = await brochureByHand(port, extra);
   onIds?.([...answer.transportRegistrationIds.values(), ...[...answer.channelRegistrationIds.values()].flat()]);
   const requested = async (id: bigint) => {
     const s = await RawSocket.connect(port);

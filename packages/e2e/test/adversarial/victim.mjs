@@ -1,19 +1,20 @@
 /**
  * The victim of the adversarial suite: a real listener in a process of its
  * own, echoing every message, that says on stdout (one JSON line each)
- * where it listens, every connection its listener dropped, every pipe
- * that ended and every message it takes a read for, and its RSS ("rss")
- * or CPU time ("cpu") when asked on stdin.
+ * where it listens, every connection its listener dropped, every pipe's
+ * path report, every pipe that ended (with its flight record) and every
+ * message it takes a read for, and its RSS ("rss") or CPU time ("cpu")
+ * when asked on stdin.
  *
  * victim.mjs '{"auth": {"secret": "..."}, ...ContextOptions}'
  */
 import { createInterface } from "node:readline";
-import { CPU_DEVICE, diagnostics } from "@tensorpipe/core";
+import { CPU_DEVICE, describeFlightEvents, describePathReport, diagnostics } from "@tensorpipe/core";
 import { createContext } from "@tensorpipe/bench";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
-const failure = (e) => ({ code: e?.code, errno: e?.errno, message: e?.message });
+const failure = (e) => ({ code: e?.code, errno: e?.errno, message: e?.message, record: describeFlightEvents(e?.flightRecord ?? []) });
 
 const context = await createContext({ transports: ["uv", "shm"], channels: ["basic", "cma"], ...options });
 const listener = await context.listen(["uv://127.0.0.1:0", "shm://*"]);
@@ -21,6 +22,9 @@ listener.on("connectionError", (e) => say({ event: "connection-error", ...failur
 diagnostics.messageRead.subscribe((m) => say({ event: "reading", tensors: m.tensors.length }));
 
 async function echo(pipe) {
+  const { verdicts } = pipe.path;
+  const chars = verdicts.reduce((n, v) => n + v.name.length + (v.pair?.length ?? 0) + v.reason.length, 0);
+  say({ event: "path", verdicts: verdicts.length, chars, text: describePathReport(pipe.path) });
   pipe.closed.then((e) => say({ event: "pipe-closed", ...failure(e) }));
   try {
     for await (const m of pipe) {
