@@ -48,11 +48,11 @@ import {
   pathHeadline,
   MAX_PEER_NAMES,
   MAX_VERDICTS,
+  boundedVerdicts,
   peerNames,
   inferredVerdicts,
   peerReport,
   reportEntry,
-  safeVerdict,
 } from "./path-report.js";
 import { peerExcerpt, peerText } from "./peer-text.js";
 import type { Registration, Registrations } from "./registrations.js";
@@ -427,7 +427,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     offeredHere,
     offeredThere: listenerSaid?.offered,
     peerReported: listenerSaid !== undefined,
-    verdicts: [...ownVerdicts, ...(listenerSaid ? fromPeer(listenerSaid.verdicts) : inferredVerdicts(brochure, answer))].map(safeVerdict),
+    verdicts: boundedVerdicts([...ownVerdicts, ...(listenerSaid ? fromPeer(listenerSaid.verdicts) : inferredVerdicts(brochure, answer))]),
   };
   if (events.enabled) events.add("path", `answered from ${answer.address}: ${pathHeadline(path)}`);
   if (log.enabled) {
@@ -616,7 +616,7 @@ async function chooseForOffer(
     offeredHere,
     offeredThere,
     peerReported: dialerSaid !== undefined,
-    verdicts: (dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts).map(safeVerdict),
+    verdicts: boundedVerdicts(dialerSaid ? withPeerReasons(verdicts, fromPeer(dialerSaid.verdicts)) : verdicts),
   };
   if (events.enabled) events.add("path", pathHeadline(path));
   // Toward upstream, whose brochure carries neither, the answer is upstream's alone.

@@ -86,11 +86,14 @@ interface ReportBody {
   refused?: PathVerdict["kind"];
 }
 
-// What a peer's report may hold: it is only shown, never acted on, but it
-// is the peer's text.
-/** Verdicts a report holds at most, the peer's or this side's. */
-export const MAX_VERDICTS = 512;
-const MAX_TEXT = 1024;
+/** Verdicts a report holds at most, the peer's or this side's, and in a pipe's report both together. */
+export const MAX_VERDICTS = 64;
+/** Characters of names, pairs and reasons a pipe's report holds at most, both sides' together. */
+export const MAX_REPORT_CHARS = 8192;
+/** Characters of a peer's report as it travels (JSON): a report of MAX_VERDICTS verdicts and MAX_REPORT_CHARS characters fits well within it. */
+const MAX_REPORT_JSON = 32 * 1024;
+/** Characters of one reason a peer gives. */
+const MAX_REASON = 1024;
 /** Names a peer offers that are kept (shown, listed as not registered here): the rest are counted. */
 export const MAX_PEER_NAMES = 32;
 const MAX_NAME = 128;
@@ -109,18 +112,51 @@ const OUTCOMES: ReadonlySet<string> = new Set<PathOutcome>([
 /** The entry's devices for `body`. */
 export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVerdict[], refused?: PathVerdict["kind"]): DeviceDescriptors {
   const device = { type: "report", index: 0 };
-  const body: ReportBody = { offered, verdicts: [...verdicts], ...(refused ? { refused } : {}) };
+  const body: ReportBody = { offered, verdicts: boundedVerdicts(verdicts), ...(refused ? { refused } : {}) };
   return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
 }
 
-function text(value: unknown): string | undefined {
-  return typeof value === "string" ? peerText(value, MAX_TEXT) : undefined;
+/** `v` with its words made safe to show. */
+function safeVerdict(v: PathVerdict): PathVerdict {
+  const pair = v.pair === undefined ? {} : { pair: peerText(v.pair, MAX_NAME) };
+  return { ...v, name: peerText(v.name, MAX_NAME), ...pair, reason: peerText(v.reason, MAX_REASON) };
 }
 
-/** `v` with its words made safe to show: this side's reasons quote the peer's descriptors too (a channel's describeMismatch). */
-export function safeVerdict(v: PathVerdict): PathVerdict {
-  const pair = v.pair === undefined ? {} : { pair: peerText(v.pair, MAX_NAME) };
-  return { ...v, name: peerText(v.name, MAX_NAME), ...pair, reason: peerText(v.reason, MAX_TEXT) };
+function chars(v: PathVerdict): number {
+  return v.name.length + (v.pair?.length ?? 0) + v.reason.length;
+}
+
+/**
+ * At most MAX_VERDICTS verdicts of at most MAX_REPORT_CHARS characters,
+ * in their order, those that say what was chosen kept first; the rest are
+ * counted in one verdict more. A peer's devices and words cost it a few
+ * bytes each, and must not cost a pipe more than this: 1024 pipes waiting
+ * for accept() with a dialler's 470 long verdicts each had held 1.2 GB.
+ */
+export function boundedVerdicts(all: readonly PathVerdict[]): PathVerdict[] {
+  // This side's reasons quote the peer's descriptors too (a channel's describeMismatch).
+  const verdicts = all.map(safeVerdict);
+  let total = 0;
+  const keep = new Set<PathVerdict>();
+  for (const chosenPass of [true, false]) {
+    for (const v of verdicts) {
+      if ((v.outcome === "chosen") !== chosenPass) continue;
+      // Room is left for the verdict that counts the rest.
+      if (keep.size >= MAX_VERDICTS - 1 || total + chars(v) > MAX_REPORT_CHARS - 160) break;
+      keep.add(v);
+      total += chars(v);
+    }
+  }
+  if (keep.size === verdicts.length) return verdicts;
+  const left = verdicts.length - keep.size;
+  return [
+    ...verdicts.filter((v) => keep.has(v)),
+    { kind: "channel", name: `(${left} more)`, by: "here", outcome: "not chosen", reason: `${left} more verdicts, not kept (a report keeps ${MAX_VERDICTS} and ${MAX_REPORT_CHARS} characters)` },
+  ];
+}
+
+function text(value: unknown, max = MAX_REASON): string | undefined {
+  return typeof value === "string" ? peerText(value, max) : undefined;
 }
 
 /** The first MAX_PEER_NAMES of a peer's backend names, made safe to show, and how many more there were. */
@@ -147,6 +183,13 @@ function names(value: unknown): string[] {
 export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>): ReportBody | undefined {
   const raw = peerChannels.get(PATH_REPORT_ENTRY)?.get("report:0")?.descriptor;
   if (raw === undefined) return undefined;
+  // Ours are bounded far below this: a longer one is not parsed into objects only to be cut.
+  if (raw.length > MAX_REPORT_JSON) {
+    return {
+      offered: { transports: [], channels: [] },
+      verdicts: [{ kind: "channel", name: "(its report)", by: "here", outcome: "not chosen", reason: `the peer's report was ${raw.length} characters, over ${MAX_REPORT_JSON}: not read` }],
+    };
+  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(raw);
@@ -158,18 +201,23 @@ export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>)
   const out: PathVerdict[] = [];
   // One verdict per backend and pair: a peer's repeats are dropped.
   const seen = new Set<string>();
-  for (const v of Array.isArray(verdicts) ? verdicts.slice(0, MAX_VERDICTS) : []) {
+  let total = 0;
+  for (const v of Array.isArray(verdicts) ? verdicts : []) {
+    // Past the bounds the rest is not looked at.
+    if (out.length >= MAX_VERDICTS || total >= MAX_REPORT_CHARS) break;
     if (typeof v !== "object" || v === null) continue;
     const { kind, name, pair, by, outcome, reason } = v as Record<string, unknown>;
     if ((kind !== "transport" && kind !== "channel") || (by !== "here" && by !== "there") || !OUTCOMES.has(outcome as string)) continue;
-    const n = text(name);
+    const n = text(name, MAX_NAME);
     const r = text(reason);
     if (n === undefined || r === undefined) continue;
-    const p = text(pair);
+    const p = text(pair, MAX_NAME);
     const key = `${kind}\u0000${n}\u0000${p ?? ""}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    out.push({ kind, name: n, ...(p === undefined ? {} : { pair: p }), by, outcome: outcome as PathOutcome, reason: r });
+    const verdict: PathVerdict = { kind, name: n, ...(p === undefined ? {} : { pair: p }), by, outcome: outcome as PathOutcome, reason: r };
+    total += chars(verdict);
+    out.push(verdict);
   }
   const body: ReportBody = { offered: { transports: names(offered?.transports), channels: names(offered?.channels) }, verdicts: out };
   if (refused === "transport" || refused === "channel") body.refused = refused;
@@ -199,16 +247,26 @@ export function fromPeer(verdicts: readonly PathVerdict[]): PathVerdict[] {
 }
 
 // The peer's words about its side and ours, as this side says them.
-const RETOLD: readonly [RegExp, string][] = [
-  [/^not viable here: /, "not viable there: "],
-  [/^not allowed by this side's path/, "not allowed by the peer's path"],
-  [/^the peer offers it; this side has none registered under that name$/, "this side offers it; the peer has none registered under that name"],
-  [/^domains differ \("(.*)" here, "(.*)" there\)/, 'domains differ ("$2" here, "$1" there)'],
-  [/^descriptors do not match \("(.*)" here, "(.*)" there\)/, 'descriptors do not match ("$2" here, "$1" there)'],
+const RETOLD: readonly [string, string][] = [
+  ["not viable here: ", "not viable there: "],
+  ["not allowed by this side's path", "not allowed by the peer's path"],
+  ["the peer offers it; this side has none registered under that name", "this side offers it; the peer has none registered under that name"],
 ];
+/** Reasons that quote both sides ("... (\"a\" here, \"b\" there)..."), whose quotes change places. */
+const QUOTING = ['domains differ ("', 'descriptors do not match ("'];
+const HERE = '" here, "';
+const THERE = '" there)';
 
+/** A peer's reason told from this side: a few index lookups, never a backtracking regex over the peer's text. */
 function toldFromHere(reason: string): string {
-  for (const [from, to] of RETOLD) if (from.test(reason)) return reason.replace(from, to);
+  for (const [from, to] of RETOLD) if (reason.startsWith(from)) return to + reason.slice(from.length);
+  for (const start of QUOTING) {
+    if (!reason.startsWith(start)) continue;
+    const here = reason.indexOf(HERE, start.length);
+    const there = here < 0 ? -1 : reason.indexOf(THERE, here + HERE.length);
+    if (there < 0) return reason;
+    return `${start}${reason.slice(here + HERE.length, there)}${HERE}${reason.slice(start.length, here)}${reason.slice(there)}`;
+  }
   return reason;
 }
 

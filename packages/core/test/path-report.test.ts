@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { DeviceDescriptors } from "../src/protocol.js";
-import { PATH_REPORT_ENTRY, fromPeer, peerReport, reportEntry } from "../src/path-report.js";
+import { MAX_REPORT_CHARS, MAX_VERDICTS, PATH_REPORT_ENTRY, boundedVerdicts, fromPeer, peerReport, reportEntry } from "../src/path-report.js";
 
 function entry(descriptor: string): Map<string, DeviceDescriptors> {
   return new Map([[PATH_REPORT_ENTRY, new Map([["report:0", { device: { type: "report", index: 0 }, descriptor }]])]]);
@@ -23,7 +23,7 @@ describe("a peer's path report", () => {
     expect(peerReport(entry("42"))).toBeUndefined();
   });
 
-  it("keeps only well-formed verdicts, bounded, control characters escaped", () => {
+  it("keeps only well-formed verdicts, bounded in count and characters, control characters escaped", () => {
     const junk = [
       { kind: "channel", name: "x", by: "here", outcome: "rm -rf", reason: "unknown outcome" },
       { kind: "disk", name: "x", by: "here", outcome: "chosen", reason: "unknown kind" },
@@ -31,12 +31,22 @@ describe("a peer's path report", () => {
       { kind: "channel", name: "x", by: "inferred", outcome: "chosen", reason: "a peer infers nothing of its own side" },
       null,
     ];
-    const good = { kind: "transport", name: "uv\u001b[31m", by: "here", outcome: "not viable", reason: "r".repeat(2000) };
-    const many = Array.from({ length: 600 }, () => good);
+    const good = (i: number) => ({ kind: "transport", name: `uv${i}\u001b[31m`, by: "here", outcome: "not viable", reason: "r".repeat(1100) });
+    const many = Array.from({ length: 25 }, (_, i) => good(i));
     const got = peerReport(entry(JSON.stringify({ offered: { transports: "uv", channels: [1, "basic"] }, verdicts: [...junk, ...many] })))!;
     expect(got.offered).toEqual({ transports: [], channels: ["basic"] });
-    expect(got.verdicts.length).toBeLessThanOrEqual(512);
-    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv\\x1b[31m", by: "here", outcome: "not viable", reason: `${"r".repeat(1024 - 21)}... (2000 characters)` });
+    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv0\\x1b[31m", by: "here", outcome: "not viable", reason: `${"r".repeat(1024 - 21)}... (1100 characters)` });
+    expect(got.verdicts.length).toBeLessThanOrEqual(MAX_VERDICTS);
+    const chars = got.verdicts.reduce((n, v) => n + v.name.length + v.reason.length, 0);
+    // Past the bound the rest is not looked at: the verdict that crossed it is the last.
+    expect(chars).toBeLessThan(MAX_REPORT_CHARS + 1200);
+    expect(got.verdicts.length).toBeLessThan(many.length);
+  });
+
+  it("is not parsed past 32 KiB: a longer one is none of ours, and says so in one verdict", () => {
+    const verdicts = Array.from({ length: 470 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: "why ".repeat(500) }));
+    const got = peerReport(entry(JSON.stringify({ offered: { transports: ["uv"], channels: ["basic"] }, verdicts })))!;
+    expect(got.verdicts).toEqual([expect.objectContaining({ name: "(its report)", reason: expect.stringMatching(/^the peer's report was \d+ characters, over 32768: not read$/) })]);
   });
 
   it("escapes what could forge a line or hide text, and never leaves half a character", () => {
@@ -45,7 +55,6 @@ describe("a peer's path report", () => {
     const name = got.verdicts[0]!.name;
     expect(name.startsWith("a\\x85b\\u2028c\\u202ed\\u200be\\ufefff\ufffdg")).toBe(true);
     expect(name).toMatch(/\.\.\. \(1213 characters\)$/);
-    expect(name.length).toBeLessThanOrEqual(1024);
     expect(name).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
   });
 
@@ -65,5 +74,21 @@ describe("a peer's path report", () => {
     expect(fromPeer([{ kind: "transport", name: "shm", by: "here", outcome: "descriptors differ", reason: 'domains differ ("a" here, "b" there): why' }])[0]!.reason).toBe(
       'domains differ ("b" here, "a" there): why',
     );
+    // Quotes the peer put in its words change places no worse.
+    const crafted = `descriptors do not match ("${'" here, "'.repeat(40)}" here, "x" there)`;
+    expect(fromPeer([{ kind: "channel", name: "c", by: "here", outcome: "descriptors differ", reason: crafted }])[0]!.reason).toMatch(/^descriptors do not match \("/);
+  });
+});
+
+describe("a pipe's path report", () => {
+  it("keeps what was chosen and at most 64 verdicts of 8192 characters, counting the rest", () => {
+    const chosen = { kind: "channel", name: "basic", pair: "cpu:0->cpu:0", by: "here", outcome: "chosen", reason: "chosen (priority 100)" } as const;
+    const other = (i: number) => ({ kind: "channel", name: `c${i}`, by: "there", outcome: "not viable", reason: "x".repeat(500) }) as const;
+    const kept = boundedVerdicts([...Array.from({ length: 100 }, (_, i) => other(i)), chosen]);
+    expect(kept).toContainEqual(chosen);
+    expect(kept.length).toBeLessThanOrEqual(MAX_VERDICTS);
+    expect(kept.reduce((n, v) => n + v.name.length + (v.pair?.length ?? 0) + v.reason.length, 0)).toBeLessThanOrEqual(MAX_REPORT_CHARS);
+    expect(kept.at(-1)).toMatchObject({ name: expect.stringMatching(/^\(\d+ more\)$/), reason: expect.stringMatching(/more verdicts, not kept/) });
+    expect(boundedVerdicts([chosen])).toEqual([chosen]);
   });
 });
