@@ -1,12 +1,15 @@
-import { CPU_DEVICE, type Deadline, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationDeadline } from "@tensorpipe/core/backend";
+import { CPU_DEVICE, type Deadline, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationDeadline, peerExcerpt } from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 /** Options of recv(): a signal or a timeout, and where to receive. */
 export interface RecvOptions<T extends RendezvousValue = RendezvousValue> extends OperationOptions {
   /**
-   * Memory to receive into: when the value has not arrived yet, its bytes
-   * land here straight from the channel; when it has, they are copied here.
-   * Must be exactly the value's size. recv() then resolves with `into`.
+   * Memory to receive into, exactly the value's size; recv() then resolves
+   * with `into`. When the value has not arrived yet and the recv has no
+   * deadline, its bytes land here straight from the channel; otherwise
+   * they land in memory of their own and are copied here once whole, so
+   * that a recv that times out or is aborted never has bytes land in
+   * `into` after it rejected.
    */
   into?: T | undefined;
 }
@@ -20,15 +23,24 @@ export interface RendezvousOptions {
    * under fresh keys would otherwise grow this process without end.
    */
   maxUnclaimed?: number | undefined;
+  /**
+   * Characters a key the peer sends may have (default 1024): a longer one
+   * ends the rendezvous with ERR_TP_PROTOCOL. Unclaimed values keep their
+   * keys, so this bounds what they hold beyond their bytes.
+   */
+  maxKeyLength?: number | undefined;
 }
 
 const DEFAULT_MAX_UNCLAIMED = 16_384;
+const DEFAULT_MAX_KEY_LENGTH = 1024;
 const check = new OptionChecks("RendezvousOptions");
 
 interface Waiter {
   resolve(value: RendezvousValue): void;
   reject(err: TensorPipeError): void;
   into?: RendezvousValue;
+  /** Whether a deadline may end it: its value then never lands in `into` directly. */
+  interruptible: boolean;
   /** Set while the pipe is reading this waiter's value into `into`. */
   claimed?: boolean;
   done?: boolean;
@@ -73,6 +85,7 @@ export class Rendezvous {
   private constructor(
     private readonly pipe?: Pipe,
     private readonly maxUnclaimed = Infinity,
+    private readonly maxKeyLength = Infinity,
   ) {
     this.closed = new Promise((r) => (this.settleClosed = r));
     if (pipe) void this.pump(pipe);
@@ -86,7 +99,11 @@ export class Rendezvous {
   /** This side of a rendezvous with the process at the other end of `pipe`, which it now owns. */
   static over(pipe: Pipe, options: RendezvousOptions = {}): Rendezvous {
     check.object(options);
-    return new Rendezvous(pipe, check.limit("maxUnclaimed", options.maxUnclaimed) ?? DEFAULT_MAX_UNCLAIMED);
+    return new Rendezvous(
+      pipe,
+      check.limit("maxUnclaimed", options.maxUnclaimed) ?? DEFAULT_MAX_UNCLAIMED,
+      check.limit("maxKeyLength", options.maxKeyLength) ?? DEFAULT_MAX_KEY_LENGTH,
+    );
   }
 
   /**
@@ -144,7 +161,7 @@ export class Rendezvous {
       return Promise.resolve(options.into ? copyInto(options.into, value) : value);
     }
     if (this.failure) return Promise.reject(this.keyError(key, "recv", this.failure));
-    const waiter: Waiter = { resolve: () => undefined, reject: () => undefined, into: options.into };
+    const waiter: Waiter = { resolve: () => undefined, reject: () => undefined, into: options.into, interruptible: deadline !== undefined };
     const promise = new Promise<RendezvousValue>((resolve, reject) => {
       waiter.resolve = resolve;
       waiter.reject = reject;
@@ -220,16 +237,24 @@ export class Rendezvous {
       for (;;) {
         const descriptor = await pipe.readDescriptor();
         const { header, length } = decodeHeader(descriptor);
-        if (this.unclaimed >= this.maxUnclaimed && !this.waiting.has(header.key)) {
+        if (header.key.length > this.maxKeyLength) {
           throw new TensorPipeError(
             ErrorCode.PROTOCOL,
-            `the peer sent ${this.maxUnclaimed} values no recv() has taken, and one more (key "${header.key.slice(0, 100)}"): take them with recv(), or raise RendezvousOptions.maxUnclaimed`,
+            `the peer sent a key of ${header.key.length} characters ("${peerExcerpt(header.key)}"), over RendezvousOptions.maxKeyLength (${this.maxKeyLength}): raise it on this side if that is meant`,
             { where: `rendezvous with ${pipe.peer}` },
           );
         }
-        // The first waiter's own memory, when it gave some of the right size.
+        if (this.unclaimed >= this.maxUnclaimed && !this.waiting.has(header.key)) {
+          throw new TensorPipeError(
+            ErrorCode.PROTOCOL,
+            `the peer sent ${this.maxUnclaimed} values no recv() has taken, and one more (key "${peerExcerpt(header.key)}"): take them with recv(), or raise RendezvousOptions.maxUnclaimed`,
+            { where: `rendezvous with ${pipe.peer}` },
+          );
+        }
+        // The first waiter's own memory, when it gave some of the right size
+        // and no deadline can end the wait while the bytes land there.
         const waiter = this.waiting.get(header.key)?.[0];
-        const direct = waiter?.into && waiter.into.byteLength === length && !waiter.claimed ? waiter : undefined;
+        const direct = waiter?.into && waiter.into.byteLength === length && !waiter.claimed && !waiter.interruptible ? waiter : undefined;
         if (direct) direct.claimed = true;
         const bytes = direct ? asBytes(direct.into!) : new Uint8Array(length);
         try {
@@ -237,7 +262,7 @@ export class Rendezvous {
         } finally {
           if (direct) direct.claimed = false;
         }
-        // A waiter that timed out meanwhile leaves the value to the next recv, in memory of its own.
+        // A waiter that ended meanwhile (the rendezvous closed) leaves the value, in memory of its own.
         if (direct && !direct.done) this.deliver(header.key, direct.into!);
         else this.deliver(header.key, viewOf(header.type, direct ? new Uint8Array(bytes) : bytes));
       }

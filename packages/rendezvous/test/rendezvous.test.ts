@@ -192,6 +192,38 @@ describe("a rendezvous over a pipe", () => {
     expect(await right.recv("junk7")).toHaveLength(0);
   });
 
+  it("a recv with memory and a deadline that passes while its value lands: nothing lands there afterwards, and the next recv gets the whole value", async () => {
+    const [a, b] = await pipePair();
+    const left = Rendezvous.over(a);
+    const right = Rendezvous.over(b);
+    const size = 256 << 20;
+    const into = new Uint8Array(size);
+    const sent = patterned(size, 5);
+    // Its descriptor comes within a few ms; its bytes take longer than that to land.
+    const timedOut = right.recv("big", { into, timeout: 50 });
+    left.send("big", sent);
+    await expect(timedOut).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
+    // The caller's memory is its own again: what it writes there stays.
+    into.fill(0xaa);
+    const value = (await right.recv("big", { timeout: 10_000 })) as Uint8Array;
+    expect(into.every((x) => x === 0xaa)).toBe(true);
+    expect(value).not.toBe(into);
+    expect(hasPattern(value, 5)).toBe(true);
+  });
+
+  it("ends with ERR_TP_PROTOCOL on a key longer than maxKeyLength: unclaimed values hold their keys", async () => {
+    const [a, b] = await pipePair();
+    const left = Rendezvous.over(a);
+    const right = Rendezvous.over(b, { maxKeyLength: 64 });
+    left.send("k".repeat(64), new Uint8Array(1));
+    left.send("\u001b[2J".repeat(100), new Uint8Array(0));
+    const ended = await Promise.race([right.closed, new Promise((r) => setTimeout(() => r("still open after 10 s"), 10_000))]);
+    expect(ended).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/key of 400 characters .*RendezvousOptions\.maxKeyLength \(64\)/) });
+    // The peer's key is quoted escaped and cut.
+    expect((ended as Error).message).not.toContain("\u001b");
+    expect(await right.recv("k".repeat(64))).toHaveLength(1);
+  });
+
   it("takes a positive integer or Infinity for maxUnclaimed", async () => {
     const [, b] = await pipePair();
     for (const bad of [0, -5, 2.5, "9"]) {
