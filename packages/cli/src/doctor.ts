@@ -5,7 +5,8 @@
 import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
 import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
-import { type PathReport, describePathReport } from "@tensorpipe/core";
+import { type ContextOptions, type PathReport, type PathVerdict, deviceKey } from "@tensorpipe/core";
+import { peerText } from "@tensorpipe/core/backend";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
 
 /** One backend as `tensorpipe doctor` reports it. */
@@ -105,7 +106,7 @@ export interface DoctorPeer {
  * others, each from the end that knew (a peer in another container says
  * which namespace or capability differs).
  */
-export async function tryPeer(url: string, options: BackendOptions = {}): Promise<DoctorPeer> {
+export async function tryPeer(url: string, options: BackendOptions & Pick<ContextOptions, "auth"> = {}): Promise<DoctorPeer> {
   const context = await createContext(options);
   try {
     const pipe = await context.connect(url);
@@ -268,11 +269,34 @@ export function formatDoctor(r: DoctorReport): string[] {
     const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";
     lines.push(`  memory: ${r.limits.availableMiB} MiB available${cgroup}: an idle pipe holds under 100 KiB, a busy one what it has in flight (over shm up to 2 x ringSize)`);
   }
+  if (r.peer) lines.push("", ...peerLines(r.peer));
+  // The verdict comes last, and only from here: no line a peer sent can stand in for it.
   lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
-  if (r.peer) {
-    lines.push("", `pipe to ${r.peer.url}`);
-    if (r.peer.path) lines.push(...describePathReport(r.peer.path).split("\n").map((l) => `  ${l}`));
-    else lines.push(`  FAILED: ${r.peer.error!.code}: ${r.peer.error!.message}`);
-  }
+  if (r.peer) lines.push(r.peer.path ? `pipe to ${r.peer.url}: opened over ${r.peer.path.transport}` : `pipe to ${r.peer.url}: FAILED (${r.peer.error!.code})`);
   return lines;
+}
+
+/**
+ * The pipe to --peer: what this side chose or learnt, and the peer's own
+ * words quoted as the peer's, one line each, escaped and bounded (the
+ * report holds at most 64 verdicts), so that a hostile listener can
+ * neither forge a line of doctor's nor flood the terminal.
+ */
+function peerLines(peer: DoctorPeer): string[] {
+  const lines = [`pipe to ${peer.url}`];
+  const p = peer.path;
+  if (!p) return [...lines, `  FAILED: ${peer.error!.code}: ${peerText(peer.error!.message, 8192)}`];
+  const offer = (o: { transports: readonly string[]; channels: readonly string[] }) =>
+    `transports ${o.transports.map((n) => peerText(n, 128)).join(", ") || "none"}; channels ${o.channels.map((n) => peerText(n, 128)).join(", ") || "none"}`;
+  const pairs = p.pairs.map((c) => `${deviceKey(c.local)}->${peerText(deviceKey(c.remote), 128)} ${peerText(c.channel, 128)}`).join(", ") || "none";
+  lines.push(`  ${p.side} side: transport ${p.transport}; channels ${pairs}`, `  offered here: ${offer(p.offeredHere)}`);
+  lines.push(p.offeredThere ? `  offered there, as the peer says: ${offer(p.offeredThere)}` : "  offered there: not said (an upstream peer); what it decided is inferred");
+  for (const v of p.verdicts) lines.push(`  ${verdictLine(v)}`);
+  return lines;
+}
+
+function verdictLine(v: PathVerdict): string {
+  const what = `${v.kind} ${peerText(v.name, 128)}${v.pair ? ` ${peerText(v.pair, 128)}` : ""}`;
+  if (v.by === "there") return `${what}: ${v.outcome}, the peer says: "${peerText(v.reason, 1024)}"`;
+  return `${what}${v.by === "inferred" ? " (inferred)" : ""}: ${v.reason.startsWith(v.outcome) ? v.reason : `${v.outcome}: ${v.reason}`}`;
 }

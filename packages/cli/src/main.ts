@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `tensorpipe` command.
- *   tensorpipe doctor [--json] [--interface NAME] [--backend MODULE ...]
+ *   tensorpipe doctor [--json] [--interface NAME] [--peer URL [--secret-file FILE]] [--backend MODULE ...]
  *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N]
  *                    [--json FILE] [--backend MODULE ...]
  *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
@@ -24,6 +24,7 @@ commands:
              --peer URL           open a pipe to a listener (another container,
                                   \`tensorpipe peer\` there) and tell its path: what
                                   each side offered, what was chosen, why not the rest
+             --secret-file FILE   with --peer: the listener's shared secret (auth)
              --backend MODULE     a third-party backend package too (it exports
                                   \`backend\`); may be given again
   bench    spawn \`tensorpipe peer\` and time round trips and one-way streams
@@ -57,6 +58,23 @@ function fail(message: string): never {
 }
 
 const list = (s: string | undefined) => s?.split(",").map((x) => x.trim()).filter(Boolean);
+
+/** ContextOptions.auth from --secret-file (its bytes, a final newline left out) or TENSORPIPE_SECRET; none without either. */
+function auth(file: string | undefined): { auth?: { secret: Uint8Array | string } } {
+  if (file !== undefined) {
+    let secret: Buffer;
+    try {
+      secret = readFileSync(file);
+    } catch (e) {
+      fail(`--secret-file ${file}: ${(e as Error).message}`);
+    }
+    if (secret.at(-1) === 0x0a) secret = secret.subarray(0, -1);
+    if (secret.length < 16) fail(`--secret-file ${file}: a secret needs at least 16 bytes, the file has ${secret.length}`);
+    return { auth: { secret } };
+  }
+  const fromEnv = process.env.TENSORPIPE_SECRET;
+  return fromEnv ? { auth: { secret: fromEnv } } : {};
+}
 
 function parse<T extends ParseArgsConfig["options"]>(args: string[], options: T) {
   try {
@@ -93,9 +111,15 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command === "doctor") {
-    const values = parse(rest, { json: { type: "boolean" }, interface: { type: "string" }, peer: { type: "string" }, backend: { type: "string", multiple: true } });
+    const values = parse(rest, {
+      json: { type: "boolean" },
+      interface: { type: "string" },
+      peer: { type: "string" },
+      "secret-file": { type: "string" },
+      backend: { type: "string", multiple: true },
+    });
     const report = await runDoctor({ interface: values.interface, backends: values.backend });
-    if (values.peer !== undefined) report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend });
+    if (values.peer !== undefined) report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend, ...auth(values["secret-file"]) });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
     return report.usable && report.peer?.error === undefined ? 0 : 1;
   }
@@ -156,8 +180,13 @@ async function main(argv: string[]): Promise<number> {
   fail(`unknown command "${command}"`);
 }
 
+/** Exits once what was written to stdout has gone: exiting at once cut a piped report at 64 KiB. */
+function exit(code: number): void {
+  process.stdout.write("", () => process.exit(code));
+}
+
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => exit(code),
   (e: unknown) => {
     const err = e as { code?: string; message?: string };
     // A mistake in the command line, found once the backends were looked at.

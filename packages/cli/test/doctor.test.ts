@@ -1,4 +1,5 @@
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -107,6 +108,19 @@ describe("tensorpipe doctor", () => {
     // `pnpm doctor -- --json` hands the "--" on.
     const viaPnpm = JSON.parse((await run(process.execPath, [main, "doctor", "--", "--json"])).stdout) as DoctorReport;
     expect(viaPnpm.backends).toEqual(report.backends);
+  });
+
+  it("prints the whole report into a pipe, however long: it exits once stdout has drained", async () => {
+    // 1.1 MB of one backend's reason, to a reader that takes a second to
+    // start reading (as `| less` does): exiting at once cut it at 64 KiB.
+    const child = spawn(process.execPath, [main, "doctor", "--backend", fixture("wordy-backend.mjs")], { stdio: ["ignore", "pipe", "inherit"] });
+    let stdout = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stdout.pause();
+    setTimeout(() => child.stdout.resume(), 1000);
+    await once(child, "close");
+    expect(stdout).toMatch(/why: (a long reason ){80000}end\n/);
+    expect(stdout.trimEnd().split("\n").at(-1)).toMatch(/^usable: /);
   });
 
   it("prints the usage and exits 0 for --help after any command", async () => {

@@ -104,7 +104,7 @@ describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "tru
       const [second] = await Promise.all([listener.accept({ timeout: 20_000 }), new Promise((r) => doctor.once("exit", r))]);
       second.close();
       expect(printed).toMatch(/pipe to uv:\/\/127\.0\.0\.1:\d+\n  connect side: transport uv; channels cpu:0->cpu:0 (basic|mpt)\n/);
-      expect(printed).toMatch(/  transport shm \(there\): descriptors differ: domains differ .*user namespaces differ: run both in one \(docker run --userns=host/);
+      expect(printed).toMatch(/  transport shm: descriptors differ, the peer says: "domains differ .*user namespaces differ: run both in one \(docker run --userns=host/);
     } finally {
       await server.close();
     }

@@ -6,7 +6,9 @@
  * forge a line or hide text; an address that is not one is the
  * listener's fault (ERR_TP_PROTOCOL), not the caller's.
  */
+import { spawn } from "node:child_process";
 import { type AddressInfo, type Server, type Socket, createServer } from "node:net";
+import { fileURLToPath } from "node:url";
 import { Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { UvTransport, registerUvTransport } from "@tensorpipe/transport-uv";
@@ -82,6 +84,43 @@ function refusal(verdicts: number): Answer {
     channelForDevicePair: [],
   };
 }
+
+describe("tensorpipe doctor --peer against a listener that lies in its report", () => {
+  it("quotes the peer's words as the peer's, escaped and bounded, prints its own verdict last, and is never cut when piped", async () => {
+    const report = {
+      offered: { transports: ["uv"], channels: ["basic"] },
+      verdicts: Array.from({ length: 200 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `${forged}\ntensorpipe doctor: all checks passed\nadvice` })),
+    };
+    const answer = (p: number): Answer => {
+      const a = honest(p);
+      a.channelDeviceDescriptors.set("tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]]));
+      return a;
+    };
+    const { server, url } = await lyingListener(answer);
+    try {
+      const cli = fileURLToPath(new URL("../../../cli/dist/main.js", import.meta.url));
+      const { stdout, code } = await new Promise<{ stdout: string; code: number | null }>((resolve) => {
+        const child = spawn(process.execPath, [cli, "doctor", "--peer", url], { stdio: ["ignore", "pipe", "inherit"] });
+        let out = "";
+        child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        child.on("close", (c) => resolve({ stdout: out, code: c }));
+      });
+      const lines = stdout.trimEnd().split("\n");
+      // Whole: its own verdict on the pipe is its last line.
+      expect(lines.at(-1)).toBe(`pipe to ${url}: opened over uv`);
+      expect(code).toBe(0);
+      expect(stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u202e\u2028]/);
+      // Only doctor's own first line starts so; the peer's words are quoted as the peer's.
+      expect(lines.filter((l) => l.startsWith("tensorpipe doctor"))).toHaveLength(1);
+      const quoted = lines.filter((l) => /^  channel c\d+:/.test(l));
+      expect(quoted.length).toBeGreaterThan(0);
+      expect(quoted.length).toBeLessThanOrEqual(64);
+      for (const l of quoted) expect(l).toMatch(/^  channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0aadvice"$/);
+    } finally {
+      server.close();
+    }
+  });
+});
 
 describe("a listener that lies in its answer", () => {
   let client: Context;
