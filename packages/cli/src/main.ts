@@ -5,7 +5,7 @@
  *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N]
  *                    [--json FILE] [--backend MODULE ...]
  *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
- *                   [--peer-timeout MS] [--timeout MS] [--backend MODULE ...]
+ *                   [--peer-timeout MS] [--timeout MS] [--secret-file FILE] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
@@ -38,9 +38,13 @@ commands:
              --copy-threads N     cma: copier threads for large tensors
              --json FILE          every figure as JSON
              --backend MODULE     a third-party backend package too; may be given again
-  peer     listen on every viable transport (and node:net), print the
-           addresses as one JSON line, echo messages until stdin closes
-             --host ADDR          the address to listen on for TCP (default 127.0.0.1)
+  peer     listen on every viable transport (and node:net on 127.0.0.1), print
+           the addresses as one JSON line, echo messages until stdin closes
+             --host ADDR          the address to listen on for TCP (default 127.0.0.1);
+                                  anyone who reaches it may send: see --secret-file
+             --secret-file FILE   pipes only for peers with this shared secret (at
+                                  least 16 bytes; TENSORPIPE_SECRET in the environment
+                                  does the same)
              --transports LIST    only these transports
              --channels LIST      only these channels
              --lanes N            mpt lanes
@@ -162,9 +166,11 @@ async function main(argv: string[]): Promise<number> {
       interface: { type: "string" },
       "peer-timeout": { type: "string" },
       timeout: { type: "string" },
+      "secret-file": { type: "string" },
       backend: { type: "string", multiple: true },
     });
     await runPeer({
+      ...auth(values["secret-file"]),
       host: values.host,
       transports: list(values.transports),
       channels: list(values.channels),

@@ -2,16 +2,16 @@
  * `tensorpipe peer`: the other process of `tensorpipe bench` (and of the
  * repository's two-process tests and measurements). It listens with
  * TensorPipe on every viable transport and with plain node:net (the
- * baseline), prints its addresses as one JSON line, and serves until stdin
- * closes:
+ * baseline, on 127.0.0.1 alone: it has no authentication), prints its
+ * addresses as one JSON line, and serves until stdin closes:
  * - a pipe message with metadata "sink" is read into one of two reused
  *   buffers in turn and acknowledged with an empty "ack" message once it
  *   has landed; any other message is echoed;
- * - the node:net echo server echoes bytes; the node:net sink server is
- *   described where it is made.
+ * - the node:net echo server echoes bytes as fast as the client reads
+ *   them; the node:net sink server is described where it is made.
  */
 import { createServer } from "node:net";
-import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe, allocateMessage } from "@tensorpipe/core";
 import { type BackendChoice, chosen, createContext, findBackends, listenUrls } from "./backends.js";
 
 /** What `tensorpipe peer` listens with. */
@@ -21,6 +21,9 @@ export interface PeerOptions extends BackendChoice {
   /** A deadline for each of its reads and writes, in ms. */
   timeout?: number;
 }
+
+/** The node:net sink's landing buffer at most: a client's header may ask for no more. */
+const MAX_SINK_MESSAGE = 1 << 30;
 
 async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<void> {
   // A failed read in flight and the readDescriptor after it both see the end.
@@ -32,7 +35,7 @@ async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<
   // Sink messages land in two buffers in turn, the next read posted while
   // the one before is still landing, as a streaming consumer double-buffers;
   // a buffer is taken again once the read that used it is done.
-  const sinks = [0, 1].map(() => ({ buffer: new Uint8Array(0), read: Promise.resolve() }));
+  const sinks = [0, 1].map(() => ({ memory: new ArrayBuffer(0), read: Promise.resolve() }));
   let turn = 0;
   const echoes = new Echoes();
   for (;;) {
@@ -47,12 +50,9 @@ async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<
       const sink = sinks[(turn = 1 - turn)]!;
       await sink.read;
       if (over) return;
-      const need = d.tensors.reduce((n, t) => Math.max(n, t.length), 0);
-      if (sink.buffer.length < need) sink.buffer = new Uint8Array(need);
-      const allocation: Allocation = {
-        payloads: d.payloads.map((p) => ({ data: new Uint8Array(p.length) })),
-        tensors: d.tensors.map((t) => ({ buffer: sink.buffer.subarray(0, t.length) })),
-      };
+      // Pages are committed as bytes land, not as the client announces them.
+      const allocation = allocateMessage(d, sink.memory);
+      sink.memory = allocation.memory;
       sink.read = pipe.read(allocation, ops).then(
         () => void pipe.write({ metadata: "ack" }, ops).catch(() => undefined),
         end,
@@ -76,26 +76,18 @@ async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<
  * The allocation an echoed message is read into and the message that
  * sends it back, rebuilt only when a message differs in shape from the one
  * before (counts, lengths, metadata, targets): a tuned peer's loop makes no
- * garbage per message.
+ * garbage per message. Every part is carved from one reused buffer, whose
+ * pages are committed as bytes land, not as a client announces them.
  */
 class Echoes {
-  private readonly memory: Uint8Array[] = [];
+  private memory?: ArrayBuffer;
   private last?: Descriptor;
   private echo?: { allocation: Allocation; message: Message };
 
   for(d: Descriptor): { allocation: Allocation; message: Message } {
     if (this.echo && this.last && sameShape(this.last, d)) return this.echo;
-    let slot = 0;
-    const reusable = (length: number) => {
-      let b = this.memory[slot];
-      if (!b || b.length < length) this.memory[slot] = b = new Uint8Array(length);
-      slot++;
-      return b.subarray(0, length);
-    };
-    const allocation: Allocation = {
-      payloads: d.payloads.map((p) => ({ data: reusable(p.length) })),
-      tensors: d.tensors.map((t) => ({ buffer: reusable(t.length) })),
-    };
+    const allocation = allocateMessage(d, this.memory);
+    this.memory = allocation.memory;
     const message: Message = {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: allocation.payloads[i]!.data, metadata: p.metadata })),
@@ -134,6 +126,8 @@ function ended(e: unknown): void {
 /** Listens and serves until stdin closes. */
 export async function runPeer(options: PeerOptions = {}): Promise<void> {
   const host = options.host ?? "127.0.0.1";
+  // The baselines have no authentication: they serve this machine alone.
+  const loopback = "127.0.0.1";
   const ops = options.timeout === undefined ? undefined : { timeout: options.timeout };
   const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
@@ -145,15 +139,17 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
     for await (const pipe of listener) void serve(pipe, ops);
   })();
 
+  // Piped: a client that sends and never reads is read no faster than it reads.
   const echo = createServer((s) => {
     s.setNoDelay(true);
-    s.on("data", (d) => s.write(d));
     s.on("error", () => undefined);
-  }).listen(0, host);
+    s.pipe(s);
+  }).listen(0, loopback);
 
   // Reads a 16-byte header (total bytes, message size), then the bytes, and
   // answers one byte. Message size 0: only count them; otherwise copy each
-  // message into one reused buffer, as a tensor has to land somewhere.
+  // message into one reused buffer, as a tensor has to land somewhere. A
+  // header asking for more than MAX_SINK_MESSAGE ends that connection.
   const sink = createServer((s) => {
     let header = Buffer.alloc(0);
     let total = -1;
@@ -164,8 +160,15 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
       if (total < 0) {
         header = Buffer.concat([header, d]);
         if (header.length < 16) return;
-        total = Number(header.readBigUInt64LE(0));
-        messageSize = Number(header.readBigUInt64LE(8));
+        const announced = header.readBigUInt64LE(0);
+        const size = header.readBigUInt64LE(8);
+        if (announced > BigInt(Number.MAX_SAFE_INTEGER) || size > BigInt(MAX_SINK_MESSAGE)) {
+          process.stdout.write(`${JSON.stringify({ event: "connection-dropped", message: `node:net sink: a header announcing ${announced} bytes in messages of ${size}, over ${MAX_SINK_MESSAGE}` })}\n`);
+          s.destroy();
+          return;
+        }
+        total = Number(announced);
+        messageSize = Number(size);
         if (landing.length < messageSize) landing = Buffer.alloc(messageSize);
         d = header.subarray(16);
       }
@@ -185,7 +188,7 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
       }
     });
     s.on("error", () => undefined);
-  }).listen(0, host);
+  }).listen(0, loopback);
 
   await Promise.all([new Promise((r) => echo.once("listening", r)), new Promise((r) => sink.once("listening", r))]);
   const port = (s: typeof echo) => (s.address() as { port: number }).port;

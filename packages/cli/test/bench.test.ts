@@ -48,31 +48,6 @@ describe("tensorpipe bench", () => {
   });
 });
 
-describe("tensorpipe peer", () => {
-  it("prints where it listens, echoes a pipe's messages, and ends when its stdin closes", async () => {
-    const child = spawn(process.execPath, [main, "peer", "--transports", "uv", "--channels", "basic"], { stdio: ["pipe", "pipe", "inherit"] });
-    const first = await new Promise<string>((resolve) => createInterface({ input: child.stdout }).once("line", resolve));
-    const info = JSON.parse(first) as { url: string; urls: string[]; echoPort: number; sinkPort: number; pid: number };
-    expect(info).toMatchObject({ pid: child.pid, urls: [info.url] });
-    expect(info.url).toMatch(/^uv:\/\/127\.0\.0\.1:\d+$/);
-    const context = new Context();
-    registerUvTransport(context);
-    registerBasicChannel(context);
-    const pipe = await context.connect(info.url);
-    const data = new Uint8Array(1000).map((_, i) => i);
-    await pipe.write({ metadata: "hello", tensors: [{ buffer: data, targetDevice: CPU_DEVICE }] });
-    const d = await pipe.readDescriptor();
-    expect(d.metadata).toBe("hello");
-    const back = new Uint8Array(1000);
-    await pipe.read({ payloads: [], tensors: [{ buffer: back }] });
-    expect(back).toEqual(data);
-    await context.close();
-    const exited = new Promise<number | null>((r) => child.once("exit", r));
-    child.stdin.end();
-    expect(await exited).toBe(0);
-  });
-});
-
 describe("a third-party transport (--backend)", () => {
   const fixture = new URL("fixtures/loopback-transport.mjs", import.meta.url).href;
 
