@@ -7,7 +7,7 @@
  * write one.
  */
 export * from "./index.js";
-export type { PipeParts, PipeOptions } from "./pipe.js";
+export type { PipeParts, PipeOptions } from "./pipe/parts.js";
 export {
   type TransportBackend,
   type ChannelBackend,

@@ -13,11 +13,11 @@
  * | `tensorpipe:message:done`             | {@link MessageDoneMessage}      |
  */
 import type { ListenerErrorMessage } from "./listener.js";
-import type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+import type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe/observer.js";
 import { channels } from "./diagnostic-channels.js";
 
 export type { ListenerErrorMessage } from "./listener.js";
-export type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe.js";
+export type { MessageDoneMessage, MessageSizesMessage, PipeCloseMessage, PipeOpenMessage } from "./pipe/observer.js";
 
 /** A diagnostics_channel channel whose messages are all of type `M`. */
 export interface TypedChannel<M> {

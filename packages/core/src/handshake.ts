@@ -25,7 +25,7 @@ import {
   peerWireExtension,
   WIRE_EXTENSIONS_ENTRY,
 } from "./negotiation.js";
-import type { PipeOptions, PipeParts } from "./pipe.js";
+import type { PipeOptions, PipeParts } from "./pipe/parts.js";
 import {
   type Brochure,
   type BrochureAnswer,

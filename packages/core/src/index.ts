@@ -10,7 +10,7 @@ export { describeFlightEvents, type FlightEvent, type FlightEventKind } from "./
 export type { OfferedBackends, PathOutcome, PathReport, PathVerdict } from "./path-report.js";
 export { Listener, type ListenerEvents } from "./listener.js";
 export type { AuthOptions } from "./auth.js";
-export { Pipe } from "./pipe.js";
+export { Pipe } from "./pipe/pipe.js";
 export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";
 export {
   diagnostics,

@@ -7,7 +7,8 @@ import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./erro
 import { type HandshakeSettings, answer } from "./handshake.js";
 import { HandshakeWaits, type Stalled } from "./handshake-waits.js";
 import type { Registered } from "./negotiation.js";
-import type { Pipe, PipeParts } from "./pipe.js";
+import type { PipeParts } from "./pipe/parts.js";
+import type { Pipe } from "./pipe/pipe.js";
 import { decodePacket } from "./protocol.js";
 import { describeValue } from "./describe-value.js";
 import { Registrations } from "./registrations.js";

@@ -117,7 +117,11 @@ export interface Connection {
    * (at once when it is DONE).
    */
   write(frames: readonly ArrayBufferView[]): Promise<void>;
-  /** Reads the next frame into fresh memory; a longer frame than `maxLength` is a protocol error. */
+  /**
+   * Reads the next frame into fresh memory; a longer frame than
+   * `maxLength` is ERR_TP_PROTOCOL, marked `overLimit: true` (on the error
+   * or its cause) so that a pipe can name the option that sets the limit.
+   */
   read(maxLength: number): Promise<Uint8Array>;
   /**
    * read() with a callback instead of a promise, for a caller that reads

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import type { ChannelContext } from "../channel.js";
 import { CPU_DEVICE, type Device, type TensorBuffer, isCpuBuffer } from "../device.js";
 import type { Descriptor } from "../message.js";
-import type { Pipe } from "../pipe.js";
+import type { Pipe } from "../pipe/pipe.js";
 import type { TransportContext } from "../transport.js";
 import { patterned } from "./patterns.js";
 

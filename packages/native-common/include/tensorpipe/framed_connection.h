@@ -257,7 +257,12 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   // it tells the same death over shm.
   Napi::Value FailureFor(const FrameRead& op) {
     Napi::Env env = this->Env();
-    if (!protocolError_.empty()) return CodedError(env, "ERR_TP_PROTOCOL", protocolError_).Value();
+    if (!protocolError_.empty()) {
+      Napi::Error err = CodedError(env, "ERR_TP_PROTOCOL", protocolError_);
+      // Said as a property too, so that core names its own limit without reading the words.
+      if (!op.hasTarget && op.frameLength > op.maxLength) err.Set("overLimit", Napi::Boolean::New(env, true));
+      return err.Value();
+    }
     const bool betweenFrames = op.headerGot == 0 && !self().HasUnreadBytes();
     const bool peerEnded = failStatus_ == UV_EOF || failStatus_ == UV_ECONNRESET;
     if (peerEnded && !betweenFrames) return op.TruncationError(env).Value();

@@ -1,0 +1,255 @@
+/**
+ * One end of a pipe: an ordered stream of messages in each direction over a
+ * main connection (descriptors and payloads), a reply connection
+ * (DescriptorReply) and one channel per chosen device pair (tensors). The
+ * public API alone: the state and the operations are in PipeEngine.
+ */
+import { type Deadline, type OperationOptions, operationDeadline } from "../abort.js";
+import type { Device } from "../device.js";
+import { sameDevice } from "../device.js";
+import { ErrorCode, TensorPipeError, closedError } from "../errors.js";
+import type { FlightEvent } from "../flight-recorder.js";
+import type { Allocation, Descriptor, Message, ReceivedMessage } from "../message.js";
+import { type MessageMemory, allocateMessage } from "../message-memory.js";
+import type { PathReport } from "../path-report.js";
+import type { DevicePairChoice } from "../protocol.js";
+import type { PipeCounters, PipeStats } from "../stats.js";
+import { DONE } from "../transport.js";
+import { PipeEngine } from "./engine.js";
+import type { PipeParts } from "./parts.js";
+
+function invalid(message: string): TensorPipeError {
+  return new TensorPipeError(ErrorCode.INVALID_ARG, message);
+}
+
+/** A write whose tensors were not all sent at once, as its timeout or abort names it: the likeliest cause is a peer that is not reading. */
+const WAITING_WRITE = "pipe write (a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write?)";
+
+/** One end of a pipe: ordered messages each way. Made by Context.connect() and Listener.accept(); write() sends, readDescriptor() then read() receive into memory the caller provides. */
+export class Pipe implements AsyncIterable<ReceivedMessage> {
+  /** The transport negotiated ("uv", "shm", ...). */
+  readonly transport: string;
+  /** The channel negotiated for each (device here, device there) pair. */
+  readonly channelForDevicePair: readonly DevicePairChoice[];
+  /** The peer: the URL dialled, or the address the pipe came from. */
+  readonly peer: string;
+  /**
+   * The path negotiation took, from this end: what each side offered, the
+   * transport and channels chosen, and why every other one was not.
+   */
+  readonly path: PathReport;
+  /** Settles (never rejects) with the error that ended the pipe. */
+  readonly closed: Promise<TensorPipeError>;
+  private readonly engine: PipeEngine;
+
+  constructor(parts: PipeParts) {
+    this.transport = parts.transport;
+    this.channelForDevicePair = parts.pairs;
+    this.peer = parts.peer;
+    this.path = parts.path;
+    this.engine = new PipeEngine(this, parts);
+    this.closed = this.engine.lifecycle.closed;
+    this.engine.observer.opened(parts.side, parts.path);
+  }
+
+  /** @internal Live counters; stats() copies them. */
+  get counters(): PipeCounters {
+    return this.engine.observer.counters;
+  }
+
+  /**
+   * The pipe's last events, oldest first: the handshake's steps, the path,
+   * each message's size and time, errors (ContextOptions.flightRecorder;
+   * empty when it is 0). A failed pipe's error carries them as `flightRecord`.
+   */
+  flightRecord(): FlightEvent[] {
+    return this.engine.observer.events();
+  }
+
+  /** Messages and bytes each way so far, by channel, and errors by code. */
+  stats(): PipeStats {
+    return this.counters.snapshot();
+  }
+
+  /** The channel name used for tensors from `local` here to `remote` there. */
+  channelFor(local: Device, remote: Device): string | undefined {
+    return this.channelForDevicePair.find((p) => sameDevice(p.local, local) && sameDevice(p.remote, remote))?.channel;
+  }
+
+  /**
+   * Sends a message. Resolves when all its bytes have left this process's
+   * memory, so its buffers may be reused.
+   */
+  write(message: Message, options?: OperationOptions): Promise<void> {
+    const { engine } = this;
+    const refusal = engine.refusal;
+    if (refusal) return Promise.reject(refusal);
+    const started = engine.observer.timing ? performance.now() : 0;
+    let deadline: Deadline | undefined;
+    let sent: Promise<void>;
+    try {
+      deadline = operationDeadline(options, "pipe write");
+      sent = engine.writer.send(engine.writer.prepare(message), started);
+    } catch (e) {
+      deadline?.release();
+      return this.refuse(e);
+    }
+    return this.guard(sent, deadline, engine.writer.tensorsWaited ? WAITING_WRITE : "pipe write");
+  }
+
+  /** Resolves with the next message's descriptor; call read() with memory for it next. */
+  readDescriptor(options?: OperationOptions): Promise<Descriptor> {
+    let deadline: Deadline | undefined;
+    try {
+      deadline = operationDeadline(options, "readDescriptor");
+    } catch (e) {
+      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+    }
+    const got = this.take(deadline, "readDescriptor");
+    return deadline ? got.finally(() => deadline.release()) : got;
+  }
+
+  /**
+   * Reads the message whose descriptor was returned last into `allocation`:
+   * payloads and tensors land right in the memory given.
+   */
+  read(allocation: Partial<Allocation>, options?: OperationOptions): Promise<void> {
+    let deadline: Deadline | undefined;
+    try {
+      deadline = operationDeadline(options, "pipe read");
+    } catch (e) {
+      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+    }
+    return this.readInto(allocation, deadline, "pipe read");
+  }
+
+  /** Reads the next message into fresh CPU memory (allocateMessage()). */
+  async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
+    let deadline: Deadline | undefined;
+    try {
+      deadline = operationDeadline(options, "readMessage");
+    } catch (e) {
+      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+    }
+    // One deadline for the whole message, not one for each half.
+    let d: Descriptor;
+    try {
+      d = await this.take(deadline, "readMessage");
+    } catch (e) {
+      deadline?.release();
+      throw e;
+    }
+    return this.receive(d, deadline);
+  }
+
+  /**
+   * Yields messages until the peer closes the pipe between messages, or
+   * this side closes it (close(), or its context's): the loop then just
+   * ends, without an error. A peer's close in the middle of a message, or
+   * with writes of this side unfinished, throws ERR_TP_PEER_CLOSED.
+   * Leaving the loop (`break`) leaves the pipe open, for writes and later
+   * reads: close() it when done, as a pipe is both ways (a stream's
+   * iterator destroys it).
+   */
+  async *[Symbol.asyncIterator](): AsyncIterator<ReceivedMessage> {
+    for (;;) {
+      let d: Descriptor;
+      try {
+        d = await this.readDescriptor();
+      } catch (e) {
+        if (e === this.engine.end.cleanEnd || (e as TensorPipeError).code === ErrorCode.CLOSED) return;
+        throw e;
+      }
+      yield await this.receive(d, undefined);
+    }
+  }
+
+  /** Whether the pipe has ended: closed here, ended by the peer, or failed (`closed` says which). */
+  get isClosed(): boolean {
+    return this.engine.over;
+  }
+
+  /** Closes the pipe; pending operations reject with ERR_TP_CLOSED. */
+  close(): void {
+    this.engine.fail(closedError("pipe"), "closed");
+  }
+
+  /** close(), for `await using`: resolves once the pipe has ended. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+    await this.closed;
+  }
+
+  /** The next descriptor, waited for under `deadline` (which the caller releases). */
+  private take(deadline: Deadline | undefined, what: string): Promise<Descriptor> {
+    const { engine } = this;
+    if (engine.failure) return Promise.reject(engine.failure);
+    if (engine.reader.canRead) return this.refuse(invalid(`${what}() while the descriptor readDescriptor() gave is unread: read() that message first`));
+    return engine.reader.take(deadline?.signal, what);
+  }
+
+  /** Lands the offered message in `allocation`; releases `deadline` once it is over. */
+  private readInto(allocation: Partial<Allocation>, deadline: Deadline | undefined, what: string): Promise<void> {
+    const { engine } = this;
+    const refused = (e: unknown): Promise<never> => {
+      deadline?.release();
+      return e === engine.failure ? Promise.reject(e) : this.refuse(e);
+    };
+    if (engine.failure) return refused(engine.failure);
+    if (!engine.reader.canRead) {
+      deadline?.release();
+      return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
+    }
+    let landed: Promise<void>;
+    try {
+      landed = engine.reader.read(allocation, engine.observer.timing ? performance.now() : 0);
+    } catch (e) {
+      return refused(e);
+    }
+    return this.guard(landed, deadline, what);
+  }
+
+  /** Reads the message of descriptor `d` into fresh CPU memory; releases `deadline` once it is over. */
+  private async receive(d: Descriptor, deadline: Deadline | undefined): Promise<ReceivedMessage> {
+    let memory: MessageMemory;
+    try {
+      memory = allocateMessage(d);
+    } catch (e) {
+      deadline?.release();
+      if (e instanceof TensorPipeError) throw e;
+      // Memory for it cannot be had: nor can the stream skip the message.
+      const err = new TensorPipeError(
+        ErrorCode.SYSTEM,
+        `cannot allocate the ${d.payloads.length} payload(s) and ${d.tensors.length} tensor(s) of a message: ${(e as Error).message}; lower ContextOptions.maxMessageBytes to refuse such messages, or read them with readDescriptor() and read()`,
+        { where: `pipe to ${this.peer}`, cause: e },
+      );
+      this.engine.fail(err);
+      throw err;
+    }
+    await this.readInto(memory, deadline, "readMessage");
+    return {
+      metadata: d.metadata,
+      payloads: d.payloads.map((p, i) => ({ data: memory.payloads[i]!.data, metadata: p.metadata })),
+      tensors: d.tensors.map((t, i) => ({ buffer: memory.tensors[i]!.buffer, length: t.length, sourceDevice: t.sourceDevice, metadata: t.metadata })),
+    };
+  }
+
+  /** An operation refused for its own reason: counted, the pipe goes on. */
+  private refuse(e: unknown): Promise<never> {
+    if (e instanceof TensorPipeError) this.engine.observer.refused(e);
+    else this.engine.observer.counters.countError(ErrorCode.SYSTEM);
+    return Promise.reject(e);
+  }
+
+  /** Cancelling an operation under way breaks the stream, so it fails the pipe. */
+  private guard<T>(p: Promise<T>, deadline: Deadline | undefined, what: string): Promise<T> {
+    if (deadline === undefined) return p;
+    // Done already: an abort after the call comes too late to undo it.
+    if (p === DONE) {
+      deadline.release();
+      return p;
+    }
+    return deadline.race(p, what, (err) => this.engine.fail(err));
+  }
+}
+
