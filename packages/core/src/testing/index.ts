@@ -14,6 +14,8 @@ export {
   type NegotiatedTransport,
 } from "./negotiation-conformance.js";
 export { fillPattern, patterned, hasPattern, prng } from "./patterns.js";
+export { MemoryConnection, MemoryNetwork } from "./memory-connection.js";
+export { type MemoryChannelKind, type MemoryPipeConnections, type MemoryPipeOptions, type MemoryPipePair, memoryPipePair } from "./memory-pipe.js";
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
 export * as protocol from "../protocol.js";
