@@ -1,10 +1,14 @@
 /**
- * How a pipe learns that its peer has gone, and what that means. The
- * peer's end shows on the main connection, behind the messages it still
- * carries, which are read before the pipe ends; writes of this side
- * unfinished then are lost. One of the other connections ending while
- * main goes on is a connection cut, which fails the pipe once main has
- * waited for the next message, with nothing come, for two checks.
+ * How a pipe learns that its peer has gone, and when it decides what that
+ * means. The peer's end shows on the main connection first, behind the
+ * messages it still carries; the acknowledgements of this side's writes
+ * (cma's completions, say) come on the pipe's other connections, which
+ * end on their own schedule. So the end is decided only once each write
+ * of this side has finished, or every connection of the pipe has been read
+ * to its end (or a grace has passed): a write whose acknowledgement the
+ * peer sent before it closed then resolves. One of the other connections
+ * ending while main goes on is a connection cut, which fails the pipe once
+ * main has waited for the next message, with nothing come, for two checks.
  */
 import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { Connection } from "../transport.js";
@@ -52,18 +56,26 @@ export class PeerEnd {
   /** What it was decided to be. */
   private decision?: TensorPipeError;
   private clean = false;
+  /** The pipe's connections other than main that have not ended. */
+  private othersOpen: number;
   private grace?: NodeJS.Timeout;
+  private lastLook?: NodeJS.Immediate;
 
   constructor(
     private readonly host: PeerEndHost,
     main: Connection,
     others: readonly { what: string; connection: Connection }[],
   ) {
+    this.othersOpen = others.length;
     // A connection that fails while idle: the peer is gone even if nobody
     // is reading or writing right now.
     main.closed.then((e) => e && this.mainEnded(host.describe(e)));
     for (const { what, connection } of others) {
-      connection.closed.then((e) => e && !host.draining && this.cut(what, e));
+      connection.closed.then((e) => {
+        this.othersOpen--;
+        if (host.draining) this.check();
+        else if (e) this.cut(what, e);
+      });
     }
   }
 
@@ -87,17 +99,28 @@ export class PeerEnd {
     if (this.cause || this.host.over) return;
     this.cause = err;
     this.host.drain();
-    // Reads in flight do not wait for ever: a peer may keep a channel's connection open after closing the pipe's own.
+    // Neither reads in flight nor unfinished writes wait for ever: a peer may keep a connection open after closing the pipe's own.
     this.grace = setTimeout(() => this.graceOver(), END_GRACE_MS);
     this.grace.unref();
     this.check();
   }
 
-  /** Decides the end, and ends the pipe once what came before the end has been read. */
+  /**
+   * Decides the end once each write has finished or every connection has
+   * ended, and ends the pipe once what came before the end has been read.
+   */
   check(): void {
     const host = this.host;
     if (!this.cause || host.over) return;
-    if (!this.decision) this.decide();
+    if (!this.decision && host.writesInFlight === 0) this.decide();
+    else if (!this.decision && this.othersOpen === 0 && !this.lastLook) {
+      // Every connection has ended; a write whose acknowledgement came last
+      // may still be settling its promises: a turn later it has.
+      this.lastLook = setImmediate(() => {
+        if (!this.decision && !host.over) this.decide();
+        this.check();
+      });
+    }
     if (this.decision && host.readsInFlight === 0 && !host.holdsMessage) {
       clearTimeout(this.grace);
       host.finish(this.decision, this.clean && host.writesInFlight === 0);
@@ -107,6 +130,7 @@ export class PeerEnd {
   /** The pipe is over: no more timers. */
   stop(): void {
     clearTimeout(this.grace);
+    clearImmediate(this.lastLook);
   }
 
   /**
