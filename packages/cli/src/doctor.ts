@@ -6,7 +6,7 @@ import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";
 import { arch, availableParallelism, hostname, networkInterfaces, platform } from "node:os";
 import { type ContextOptions, type PathReport, type PathVerdict, deviceKey } from "@tensorpipe/core";
-import { peerText } from "@tensorpipe/core/backend";
+import { safeText } from "@tensorpipe/core/backend";
 import { type BackendOptions, createContext, findBackends } from "./backends.js";
 
 /** One backend as `tensorpipe doctor` reports it. */
@@ -285,10 +285,10 @@ export function formatDoctor(r: DoctorReport): string[] {
 function peerLines(peer: DoctorPeer): string[] {
   const lines = [`pipe to ${peer.url}`];
   const p = peer.path;
-  if (!p) return [...lines, `  FAILED: ${peer.error!.code}: ${peerText(peer.error!.message, 8192)}`];
+  if (!p) return [...lines, `  FAILED: ${peer.error!.code}: ${safeText(peer.error!.message, 8192)}`];
   const offer = (o: { transports: readonly string[]; channels: readonly string[] }) =>
-    `transports ${o.transports.map((n) => peerText(n, 128)).join(", ") || "none"}; channels ${o.channels.map((n) => peerText(n, 128)).join(", ") || "none"}`;
-  const pairs = p.pairs.map((c) => `${deviceKey(c.local)}->${peerText(deviceKey(c.remote), 128)} ${peerText(c.channel, 128)}`).join(", ") || "none";
+    `transports ${o.transports.map((n) => safeText(n, 128)).join(", ") || "none"}; channels ${o.channels.map((n) => safeText(n, 128)).join(", ") || "none"}`;
+  const pairs = p.pairs.map((c) => `${deviceKey(c.local)}->${safeText(deviceKey(c.remote), 128)} ${safeText(c.channel, 128)}`).join(", ") || "none";
   lines.push(`  ${p.side} side: transport ${p.transport}; channels ${pairs}`, `  offered here: ${offer(p.offeredHere)}`);
   lines.push(p.offeredThere ? `  offered there, as the peer says: ${offer(p.offeredThere)}` : "  offered there: not said (an upstream peer); what it decided is inferred");
   for (const v of p.verdicts) lines.push(`  ${verdictLine(v)}`);
@@ -296,7 +296,7 @@ function peerLines(peer: DoctorPeer): string[] {
 }
 
 function verdictLine(v: PathVerdict): string {
-  const what = `${v.kind} ${peerText(v.name, 128)}${v.pair ? ` ${peerText(v.pair, 128)}` : ""}`;
-  if (v.by === "there") return `${what}: ${v.outcome}, the peer says: "${peerText(v.reason, 1024)}"`;
+  const what = `${v.kind} ${safeText(v.name, 128)}${v.pair ? ` ${safeText(v.pair, 128)}` : ""}`;
+  if (v.by === "there") return `${what}: ${v.outcome}, the peer says: "${safeText(v.reason, 1024)}"`;
   return `${what}${v.by === "inferred" ? " (inferred)" : ""}: ${v.reason.startsWith(v.outcome) ? v.reason : `${v.outcome}: ${v.reason}`}`;
 }

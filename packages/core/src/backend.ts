@@ -40,6 +40,6 @@ export { Deadline, operationDeadline, raceSignal, abortError } from "./abort.js"
 export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";
-export { peerText, peerExcerpt } from "./peer-text.js";
+export { peerText, peerExcerpt, safeText } from "./peer-text.js";
 export { OptionChecks } from "./option-checks.js";
 export { NopReader, NopWriter, Nop } from "./nop.js";

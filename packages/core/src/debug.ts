@@ -6,7 +6,7 @@
  */
 import { debuglog } from "node:util";
 import type { TensorPipeError } from "./errors.js";
-import { peerText } from "./peer-text.js";
+import { safeText } from "./peer-text.js";
 
 /** One section's log. Printing happens only when `enabled`. */
 export interface DebugLog {
@@ -30,7 +30,7 @@ export function debugLog(section: string): DebugLog {
   const enabled = own.enabled || root.enabled;
   const sink = own.enabled ? own : (format: string, ...args: unknown[]) => root(`${section}: ${format}`, ...args);
   // Arguments may carry a peer's words: each is one line of bounded length.
-  const print = (format: string, ...args: unknown[]) => sink(format, ...args.map((a) => (typeof a === "string" ? peerText(a, MAX_ARGUMENT) : a)));
+  const print = (format: string, ...args: unknown[]) => sink(format, ...args.map((a) => (typeof a === "string" ? safeText(a, MAX_ARGUMENT) : a)));
   const log = (enabled ? print : () => undefined) as DebugLog;
   Object.defineProperty(log, "enabled", { value: enabled });
   return log;

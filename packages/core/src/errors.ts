@@ -1,5 +1,5 @@
 import type { FlightEvent } from "./flight-recorder.js";
-import { peerText } from "./peer-text.js";
+import { safeText } from "./peer-text.js";
 
 /**
  * Errors are values with a stable `code`. Native errno-style codes from a
@@ -79,7 +79,7 @@ export class TensorPipeError extends Error {
 
   constructor(code: ErrorCode, message: string, options: TensorPipeErrorOptions = {}) {
     // Messages quote what peers sent: one line, escaped, of bounded length, whatever they sent.
-    super(peerText(options.where ? `${message} (${options.where})` : message, MAX_MESSAGE), { cause: options.cause });
+    super(safeText(options.where ? `${message} (${options.where})` : message, MAX_MESSAGE), { cause: options.cause });
     this.name = "TensorPipeError";
     this.code = code;
     if (options.errno !== undefined) this.errno = options.errno;

@@ -9,7 +9,7 @@
  * read that did not finish at once, and the rare events.
  */
 
-import { peerText } from "./peer-text.js";
+import { safeText } from "./peer-text.js";
 
 /** Characters of an event's words: they may quote a peer. */
 const MAX_DETAIL = 2048;
@@ -69,7 +69,7 @@ export class HandshakeEvents {
   /** Adds a step; `detail` is only built when `enabled` (the context records). */
   constructor(readonly enabled: boolean) {}
   add(kind: "handshake" | "path" | "error", detail: string): void {
-    if (this.enabled) this.events.push({ at: performance.timeOrigin + performance.now(), kind, detail: peerText(detail, MAX_DETAIL) });
+    if (this.enabled) this.events.push({ at: performance.timeOrigin + performance.now(), kind, detail: safeText(detail, MAX_DETAIL) });
   }
 }
 
@@ -154,7 +154,7 @@ export class FlightRecorder {
 
   /** A rare event, in words. */
   note(kind: "handshake" | "path" | "error" | "closed", detail: string): void {
-    this.push(KINDS.indexOf(kind), performance.now(), 0, peerText(detail, MAX_DETAIL));
+    this.push(KINDS.indexOf(kind), performance.now(), 0, safeText(detail, MAX_DETAIL));
   }
 
   /** The events the ring holds, oldest first. */

@@ -54,7 +54,7 @@ import {
   peerReport,
   reportEntry,
 } from "./path-report.js";
-import { peerExcerpt, peerText } from "./peer-text.js";
+import { peerExcerpt, peerText, safeText } from "./peer-text.js";
 import type { Registration, Registrations } from "./registrations.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
@@ -139,7 +139,8 @@ function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdict["kin
   }
   // A peer's devices may make hundreds of verdicts: an error names the first few.
   const some = (all: readonly string[], max: number, sep: string) => [...all.slice(0, max), ...(all.length > max ? [`${all.length - max} more`] : [])].join(sep);
-  const lines = [...byReason].map(([reason, names]) => `${some(names.map((n) => peerText(n, IN_ERROR.name)), IN_ERROR.names, ", ")}: ${peerText(reason, IN_ERROR.reason)}`);
+  // Verdicts hold a peer's words made safe already: shown, they are only cut.
+  const lines = [...byReason].map(([reason, names]) => `${some(names.map((n) => safeText(n, IN_ERROR.name)), IN_ERROR.names, ", ")}: ${safeText(reason, IN_ERROR.reason)}`);
   return some(lines, IN_ERROR.reasons, "; ");
 }
 
@@ -286,7 +287,7 @@ function followUpAddress(
   const named = hostOf(answer.address);
   if (named !== undefined && (reached !== undefined ? named === reached : isThisMachine(named))) return answer.address;
   throw protocolError(
-    `the listener named "${peerExcerpt(answer.address)}" for the pipe's ${answer.transport} connections, which is not ${
+    `the listener named ${peerExcerpt(answer.address)} for the pipe's ${answer.transport} connections, which is not ${
       overNetwork ? `the host this side reached it at (${main.remoteAddress})` : "this machine, where this side reached it"
     }: a listener may name only itself`,
     url,
@@ -415,7 +416,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   if (answer.transport === REFUSED) throw refused(answer, url, settings);
   // Where to open the pipe's connections is the listener's word: no address is that long or holds such characters.
   if (answer.address.length > MAX_ANSWERED_ADDRESS || peerText(answer.address) !== answer.address) {
-    throw protocolError(`the listener answered with "${peerExcerpt(answer.address)}", which is not an address to dial`, url);
+    throw protocolError(`the listener answered with ${peerExcerpt(answer.address)}, which is not an address to dial`, url);
   }
   const viableChannels = viable(settings.channels);
   const pairs = checkAnswer(viable(settings.transports), viableChannels, answer);
@@ -457,7 +458,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     const c = await chosen.connect(followUp, { signal }).catch((e: unknown) => {
       // The address is the listener's word: one that is not an address at all is its fault, not the caller's.
       if (followUp === answer.address && (e as { code?: string }).code === ErrorCode.INVALID_ARG) {
-        throw protocolError(`the listener answered with "${peerExcerpt(answer.address)}", which is not an address ${answer.transport} can dial`, url);
+        throw protocolError(`the listener answered with ${peerExcerpt(answer.address)}, which is not an address ${answer.transport} can dial`, url);
       }
       // Dropped in the transport's own handshake (shm's), as the first one would be.
       throw duringHandshake(url, fromNativeError(e, url), auth !== undefined, true);

@@ -209,16 +209,16 @@ export function checkAnswer(
   answer: BrochureAnswer,
 ): DevicePairChoice[] {
   const transport = transports.get(answer.transport);
-  if (!transport) throw negotiationError(`peer chose transport "${peerExcerpt(answer.transport)}", which this side lacks`);
+  if (!transport) throw negotiationError(`peer chose transport ${peerExcerpt(answer.transport)}, which this side lacks`);
   if (transport.domainDescriptor() !== answer.transportDomainDescriptor) {
     throw negotiationError(
-      `transport "${answer.transport}" domains differ: "${transport.domainDescriptor()}" here, "${peerExcerpt(answer.transportDomainDescriptor)}" there`,
+      `transport "${answer.transport}" domains differ: "${transport.domainDescriptor()}" here, ${peerExcerpt(answer.transportDomainDescriptor)} there`,
     );
   }
   const pairs: DevicePairChoice[] = [];
   for (const { local: remoteDevice, remote: localDevice, channel: name } of answer.channelForDevicePair) {
     const channel = channels.get(name);
-    if (!channel) throw negotiationError(`peer chose channel "${peerExcerpt(name)}", which this side lacks`);
+    if (!channel) throw negotiationError(`peer chose channel ${peerExcerpt(name)}, which this side lacks`);
     if (!answer.channelRegistrationIds.has(name)) {
       throw negotiationError(`peer chose channel "${name}" but registered no connections for it`);
     }
@@ -237,7 +237,7 @@ export function checkAnswer(
   }
   for (const [name, ids] of answer.channelRegistrationIds) {
     const channel = channels.get(name);
-    if (!channel) throw negotiationError(`peer registered connections for unknown channel "${peerExcerpt(name)}"`);
+    if (!channel) throw negotiationError(`peer registered connections for unknown channel ${peerExcerpt(name)}`);
     const accepted = channel.acceptsConnectionCount?.(ids.length) ?? ids.length === channel.numConnectionsNeeded();
     if (!accepted) {
       throw negotiationError(

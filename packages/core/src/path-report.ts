@@ -10,7 +10,7 @@
  * what that peer decided is inferred from its answer, and marked so.
  */
 import { pairLabel } from "./device.js";
-import { peerText } from "./peer-text.js";
+import { peerText, safeText } from "./peer-text.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
 
 /** What became of one transport, or of one channel for one device pair. */
@@ -116,10 +116,10 @@ export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVer
   return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
 }
 
-/** `v` with its words made safe to show. */
+/** `v` made safe to show (a peer's words in it were made so already). */
 function safeVerdict(v: PathVerdict): PathVerdict {
-  const pair = v.pair === undefined ? {} : { pair: peerText(v.pair, MAX_NAME) };
-  return { ...v, name: peerText(v.name, MAX_NAME), ...pair, reason: peerText(v.reason, MAX_REASON) };
+  const pair = v.pair === undefined ? {} : { pair: safeText(v.pair, MAX_NAME) };
+  return { ...v, name: safeText(v.name, MAX_NAME), ...pair, reason: safeText(v.reason, MAX_REASON) };
 }
 
 function chars(v: PathVerdict): number {

@@ -1,63 +1,84 @@
 /**
- * The one sanitiser for text that may come from a peer (device types,
- * backend names, descriptors, reasons, keys, addresses), applied wherever
- * text is shown: error messages, debug logs, flight records, path reports
- * and the CLI's output. A peer must not forge a line, move a terminal's
- * cursor, hide text or flood a log through what it sends.
+ * The one sanitiser for what a peer sends and this side shows: its
+ * escaping table, and two ways in. peerText() takes a peer's words where
+ * they enter what is shown (a quoted descriptor, a name, a reason, a key):
+ * every character that could forge a line, move a terminal's cursor or
+ * hide text is escaped, and so are `"` and `\`, so that quoted words stay
+ * inside their quotes and no escape can be faked. safeText() guards each
+ * place where text is shown (error messages, debug logs, flight records,
+ * path reports, the CLI's output): it escapes the same characters but
+ * leaves `"` and `\`, so it changes nothing that peerText() made, and
+ * catches what reached a message without it. Both bound the length.
  */
 
-// C0 and C1 controls, the line and paragraph separators, bidi overrides and
-// isolates, zero-width and invisible marks, the BOM: what could forge a
-// line or hide text in a log or a terminal.
-// eslint-disable-next-line no-control-regex
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]/;
-// eslint-disable-next-line no-control-regex
-const UNSAFE_ALL = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]/g;
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-const LONE_SURROGATE_ALL = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+// Controls, formats (soft hyphen, bidi controls and isolates, zero-width
+// and tag characters), private-use, unassigned and surrogate code points,
+// line and paragraph separators, and what renders as nothing (combining
+// grapheme joiner, Hangul and Khmer fillers, Mongolian selectors, the
+// braille blank, variation selectors).
+const HIDDEN = String.raw`\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}`;
+const SHOWN = new RegExp(`[${HIDDEN}]`, "u");
+const SHOWN_ALL = new RegExp(`[${HIDDEN}]`, "gu");
+const QUOTED = new RegExp(`[${HIDDEN}"\\\\]`, "u");
+const QUOTED_ALL = new RegExp(`[${HIDDEN}"\\\\]`, "gu");
 
 /** The characters a peer's text may have by default before it is cut. */
 export const PEER_TEXT_MAX = 1024;
 
-/** One escape as escape() writes it. */
-const ESCAPE = /^\\(x[0-9a-f]{2}|u[0-9a-f]{4})/;
-
 function escape(c: string): string {
-  const code = c.charCodeAt(0);
-  return code <= 0xff ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  if (c === '"' || c === "\\") return `\\${c}`;
+  const cp = c.codePointAt(0)!;
+  if (cp <= 0xff) return `\\x${cp.toString(16).padStart(2, "0")}`;
+  if (cp <= 0xffff) return `\\u${cp.toString(16).padStart(4, "0")}`;
+  return `\\u{${cp.toString(16)}}`;
 }
 
-/**
- * `value` made safe to show: control and invisible characters escaped
- * (`\x1b`, `\u2028`), a lone surrogate replaced, and at most `max`
- * characters in all, cut on a whole character (and a whole escape) and
- * saying how long it was. What it returns, it returns unchanged: text
- * already made safe is not cut again. Text with nothing to escape and
- * within `max` comes back as it was, at the cost of two tests.
- */
-export function peerText(value: string, max = PEER_TEXT_MAX): string {
-  const unsafe = UNSAFE.test(value) || LONE_SURROGATE.test(value);
-  if (value.length <= max && !unsafe) return value;
-  // Escaping makes no character longer than 6: no more than this can be kept.
-  let out = value.length > max ? value.slice(0, max) : value;
-  if (LONE_SURROGATE.test(out)) out = out.replace(LONE_SURROGATE_ALL, "\ufffd");
-  if (UNSAFE.test(out)) out = out.replace(UNSAFE_ALL, escape);
-  if (out.length <= max && value.length <= max) return out;
-  const cut = `... (${value.length} characters)`;
+/** `out` cut to at most `max` characters with what it says of the cut, never within an escape or a surrogate pair. */
+function bound(out: string, originalLength: number, max: number): string {
+  const cut = `... (${originalLength} characters)`;
   let end = Math.max(0, max - cut.length);
-  // Not half an escape, nor half a surrogate pair.
+  // Not half an escape (\xHH, \uHHHH, \u{H...}, \" or \\).
   const escapeAt = out.lastIndexOf("\\", end - 1);
-  if (escapeAt >= 0 && end - escapeAt < 6) {
-    const escaped = ESCAPE.exec(out.slice(escapeAt, escapeAt + 6));
+  if (escapeAt >= 0 && end - escapeAt < 10) {
+    const escaped = /^\\(x[0-9a-f]{2}|u\{[0-9a-f]+\}|u[0-9a-f]{4}|["\\])/.exec(out.slice(escapeAt, escapeAt + 10));
     if (escaped && escapeAt + escaped[0].length > end) end = escapeAt;
   }
   if (end > 0 && /[\ud800-\udbff]/.test(out[end - 1]!)) end--;
-  // A slice would keep the whole of the peer's text alive (V8 slices
-  // point into their parent); one of a fresh concatenation does not.
+  // A slice would keep the whole of the text alive (V8 slices point into
+  // their parent); one of a fresh concatenation does not.
   return ` ${out.slice(0, end)}`.slice(1) + cut;
 }
 
-/** A peer's text quoted in an error: at most 128 characters, made safe. */
+function sanitise(value: string, max: number, one: RegExp, all: RegExp): string {
+  if (value.length <= max && !one.test(value)) return value;
+  // Escaping makes a character at most 10 long: no more than this can be kept.
+  let out = value.length > max ? value.slice(0, max) : value;
+  if (one.test(out)) out = out.replace(all, escape);
+  if (out.length <= max && value.length <= max) return out;
+  return bound(out, value.length, max);
+}
+
+/**
+ * A peer's words made safe to show and to quote: hidden characters
+ * escaped (`\x1b`, `\u2028`, `\u{e0041}`), `"` and `\` escaped, at most
+ * `max` characters in all, cut on a whole character and saying how long
+ * it was. Words with nothing to escape and within `max` come back as they
+ * were.
+ */
+export function peerText(value: string, max = PEER_TEXT_MAX): string {
+  return sanitise(value, max, QUOTED, QUOTED_ALL);
+}
+
+/** A peer's words quoted in an error: at most 128 characters, made safe, between quotes. */
 export function peerExcerpt(value: string): string {
-  return peerText(value, 128);
+  return `"${peerText(value, 128)}"`;
+}
+
+/**
+ * Text made safe to show as one line: hidden characters escaped, at most
+ * `max` characters. What peerText() made, or safeText() itself, it
+ * returns unchanged.
+ */
+export function safeText(value: string, max: number): string {
+  return sanitise(value, max, SHOWN, SHOWN_ALL);
 }

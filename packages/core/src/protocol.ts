@@ -132,7 +132,7 @@ function readDevice(r: NopReader): Device {
   if (r.skip(CPU_ENCODED)) return CPU_DEVICE;
   r.structure(2, "Device");
   const type = r.string();
-  if (!DEVICE_TYPE.test(type)) r.fail(`device type "${peerExcerpt(type)}" is not a name of at most 64 characters [A-Za-z0-9_.-]`);
+  if (!DEVICE_TYPE.test(type)) r.fail(`device type ${peerExcerpt(type)} is not a name of at most 64 characters [A-Za-z0-9_.-]`);
   const index = r.int(32);
   return { type, index };
 }

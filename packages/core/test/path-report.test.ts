@@ -53,7 +53,7 @@ describe("a peer's path report", () => {
     const hostile = "a\u0085b\u2028c\u202ed\u200be\ufefff\ud800g" + "\ud83d\ude00".repeat(600);
     const got = peerReport(entry(JSON.stringify({ verdicts: [{ kind: "channel", name: hostile, by: "here", outcome: "chosen", reason: "r" }] })))!;
     const name = got.verdicts[0]!.name;
-    expect(name.startsWith("a\\x85b\\u2028c\\u202ed\\u200be\\ufefff\ufffdg")).toBe(true);
+    expect(name.startsWith("a\\x85b\\u2028c\\u202ed\\u200be\\ufefff\\ud800g")).toBe(true);
     expect(name).toMatch(/\.\.\. \(1213 characters\)$/);
     expect(name).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
   });

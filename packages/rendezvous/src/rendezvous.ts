@@ -240,14 +240,14 @@ export class Rendezvous {
         if (header.key.length > this.maxKeyLength) {
           throw new TensorPipeError(
             ErrorCode.PROTOCOL,
-            `the peer sent a key of ${header.key.length} characters ("${peerExcerpt(header.key)}"), over RendezvousOptions.maxKeyLength (${this.maxKeyLength}): raise it on this side if that is meant`,
+            `the peer sent a key of ${header.key.length} characters (${peerExcerpt(header.key)}), over RendezvousOptions.maxKeyLength (${this.maxKeyLength}): raise it on this side if that is meant`,
             { where: `rendezvous with ${pipe.peer}` },
           );
         }
         if (this.unclaimed >= this.maxUnclaimed && !this.waiting.has(header.key)) {
           throw new TensorPipeError(
             ErrorCode.PROTOCOL,
-            `the peer sent ${this.maxUnclaimed} values no recv() has taken, and one more (key "${peerExcerpt(header.key)}"): take them with recv(), or raise RendezvousOptions.maxUnclaimed`,
+            `the peer sent ${this.maxUnclaimed} values no recv() has taken, and one more (key ${peerExcerpt(header.key)}): take them with recv(), or raise RendezvousOptions.maxUnclaimed`,
             { where: `rendezvous with ${pipe.peer}` },
           );
         }

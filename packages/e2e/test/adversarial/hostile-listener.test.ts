@@ -89,7 +89,7 @@ describe("tensorpipe doctor --peer against a listener that lies in its report", 
   it("quotes the peer's words as the peer's, escaped and bounded, prints its own verdict last, and is never cut when piped", async () => {
     const report = {
       offered: { transports: ["uv"], channels: ["basic"] },
-      verdicts: Array.from({ length: 200 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `${forged}\ntensorpipe doctor: all checks passed\nadvice` })),
+      verdicts: Array.from({ length: 200 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `${forged}\ntensorpipe doctor: all checks passed\n" forged "advice` })),
     };
     const answer = (p: number): Answer => {
       const a = honest(p);
@@ -115,7 +115,7 @@ describe("tensorpipe doctor --peer against a listener that lies in its report", 
       const quoted = lines.filter((l) => /^  channel c\d+:/.test(l));
       expect(quoted.length).toBeGreaterThan(0);
       expect(quoted.length).toBeLessThanOrEqual(64);
-      for (const l of quoted) expect(l).toMatch(/^  channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0aadvice"$/);
+      for (const l of quoted) expect(l).toMatch(/^  channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0a\\" forged \\"advice"$/);
     } finally {
       server.close();
     }

@@ -17,7 +17,7 @@ afterEach(async () => {
 });
 
 /** What a hostile peer writes where text is shown: a screen clear, a colour, a forged line, and a lot of it. */
-const HOSTILE = "\u001b[2J\u001b[31m\nFORGED tensorpipe: all checks passed\u2028\u202e";
+const HOSTILE = "\u001b[2J\u001b[31m\nFORGED tensorpipe: all checks passed\u2028\u202e\u00ad\u{e0041}\u{e0042}\u3164";
 
 /** Every place the victim's words could carry a peer's: its log, and every text of every line it said. */
 function shown(v: Victim): string {
@@ -27,7 +27,7 @@ function shown(v: Victim): string {
 
 /** `text` holds no control or invisible character of a peer's, and no line of its making. */
 function expectSafe(text: string): void {
-  expect(text).not.toMatch(/[\u001b\u2028\u202e]/);
+  expect(text).not.toMatch(/[\u001b\u2028\u202e\u00ad\u{e0041}\u{e0042}\u3164]/u);
   expect(text).not.toMatch(/^FORGED/m);
 }
 
