@@ -454,6 +454,24 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
     if (events.enabled) events.add("handshake", `the listener named ${answer.address}; its connections go where it was reached`);
     if (log.enabled) log("%s named itself %s: its connections go to %s, where it was reached", url, answer.address, followUp);
   }
+  // Switched to a transport of this machine alone (shm), the process that
+  // listens there must be the one this side dialled, as the kernel says:
+  // else a listener could hand this side's pipe to another process here.
+  let provenPid: number | undefined;
+  const proveListener = (c: Connection): void => {
+    if (answer.transport === transport.name || (chosen.medium ?? "network") === "network" || c.peerPid === provenPid) return;
+    const pid = c.peerPid;
+    try {
+      if (pid === undefined || !main.provePeerProcess) throw new Error("cannot tell");
+      main.provePeerProcess(pid);
+    } catch {
+      throw protocolError(
+        `the listener, reached at ${main.remoteAddress}, switched the pipe to ${answer.transport} at ${peerExcerpt(answer.address)}, where ${pid === undefined ? "a process this side cannot name" : `process ${pid}`} listens, not the one this side dialled: a listener may name only itself`,
+        url,
+      );
+    }
+    provenPid = pid;
+  };
   const openRequested = async (id: bigint): Promise<Connection> => {
     const c = await chosen.connect(followUp, { signal }).catch((e: unknown) => {
       // The address is the listener's word: one that is not an address at all is its fault, not the caller's.
@@ -464,6 +482,7 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
       throw duringHandshake(url, fromNativeError(e, url), auth !== undefined, true);
     });
     opened.push(c);
+    proveListener(c);
     const packet = encodePacket({ kind: "requested", registrationId: id });
     await c.write(session ? [packet, auth!.connectionProof(session, id)] : [packet]).catch((e: unknown) => {
       throw duringHandshake(url, fromNativeError(e, url), auth !== undefined, true);
@@ -473,8 +492,10 @@ async function dialSteps(settings: HandshakeSettings, { url, transport, address,
   const mainId = answer.transportRegistrationIds.get(ConnectionKind.MAIN);
   const replyId = answer.transportRegistrationIds.get(ConnectionKind.REPLY);
   if (replyId === undefined) throw protocolError("brochure answer registered no reply connection", url);
+  // The first of a switched pipe's connections proves where they go before the rest are opened.
+  const firstNew = mainId === undefined ? undefined : await openRequested(mainId);
   const [newMain, reply, ...channelConnections] = await Promise.all([
-    mainId === undefined ? Promise.resolve(main) : openRequested(mainId),
+    firstNew ?? Promise.resolve(main),
     openRequested(replyId),
     ...[...answer.channelRegistrationIds.values()].flat().map(openRequested),
   ]);

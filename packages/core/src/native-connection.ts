@@ -39,6 +39,8 @@ export interface NativeFrameConnection {
   provePeerProcess?(pid: number): [number, number, number, number];
   /** See Connection.hasPendingInput. */
   hasPendingInput?(): boolean;
+  /** See Connection.peerPid. */
+  peerPid?(): number;
 }
 
 // One log per transport ("tensorpipe:uv", "tensorpipe:shm", ...).
@@ -60,6 +62,8 @@ export class NativeConnection implements Connection {
   readonly localAddress: string;
   /** The peer's address, or "". */
   readonly remoteAddress: string;
+  /** See Connection.peerPid. */
+  readonly peerPid?: number;
   private readonly pendingWrites: Deferred<void>[] = [];
   // A read waits as a promise (read, readInto) or as a callback (readFrame).
   private readonly pendingReads: (Deferred<Uint8Array | undefined> | FrameCallback)[] = [];
@@ -76,6 +80,8 @@ export class NativeConnection implements Connection {
     this.closed = this.closedDeferred.promise;
     this.localAddress = native.localAddress();
     this.remoteAddress = native.remoteAddress();
+    const pid = native.peerPid?.();
+    if (pid !== undefined && pid > 0) this.peerPid = pid;
     native.onFailure?.((err) => this.close(err));
     const log = logOf(transport);
     if (log.enabled) log("connection %s <-> %s open", this.localAddress || "?", this.remoteAddress || "?");

@@ -144,6 +144,13 @@ export interface Connection {
   /** The peer's address, or "" where the transport has none. */
   readonly remoteAddress: string;
   /**
+   * The pid of the process at the other end, as the kernel recorded it
+   * when the connection was made (a Unix socket's SO_PEERCRED); undefined
+   * where the transport cannot tell. A dialler switched to such a
+   * transport proves with it that the process there is the one it dialled.
+   */
+  readonly peerPid?: number | undefined;
+  /**
    * Hands the underlying stream socket over to a channel that does its own
    * I/O on it (mpt's lanes on their own threads), once the writes in flight
    * are done; no read may be pending. The connection is closed for its own

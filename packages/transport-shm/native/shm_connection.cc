@@ -44,7 +44,9 @@ void CloseFd(int* fd) {
 
 }  // namespace
 
-Napi::Function ShmConnection::Define(Napi::Env env) { return DefineConnection(env, "ShmConnection"); }
+Napi::Function ShmConnection::Define(Napi::Env env) {
+  return DefineConnection(env, "ShmConnection", {InstanceMethod("peerPid", &ShmConnection::PeerPid)});
+}
 
 Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& options, Napi::Function onReady) {
   Napi::Object object;
@@ -629,6 +631,12 @@ void ShmConnection::FreeDescriptorsAndMappings() {
 
 Napi::Value ShmConnection::LocalAddress(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), "pid " + std::to_string(getpid()));
+}
+
+// peerPid(): the peer's pid as the kernel recorded it when it connected
+// (SO_PEERCRED), for core to prove that it is the process it dialled.
+Napi::Value ShmConnection::PeerPid(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(peerPid_));
 }
 
 Napi::Value ShmConnection::RemoteAddress(const Napi::CallbackInfo& info) {

@@ -65,6 +65,7 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   Napi::Value Write(const Napi::CallbackInfo& info);
   Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value RemoteAddress(const Napi::CallbackInfo& info);
+  Napi::Value PeerPid(const Napi::CallbackInfo& info);
 
   int Begin();  // 0 or a libuv error
   // The handshake is over (done, failed or closed): the listener stops watching it.

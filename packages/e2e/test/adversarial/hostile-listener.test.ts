@@ -16,6 +16,7 @@ import { ShmTransport, registerShmTransport } from "@tensorpipe/transport-shm";
 import { onTheWire, protocol } from "@tensorpipe/core/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
+import { Victim } from "./peers.js";
 
 type Answer = Parameters<typeof protocol.encodeBrochureAnswer>[0];
 
@@ -253,6 +254,37 @@ describe("a listener that lies in its answer", () => {
       } finally {
         await ctx.close();
       }
+    }
+  });
+
+  it("an answer switching to shm at another process's listener: ERR_TP_PROTOCOL after one connection there, none of the pipe's", async () => {
+    const victim = await Victim.start();
+    try {
+      const shmDomain = new ShmTransport().domainDescriptor();
+      const ctx = await createContext({ transports: ["uv", "shm"], channels: ["basic", "mpt"] });
+      try {
+        // mpt asks for 64 lanes: a dialler that followed had opened 67 connections to the victim.
+        const lanes = Array.from({ length: 65 }, (_, i) => BigInt(10 + i));
+        const lying = await lyingListener((p) => ({
+          ...honest(p),
+          transport: "shm",
+          transportDomainDescriptor: shmDomain,
+          transportRegistrationIds: new Map([[0, 0n], [1, 1n]]),
+          address: victim.shmUrl.slice("shm://".length),
+          channelRegistrationIds: new Map([["basic", [2n]], ["mpt", lanes]]),
+        }));
+        servers.push(lying.server);
+        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
+        expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(new RegExp(`switched the pipe to shm at "[^"]+", where process ${victim.pid} listens, not the one this side dialled`)) });
+        // The one connection that proved it went nowhere: it sent no packet, and the victim dropped it.
+        await victim.next((e) => e.event === "connection-error");
+        await new Promise((r) => setTimeout(r, 500));
+        expect(victim.events.filter((e) => e.event === "connection-error").length).toBe(1);
+      } finally {
+        await ctx.close();
+      }
+    } finally {
+      await victim.stop();
     }
   });
 
