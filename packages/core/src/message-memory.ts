@@ -1,9 +1,11 @@
 /**
- * Fresh CPU memory for a message a peer announced, carved from one
- * ArrayBuffer: what readMessage() reads into, and what a reader of
- * readDescriptor() may allocate with.
+ * Fresh CPU memory for a message a peer announced: carved from one
+ * ArrayBuffer by allocateMessage(), for a reader of readDescriptor(); or
+ * made part by part as the parts are asked for, for readMessage()
+ * (IncomingMemory), so that a message only announced costs no more than
+ * the window of parts asked for at once.
  */
-import { CPU_DEVICE, deviceKey } from "./device.js";
+import { type Device, CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { Descriptor } from "./message.js";
 
@@ -26,12 +28,24 @@ export interface MessageMemory {
   memory: ArrayBuffer;
 }
 
+const aligned = (n: number): number => Math.ceil(n / ALIGN) * ALIGN;
+
 /** Bytes of one buffer that holds every part of `d`, each aligned. */
 function bytesFor(d: Descriptor): number {
   let n = 0;
-  for (const p of d.payloads) n += Math.ceil(p.length / ALIGN) * ALIGN;
-  for (const t of d.tensors) n += Math.ceil(t.length / ALIGN) * ALIGN;
+  for (const p of d.payloads) n += aligned(p.length);
+  for (const t of d.tensors) n += aligned(t.length);
   return n;
+}
+
+/** ERR_TP_INVALID_ARG unless every tensor of `d` goes to the CPU. */
+function checkCpuTargets(d: Descriptor): void {
+  for (let i = 0; i < d.tensors.length; i++) {
+    const target = d.tensors[i]!.targetDevice ?? CPU_DEVICE;
+    if (target.type !== "cpu") {
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `tensor ${i} targets ${deviceKey(target)}: use readDescriptor() and read() with device memory`);
+    }
+  }
 }
 
 /**
@@ -45,18 +59,13 @@ function bytesFor(d: Descriptor): number {
  * ERR_TP_INVALID_ARG for a tensor that targets another device.
  */
 export function allocateMessage(d: Descriptor, reuse?: ArrayBuffer): MessageMemory {
-  for (let i = 0; i < d.tensors.length; i++) {
-    const target = d.tensors[i]!.targetDevice ?? CPU_DEVICE;
-    if (target.type !== "cpu") {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `tensor ${i} targets ${deviceKey(target)}: use readDescriptor() and read() with device memory`);
-    }
-  }
+  checkCpuTargets(d);
   const size = bytesFor(d);
   const memory = reuse !== undefined && reuse.byteLength >= size ? reuse : new ArrayBuffer(size);
   let at = 0;
   const carve = (length: number): Uint8Array => {
     const view = new Uint8Array(memory, at, length);
-    at += Math.ceil(length / ALIGN) * ALIGN;
+    at += aligned(length);
     return view;
   };
   const payloads = new Array<{ data: Uint8Array }>(d.payloads.length);
@@ -64,4 +73,54 @@ export function allocateMessage(d: Descriptor, reuse?: ArrayBuffer): MessageMemo
   const tensors = new Array<{ buffer: Uint8Array }>(d.tensors.length);
   for (let i = 0; i < tensors.length; i++) tensors[i] = { buffer: carve(d.tensors[i]!.length) };
   return { payloads, tensors, memory };
+}
+
+/** The largest buffer IncomingMemory makes at once for parts that share one. */
+const SEGMENT = 16 * 1024 * 1024;
+
+/**
+ * CPU memory for the message of `d`, each part made when it is asked for,
+ * in order: carved from buffers of up to 16 MiB (one exact buffer for a
+ * message that fits), a larger part a buffer of its own. What was asked
+ * for is kept in `payloads` and `tensors`. ERR_TP_INVALID_ARG for a tensor
+ * that targets another device.
+ */
+export class IncomingMemory {
+  readonly payloads: Uint8Array[];
+  readonly tensors: Uint8Array[];
+  private segment = new ArrayBuffer(0);
+  private used = 0;
+  /** Aligned bytes of the parts not yet made. */
+  private left: number;
+
+  constructor(readonly descriptor: Descriptor) {
+    checkCpuTargets(descriptor);
+    this.payloads = new Array<Uint8Array>(descriptor.payloads.length);
+    this.tensors = new Array<Uint8Array>(descriptor.tensors.length);
+    this.left = bytesFor(descriptor);
+  }
+
+  payload(i: number, length: number): Uint8Array {
+    return (this.payloads[i] = this.carve(length));
+  }
+
+  tensor(i: number, length: number): Uint8Array {
+    return (this.tensors[i] = this.carve(length));
+  }
+
+  tensorDevice(): Device {
+    return CPU_DEVICE;
+  }
+
+  private carve(length: number): Uint8Array {
+    const size = aligned(length);
+    if (this.used + size > this.segment.byteLength) {
+      this.segment = new ArrayBuffer(Math.max(size, Math.min(SEGMENT, this.left)));
+      this.used = 0;
+    }
+    const view = new Uint8Array(this.segment, this.used, length);
+    this.used += size;
+    this.left -= size;
+    return view;
+  }
 }

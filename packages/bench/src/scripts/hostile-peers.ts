@@ -5,15 +5,16 @@
  * - 1024 pipes waiting for accept(), each offered with a dialler's path
  *   report of 470 verdicts of 2 KiB, against the same pipes offered
  *   without one: the listener's RSS a pipe;
- * - four descriptors announcing 16,384 tensors of 128 KiB each and not a
- *   byte of them, to a listener reading with `for await`: its RSS and CPU;
+ * - descriptors announcing 16,384 tensors of 128 KiB (four pipes) or 256
+ *   KiB (32 pipes) each and not a byte of them, to a listener reading with
+ *   `for await`: its RSS and CPU, and a real client's round trip meanwhile;
  * - under a 1024-descriptor limit, 1100 connections that send a whole
  *   offer and four bytes more and never open the connections asked for:
  *   how many of 48 real clients, a quarter second apart, get in;
  * - connect() to a listener that never answers, with a full GC every
  *   10 ms: when its deadline (2 s, and the default 10 s) fires.
  *
- *   node packages/bench/dist/scripts/hostile-peers.js [--json]
+ *   node packages/bench/dist/scripts/hostile-peers.js [--only reports|announced|junk|deadlines] [--json]
  */
 import { spawn } from "node:child_process";
 import { type Server, type Socket, connect, createServer } from "node:net";
@@ -154,21 +155,39 @@ async function unacceptedWithReports(): Promise<HostileFigure[]> {
   return out;
 }
 
-async function announcedOnly(): Promise<HostileFigure> {
+async function announcedOnly(count: number, tensorKiB: number): Promise<HostileFigure> {
   const v = await startVictim("echo");
+  const client = await createContext({ transports: ["uv"], channels: ["basic"] });
+  const real = await client.connect(`uv://127.0.0.1:${v.port}`);
+  const roundTrip = async () => {
+    const t0 = performance.now();
+    await real.write({ metadata: "hi" });
+    await real.readMessage();
+    return performance.now() - t0;
+  };
+  await roundTrip();
   const before = await v.measure();
   const descriptor = protocol.encodeDescriptor({
     metadata: "",
     payloads: [],
-    tensors: Array.from({ length: 16_384 }, () => ({ length: 128 << 10, sourceDevice: CPU_DEVICE, targetDevice: CPU_DEVICE, metadata: "" })),
+    tensors: Array.from({ length: 16_384 }, () => ({ length: tensorKiB << 10, sourceDevice: CPU_DEVICE, targetDevice: CPU_DEVICE, metadata: "" })),
   });
-  const pipes = await Promise.all(Array.from({ length: 4 }, () => rawPipe(v.port, offer())));
+  const pipes = await Promise.all(Array.from({ length: count }, () => rawPipe(v.port, offer())));
   for (const p of pipes) p[0]!.write(onTheWire([descriptor]));
-  await new Promise((r) => setTimeout(r, 3000));
+  // A real client's round trip while the victim takes them in.
+  let worst = 0;
+  for (let i = 0; i < 20; i++) {
+    worst = Math.max(worst, await roundTrip());
+    await new Promise((r) => setTimeout(r, 100));
+  }
   const after = await v.measure();
+  await client.close();
   for (const s of pipes.flat()) s.destroy();
   v.stop();
-  return { attack: "4 descriptors of 16,384 x 128 KiB, no bytes", figure: `RSS +${((after.rss - before.rss) / MiB).toFixed(0)} MiB, ${(after.cpuMs - before.cpuMs).toFixed(0)} ms CPU` };
+  return {
+    attack: `${count} descriptors of 16,384 x ${tensorKiB} KiB, no bytes`,
+    figure: `RSS +${((after.rss - before.rss) / MiB).toFixed(0)} MiB, ${(after.cpuMs - before.cpuMs).toFixed(0)} ms CPU, a round trip <= ${worst.toFixed(0)} ms`,
+  };
 }
 
 async function junkHandshakes(): Promise<HostileFigure> {
@@ -234,7 +253,12 @@ const args = scriptArgs(import.meta.url);
 if (args?.has("--victim")) {
   await victim(args.value("--victim", "echo") as "hold" | "echo");
 } else if (args) {
-  const rows = [...(await unacceptedWithReports()), await announcedOnly(), await junkHandshakes(), ...(await deadlineAfterGc())];
+  const only = args.value("--only", "");
+  const rows: HostileFigure[] = [];
+  if (!only || only === "reports") rows.push(...(await unacceptedWithReports()));
+  if (!only || only === "announced") rows.push(await announcedOnly(4, 128), await announcedOnly(32, 256));
+  if (!only || only === "junk") rows.push(await junkHandshakes());
+  if (!only || only === "deadlines") rows.push(...(await deadlineAfterGc()));
   printResults(args, "What a hostile peer costs a listener (docs/security.md)", rows, [
     { header: "attack", width: 72, cell: (r) => r.attack, left: true },
     { header: "figure", width: 40, cell: (r) => r.figure, left: true },

@@ -6,17 +6,17 @@
  */
 import type { Channel } from "../channel.js";
 import { debugLog, describeError } from "../debug.js";
-import { type Device, type TensorBuffer, bufferDevice } from "../device.js";
 import { channels as diagnostics } from "../diagnostic-channels.js";
 import type { TensorPipeError } from "../errors.js";
 import { type FlightEvent, FlightRecorder } from "../flight-recorder.js";
-import type { Allocation, Descriptor } from "../message.js";
+import type { Descriptor } from "../message.js";
 import { describePairs } from "../negotiation.js";
 import type { PathReport } from "../path-report.js";
 import type { DevicePairChoice } from "../protocol.js";
 import { PipeCounters } from "../stats.js";
 import { DONE } from "../transport.js";
 import type { PipeState } from "./lifecycle.js";
+import type { PartMemory } from "./landing.js";
 import type { OutgoingMessage } from "./outgoing.js";
 import type { Pipe } from "./pipe.js";
 import type { ChannelRoutes } from "./routes.js";
@@ -152,14 +152,14 @@ export class PipeObserver {
     this.recorder?.descriptor(bytes);
   }
 
-  /** read() was given `tensors` for the message of `d`; the bytes its memory takes, and `received` settles when they have landed. */
-  reading(d: Descriptor, tensors: Allocation["tensors"], bytes: number, received: Promise<unknown>, started: number): void {
+  /** read() was given `memory` for the message of `d`; the bytes it takes, and `received` settles when they have landed. */
+  reading(d: Descriptor, memory: PartMemory, bytes: number, received: Promise<unknown>, started: number): void {
     this.counters.messagesReceived++;
     this.counters.bytesReceived += bytes;
-    if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOfIncoming(d, tensors));
+    if (diagnostics.messageRead.hasSubscribers) diagnostics.messageRead.publish(this.sizesOfIncoming(d, memory));
     this.recorder?.read(bytes, received !== DONE);
     if (started > 0) {
-      const channel = d.tensors.length > 0 ? this.routes.name(this.receivedOn(tensors[0]!.buffer, d.tensors[0]!.sourceDevice)) : "";
+      const channel = d.tensors.length > 0 ? this.routes.name(this.routes.between(memory.tensorDevice(0), d.tensors[0]!.sourceDevice)) : "";
       this.publishDone("read", received, bytes, channel, started);
     }
   }
@@ -203,9 +203,6 @@ export class PipeObserver {
     return target ? this.routes.name(this.routes.between(m.sources[i]!, target)) : "";
   }
 
-  private receivedOn(buffer: TensorBuffer, source: Device): Channel | undefined {
-    return this.routes.between(bufferDevice(buffer), source);
-  }
 
   /** Publishes on `tensorpipe:message:done` once `settled` has, if it succeeds. */
   private publishDone(direction: "write" | "read", settled: Promise<unknown>, bytes: number, channel: string, started: number): void {
@@ -223,12 +220,12 @@ export class PipeObserver {
     };
   }
 
-  private sizesOfIncoming(d: Descriptor, tensors: Allocation["tensors"]): MessageSizesMessage {
+  private sizesOfIncoming(d: Descriptor, memory: PartMemory): MessageSizesMessage {
     return {
       pipe: this.pipe,
       metadataLength: d.metadata.length,
       payloads: d.payloads.map((p) => p.length),
-      tensors: d.tensors.map((t, i) => ({ length: t.length, channel: this.routes.name(this.receivedOn(tensors[i]!.buffer, t.sourceDevice)) })),
+      tensors: d.tensors.map((t, i) => ({ length: t.length, channel: this.routes.name(this.routes.between(memory.tensorDevice(i), t.sourceDevice)) })),
     };
   }
 }

@@ -10,7 +10,7 @@ import { sameDevice } from "../device.js";
 import { ErrorCode, TensorPipeError, closedError } from "../errors.js";
 import type { FlightEvent } from "../flight-recorder.js";
 import type { Allocation, Descriptor, Message, ReceivedMessage } from "../message.js";
-import { type MessageMemory, allocateMessage } from "../message-memory.js";
+import { IncomingMemory } from "../message-memory.js";
 import type { PathReport } from "../path-report.js";
 import type { DevicePairChoice } from "../protocol.js";
 import type { PipeCounters, PipeStats } from "../stats.js";
@@ -123,7 +123,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return this.readInto(allocation, deadline, "pipe read");
   }
 
-  /** Reads the next message into fresh CPU memory (allocateMessage()). */
+  /** Reads the next message into fresh CPU memory, made as its parts are asked for. */
   async readMessage(options?: OperationOptions): Promise<ReceivedMessage> {
     let deadline: Deadline | undefined;
     try {
@@ -188,8 +188,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return engine.reader.take(deadline?.signal, what);
   }
 
-  /** Lands the offered message in `allocation`; releases `deadline` once it is over. */
-  private readInto(allocation: Partial<Allocation>, deadline: Deadline | undefined, what: string): Promise<void> {
+  /** Lands the offered message in `allocation` (or, readMessage()'s, memory made as it goes); releases `deadline` once it is over. */
+  private readInto(allocation: Partial<Allocation> | IncomingMemory, deadline: Deadline | undefined, what: string): Promise<void> {
     const { engine } = this;
     const refused = (e: unknown): Promise<never> => {
       deadline?.release();
@@ -202,7 +202,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     let landed: Promise<void>;
     try {
-      landed = engine.reader.read(allocation, engine.observer.timing ? performance.now() : 0);
+      const started = engine.observer.timing ? performance.now() : 0;
+      landed = allocation instanceof IncomingMemory ? engine.reader.readIncoming(allocation, started) : engine.reader.read(allocation, started);
     } catch (e) {
       return refused(e);
     }
@@ -211,9 +212,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** Reads the message of descriptor `d` into fresh CPU memory; releases `deadline` once it is over. */
   private async receive(d: Descriptor, deadline: Deadline | undefined): Promise<ReceivedMessage> {
-    let memory: MessageMemory;
+    let memory: IncomingMemory;
     try {
-      memory = allocateMessage(d);
+      memory = new IncomingMemory(d);
     } catch (e) {
       deadline?.release();
       if (e instanceof TensorPipeError) throw e;
@@ -229,8 +230,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     await this.readInto(memory, deadline, "readMessage");
     return {
       metadata: d.metadata,
-      payloads: d.payloads.map((p, i) => ({ data: memory.payloads[i]!.data, metadata: p.metadata })),
-      tensors: d.tensors.map((t, i) => ({ buffer: memory.tensors[i]!.buffer, length: t.length, sourceDevice: t.sourceDevice, metadata: t.metadata })),
+      payloads: d.payloads.map((p, i) => ({ data: memory.payloads[i]!, metadata: p.metadata })),
+      tensors: d.tensors.map((t, i) => ({ buffer: memory.tensors[i]!, length: t.length, sourceDevice: t.sourceDevice, metadata: t.metadata })),
     };
   }
 

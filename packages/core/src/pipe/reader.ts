@@ -6,14 +6,16 @@
  * channels.
  */
 import { raceSignal } from "../abort.js";
-import { type Device, bufferDevice, deviceKey, sameDevice } from "../device.js";
+import { type Device, type TensorBuffer, CPU_DEVICE, bufferDevice, deviceKey, sameDevice } from "../device.js";
 import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { Allocation, Descriptor } from "../message.js";
 import { allocationParts, badPayload, checkTensorBuffer } from "../message-check.js";
+import type { IncomingMemory } from "../message-memory.js";
 import { decodeDescriptor, encodeDescriptorReply } from "../protocol.js";
 import { type Connection, DONE } from "../transport.js";
 import type { PipeObserver } from "./observer.js";
 import { Fifo } from "../fifo.js";
+import { Landings, type PartMemory } from "./landing.js";
 import { ReadOperation, type ReadOwner } from "./read-operation.js";
 import type { ChannelRoutes } from "./routes.js";
 
@@ -63,6 +65,10 @@ export class Reader implements ReadOwner {
   /** Operations done, for the next messages (a stack that never shrinks). */
   private readonly pool: (ReadOperation | undefined)[] = new Array<ReadOperation | undefined>(POOLED);
   private pooled = 0;
+  private readonly landings: Landings;
+  /** The allocation of a read whose parts are all asked for at once, reused read after read. */
+  private readonly given = new GivenMemory();
+  private readonly fetchNext = (): void => this.fetch();
   /** Once the peer's end is decided: the error a caller of readDescriptor() gets past what came before it. */
   private end?: TensorPipeError;
   private readonly onFrame = (err: Error | null, bytes?: Uint8Array): void => {
@@ -70,7 +76,9 @@ export class Reader implements ReadOwner {
     else this.descriptorCame(bytes!);
   };
 
-  constructor(private readonly host: ReaderHost) {}
+  constructor(private readonly host: ReaderHost) {
+    this.landings = new Landings(host);
+  }
 
   /** Whether a message is here that nobody has read yet (offered, or come first). */
   get holdsMessage(): boolean {
@@ -223,37 +231,42 @@ export class Reader implements ReadOwner {
    * DONE when every byte was here.
    */
   read(allocation: Partial<Allocation>, started: number): Promise<void> {
-    const op = this.offered!;
-    const d = op.descriptor!;
+    const d = this.offered!.descriptor!;
     const { payloads, tensors } = allocationParts(allocation);
-    const targets = this.checkAllocation(d, payloads, tensors);
-    this.offered = undefined;
-    op.reading();
-    const { main, reply, routes, observer } = this.host;
+    const { targets, bytes } = this.checkAllocation(d, payloads, tensors);
+    // Kept by a message asked for in a window, so not the one reused message after message.
+    if (!this.landings.atOnce(d, bytes)) return this.land(d, new GivenMemory().of(payloads, tensors), targets, bytes, started);
+    const landed = this.land(d, this.given.of(payloads, tensors), targets, bytes, started);
+    // Every part was asked for: the caller's memory is not this pipe's to keep.
+    this.given.of(NONE, NONE);
+    return landed;
+  }
+
+  /** Lands the offered message in memory made for it as its parts are asked for (readMessage()). */
+  readIncoming(memory: IncomingMemory, started: number): Promise<void> {
+    const d = memory.descriptor;
+    let targets: Device[] | undefined;
     let bytes = 0;
-    // Reads that finished at once (DONE) need nothing more.
-    let pending: Promise<void>[] | undefined;
-    for (let i = 0; i < d.payloads.length; i++) {
-      const data = payloads[i]!.data;
-      bytes += data.byteLength;
-      const got = main.readInto(data);
-      if (got !== DONE) (pending ??= []).push(got);
-    }
-    if (targets) (pending ??= []).push(reply.write([encodeDescriptorReply({ targetDevices: targets })]));
+    for (const p of d.payloads) bytes += p.length;
     for (let i = 0; i < d.tensors.length; i++) {
       const t = d.tensors[i]!;
-      const buffer = tensors[i]!.buffer;
-      const channel = routes.between(bufferDevice(buffer), t.sourceDevice)!;
-      observer.receiving(channel, t.length);
+      if (!this.host.routes.between(CPU_DEVICE, t.sourceDevice)) throw noChannel(t.sourceDevice, CPU_DEVICE, i);
+      if (!t.targetDevice) (targets ??= []).push(CPU_DEVICE);
       bytes += t.length;
-      const got = channel.recv(buffer, t.length);
-      if (got !== DONE) (pending ??= []).push(got);
     }
-    const settled: Promise<void> = pending === undefined ? DONE : pending.length === 1 ? pending[0]! : Promise.all(pending).then(() => undefined);
-    observer.reading(d, tensors, bytes, settled, started);
+    return this.land(d, memory, targets, bytes, started);
+  }
+
+  private land(d: Descriptor, memory: PartMemory, targets: Device[] | undefined, bytes: number, started: number): Promise<void> {
+    const op = this.offered!;
+    this.offered = undefined;
+    op.reading();
+    const replied = targets ? this.host.reply.write([encodeDescriptorReply({ targetDevices: targets })]) : DONE;
+    const landed = this.landings.land(d, memory, bytes, this.fetchNext);
+    const settled = replied === DONE ? landed : landed === DONE ? replied : Promise.all([replied, landed]).then(() => undefined);
+    this.host.observer.reading(d, memory, bytes, settled, started);
     // Counted before the next descriptor is asked for: that may end the stream at once.
     if (settled !== DONE) this.inFlight++;
-    this.fetch();
     if (settled === DONE) {
       op.landed();
       this.recycle(op);
@@ -275,18 +288,20 @@ export class Reader implements ReadOwner {
     this.offered?.fail(err);
   }
 
-  /** Checks the memory given for `d`; returns the devices chosen for tensors the sender left to this side. */
-  private checkAllocation(d: Descriptor, payloads: Allocation["payloads"], tensors: Allocation["tensors"]): Device[] | undefined {
+  /** Checks the memory given for `d`: the devices chosen for tensors the sender left to this side, and the bytes it takes. */
+  private checkAllocation(d: Descriptor, payloads: Allocation["payloads"], tensors: Allocation["tensors"]): { targets: Device[] | undefined; bytes: number } {
     if (payloads.length !== d.payloads.length || tensors.length !== d.tensors.length) {
       throw invalid(
         `the allocation has ${payloads.length} payload(s) and ${tensors.length} tensor(s); the message has ${d.payloads.length} and ${d.tensors.length}: give one of each, sized from the descriptor`,
       );
     }
+    let bytes = 0;
     for (let i = 0; i < d.payloads.length; i++) {
       const p = d.payloads[i]!;
       const data = payloads[i]?.data;
       if (!ArrayBuffer.isView(data)) throw badPayload(i, payloads[i], p.length);
       if (data.byteLength !== p.length) throw invalid(`payload ${i} needs exactly ${p.length} bytes, got ${data.byteLength}`);
+      bytes += p.length;
     }
     let targets: Device[] | undefined;
     for (let i = 0; i < d.tensors.length; i++) {
@@ -298,11 +313,40 @@ export class Reader implements ReadOwner {
       if (t.targetDevice && !sameDevice(t.targetDevice, device)) {
         throw invalid(`tensor ${i} was sent to ${deviceKey(t.targetDevice)}; the allocation is on ${deviceKey(device)}`);
       }
-      if (!this.host.routes.between(device, t.sourceDevice)) {
-        throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel joins ${deviceKey(t.sourceDevice)} at the peer to ${deviceKey(device)} here (tensor ${i})`);
-      }
+      if (!this.host.routes.between(device, t.sourceDevice)) throw noChannel(t.sourceDevice, device, i);
       if (!t.targetDevice) (targets ??= []).push(device);
+      bytes += t.length;
     }
-    return targets;
+    return { targets, bytes };
   }
+}
+
+const NONE: never[] = [];
+
+/** The memory of an allocation read() was given, as the parts are asked for. */
+class GivenMemory implements PartMemory {
+  private payloads: Allocation["payloads"] = [];
+  private tensors: Allocation["tensors"] = [];
+
+  of(payloads: Allocation["payloads"], tensors: Allocation["tensors"]): this {
+    this.payloads = payloads;
+    this.tensors = tensors;
+    return this;
+  }
+
+  payload(i: number): ArrayBufferView {
+    return this.payloads[i]!.data;
+  }
+
+  tensor(i: number): TensorBuffer {
+    return this.tensors[i]!.buffer;
+  }
+
+  tensorDevice(i: number): Device {
+    return bufferDevice(this.tensors[i]!.buffer);
+  }
+}
+
+function noChannel(source: Device, here: Device, i: number): TensorPipeError {
+  return new TensorPipeError(ErrorCode.NEGOTIATION, `no channel joins ${deviceKey(source)} at the peer to ${deviceKey(here)} here (tensor ${i})`);
 }
