@@ -220,6 +220,21 @@ describe("the published packages", () => {
     }
   }, 120_000);
 
+  it("give a pipe in memory from @tensorpipe/core/testing to a test run without vitest", () => {
+    // vitest is an optional peer dependency: only the conformance suites need it.
+    expect(existsSync(join(app, "node_modules/vitest"))).toBe(false);
+    const script = join(app, "memory-pipe.mjs");
+    writeFileSync(
+      script,
+      `import { memoryPipePair } from "@tensorpipe/core/testing";
+const { client, server } = memoryPipePair();
+await client.write({ metadata: "in memory" });
+console.log((await server.readMessage()).metadata);
+`,
+    );
+    expect(runInApp(process.execPath, [script]).trim()).toBe("in memory");
+  });
+
   it("run `tensorpipe bench` as installed: every pair here and node:net, timed against its own peer", () => {
     const out = runInApp(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "bench", "--quick", "--sizes", "8,64K"]);
     expect(out).toMatch(/negotiation picks shm\+cma/);

@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "./vitest.js";
 import type { ChannelContext } from "../channel.js";
 import { Context } from "../context.js";
 import { CPU_DEVICE } from "../device.js";

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "./vitest.js";
 import type { Channel, ChannelContext } from "../channel.js";
 import { Context } from "../context.js";
 import { CPU_DEVICE, cpuBytes } from "../device.js";

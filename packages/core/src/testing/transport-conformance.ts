@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "./vitest.js";
 import { ErrorCode } from "../errors.js";
 import type { Connection, TransportContext, TransportListener } from "../transport.js";
 import { hasPattern, patterned, prng } from "./patterns.js";

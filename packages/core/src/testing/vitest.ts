@@ -1,0 +1,18 @@
+/**
+ * vitest, for the conformance suites, where it is installed: the rest of
+ * `@tensorpipe/core/testing` (the memory pipe, the protocol's messages,
+ * captured sessions) works in any test runner, or none, without it.
+ */
+import { ErrorCode, TensorPipeError } from "../errors.js";
+
+type Vitest = typeof import("vitest");
+
+const loaded: Vitest | undefined = await import("vitest").catch(() => undefined);
+
+function absent(): never {
+  throw new TensorPipeError(ErrorCode.NOT_VIABLE, "the conformance suites of @tensorpipe/core/testing run under vitest: npm install -D vitest, and run them with it");
+}
+
+const vitest = loaded ?? ({ afterAll: absent, afterEach: absent, beforeAll: absent, beforeEach: absent, describe: absent, expect: absent, it: absent } as unknown as Vitest);
+
+export const { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } = vitest;
