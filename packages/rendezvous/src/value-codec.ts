@@ -10,7 +10,8 @@ function typed(C: { new (b: ArrayBufferLike, o: number, n: number): ArrayBufferV
 }
 
 // Each type by the name it travels under; the receiver rebuilds the same kind of view.
-const VIEW_TYPES: Record<string, ViewType> = {
+// A Map: a peer's "__proto__" or "toString" names none.
+const VIEW_TYPES = new Map<string, ViewType>(Object.entries({
   Int8Array: typed(Int8Array),
   Uint8Array: typed(Uint8Array),
   Uint8ClampedArray: typed(Uint8ClampedArray),
@@ -23,8 +24,8 @@ const VIEW_TYPES: Record<string, ViewType> = {
   BigInt64Array: typed(BigInt64Array),
   BigUint64Array: typed(BigUint64Array),
   DataView: { make: (b, o, n) => new DataView(b, o, n), elementSize: 1 },
-  Buffer: { make: (b, o, n) => Buffer.from(b, o, n), elementSize: 1 },
-};
+  Buffer: { make: (b: ArrayBufferLike, o: number, n: number) => Buffer.from(b, o, n), elementSize: 1 },
+} satisfies Record<string, ViewType>));
 
 /** What travels in a message's metadata next to the value's bytes. */
 export interface ValueHeader {
@@ -38,13 +39,13 @@ export function typeOf(value: unknown): string {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, "a rendezvous value must be a typed array, a Buffer or a DataView");
   }
   const name = Buffer.isBuffer(value) ? "Buffer" : value.constructor.name;
-  if (!VIEW_TYPES[name]) throw new TensorPipeError(ErrorCode.INVALID_ARG, `a rendezvous cannot carry a ${name}`);
+  if (!VIEW_TYPES.has(name)) throw new TensorPipeError(ErrorCode.INVALID_ARG, `a rendezvous cannot carry a ${name}`);
   return name;
 }
 
 /** A view of `type` over `bytes` (which the caller allocated aligned for it). */
 export function viewOf(type: string, bytes: Uint8Array): RendezvousValue {
-  return VIEW_TYPES[type]!.make(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return VIEW_TYPES.get(type)!.make(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /** The header and length of a rendezvous message, or a protocol error naming what is wrong. */
@@ -58,7 +59,7 @@ export function decodeHeader(d: Descriptor): { header: ValueHeader; length: numb
   if (header?.v !== 1 || typeof header.key !== "string" || typeof header.type !== "string") {
     throw protocolError("rendezvous message without version 1, key and type", "rendezvous");
   }
-  const t = VIEW_TYPES[header.type];
+  const t = VIEW_TYPES.get(header.type);
   if (!t) throw protocolError(`rendezvous value of unknown type "${header.type}"`, "rendezvous");
   if (d.payloads.length !== 0 || d.tensors.length !== 1) {
     throw protocolError(`rendezvous message with ${d.payloads.length} payloads and ${d.tensors.length} tensors (want 0 and 1)`, "rendezvous");

@@ -176,6 +176,13 @@ describe("a rendezvous over a pipe", () => {
     expect((await right.closed).code).toBe(ErrorCode.PROTOCOL);
   });
 
+  it.each(["__proto__", "toString", "constructor"])("fails with ERR_TP_PROTOCOL on a value of type %s, a name of no view type", async (type) => {
+    const [a, b] = await pipePair();
+    const right = Rendezvous.over(b);
+    await a.write({ metadata: JSON.stringify({ v: 1, key: "k", type }), tensors: [{ buffer: new Uint8Array(8), targetDevice: CPU_DEVICE }] });
+    expect(await right.closed).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(new RegExp(`of unknown type "${type}"`)) });
+  });
+
   it("keeps at most maxUnclaimed values, then ends with ERR_TP_PROTOCOL saying so; values waited for still come", async () => {
     const [a, b] = await pipePair();
     const left = Rendezvous.over(a);
