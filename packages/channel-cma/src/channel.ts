@@ -34,11 +34,11 @@ function decodeSource(upstreamWire: boolean, bytes: Uint8Array): { pid: number; 
 /** EFAULT: the announced memory is not there (any more): the sender gave up its tensor. */
 function readError(err: Error, pid: number): TensorPipeError {
   const e = fromNativeError(err, `cma read from pid ${pid}`);
-  if (e.errno !== "EFAULT") return e;
+  if (e.errnoName !== "EFAULT") return e;
   return new TensorPipeError(
     ErrorCode.CONNECTION_RESET,
     "the sender's tensor is not readable: it closed the pipe or freed the memory, or announced memory it does not have",
-    { where: e.where, errno: "EFAULT", syscall: "process_vm_readv", cause: err },
+    { where: e.where, errnoName: "EFAULT", syscall: "process_vm_readv", cause: err },
   );
 }
 

@@ -197,7 +197,7 @@ describe("cma channel", () => {
     await here[0]!.write([source(process.pid, 16n, MiB)]);
     await expect(receiver.recv(new Uint8Array(MiB), MiB)).rejects.toMatchObject({
       code: ErrorCode.CONNECTION_RESET,
-      errno: "EFAULT",
+      errnoName: "EFAULT",
       message: expect.stringMatching(/not readable/),
     });
     expect(Buffer.from(await here[1]!.read(4096)).toString()).toMatch(/not readable/);

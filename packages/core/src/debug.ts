@@ -36,9 +36,9 @@ export function debugLog(section: string): DebugLog {
   return log;
 }
 
-/** An error in a log line: its code, message, errno and cause, where it has them. */
+/** An error in a log line: its code, message, errno name and cause, where it has them. */
 export function describeError(e: TensorPipeError): string {
-  const errno = e.errno ? ` [${e.errno}]` : "";
+  const errno = e.errnoName ? ` [${e.errnoName}]` : "";
   const cause = e.cause instanceof Error ? ` (cause: ${e.cause.message})` : "";
   return `${e.code}: ${e.message}${errno}${cause}`;
 }

@@ -1,9 +1,10 @@
+import { getSystemErrorMap } from "node:util";
 import type { FlightEvent } from "./flight-recorder.js";
 import { safeText } from "./peer-text.js";
 
 /**
- * Errors are values with a stable `code`. Native errno-style codes from a
- * backend (ECONNRESET, EPIPE, ...) are kept in `errno` and `syscall`.
+ * Errors are values with a stable `code`. What the system said underneath
+ * is kept as Node keeps it: `errno` (a number), `errnoName` and `syscall`.
  */
 export const ErrorCode = {
   /** Nobody listens at the address (ECONNREFUSED) or it is unreachable. */
@@ -28,7 +29,7 @@ export const ErrorCode = {
   PERMISSION_DENIED: "ERR_TP_PERMISSION_DENIED",
   /** A backend cannot run on this machine. */
   NOT_VIABLE: "ERR_TP_NOT_VIABLE",
-  /** Any other system error; see `errno` and `syscall`. */
+  /** Any other system error; see `errnoName` and `syscall`. */
   SYSTEM: "ERR_TP_SYSTEM",
 } as const;
 
@@ -38,8 +39,11 @@ export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 export interface TensorPipeErrorOptions {
   /** The error underneath (a native error, an abort reason). */
   cause?: unknown;
-  /** The errno name reported by the OS or libuv (e.g. "ECONNRESET"). */
-  errno?: string | undefined;
+  /**
+   * The name of the error the OS, libuv or a driver reported ("ECONNRESET",
+   * "EOF", "CUDA_ERROR_OUT_OF_MEMORY"); `errno` is derived from it.
+   */
+  errnoName?: string | undefined;
   /** The system call that failed, where one did. */
   syscall?: string | undefined;
   /** Where it happened: an address, a pipe or a backend name. */
@@ -65,8 +69,14 @@ export class TensorPipeError extends Error {
 
   /** What kind of failure (ERR_TP_*). */
   readonly code: ErrorCode;
-  /** The OS or libuv error name, for system errors. */
-  readonly errno?: string;
+  /**
+   * The libuv error number of a system error, negative as in Node's
+   * SystemError (-104 for ECONNRESET on Linux): `-os.constants.errno.X`,
+   * or a libuv-only one such as UV_EOF. Absent for errors of no system.
+   */
+  readonly errno?: number;
+  /** The name of the error the system or a driver reported: "ECONNRESET", "EOF", "CUDA_ERROR_OUT_OF_MEMORY". */
+  readonly errnoName?: string;
   /** The system call that failed, where one did. */
   readonly syscall?: string;
   /** Where it happened: an address, a pipe or a backend. */
@@ -82,12 +92,27 @@ export class TensorPipeError extends Error {
     super(safeText(options.where ? `${message} (${options.where})` : message, MAX_MESSAGE), { cause: options.cause });
     this.name = "TensorPipeError";
     this.code = code;
-    if (options.errno !== undefined) this.errno = options.errno;
+    if (options.errnoName !== undefined) {
+      this.errnoName = options.errnoName;
+      const errno = errnoNumber(options.errnoName);
+      if (errno !== undefined) this.errno = errno;
+    }
     if (options.syscall !== undefined) this.syscall = options.syscall;
     if (options.where !== undefined) this.where = options.where;
   }
 }
 Object.defineProperty(TensorPipeError.prototype, BRAND, { value: true });
+
+let errnoByName: Map<string, number> | undefined;
+
+/** The libuv number of an error name, as Node's SystemError gives it; undefined for a name no system has. */
+function errnoNumber(name: string): number | undefined {
+  if (!errnoByName) {
+    errnoByName = new Map();
+    for (const [errno, [known]] of getSystemErrorMap()) errnoByName.set(known, errno);
+  }
+  return errnoByName.get(name);
+}
 
 /** Whether `value` is a TensorPipeError, of this copy of @tensorpipe/core or another. */
 export function isTensorPipeError(value: unknown): value is TensorPipeError {
@@ -163,7 +188,7 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   if (native === "ECONNRESET" && (err as { betweenFrames?: boolean }).betweenFrames === true) {
     return new TensorPipeError(ErrorCode.PEER_CLOSED, "read: peer closed the connection (reset: it went with bytes of this side's unread)", {
       where,
-      errno: native,
+      errnoName: native,
       syscall: e.syscall,
       cause: err,
     });
@@ -177,7 +202,7 @@ export function fromNativeError(err: unknown, where?: string): TensorPipeError {
   const said = e.syscall && !text.startsWith(`${e.syscall}: `) ? `${e.syscall}: ${text}` : text;
   return new TensorPipeError(code, said, {
     where,
-    errno: native || undefined,
+    errnoName: native || undefined,
     syscall: e?.syscall,
     cause: err,
   });

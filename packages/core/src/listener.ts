@@ -209,7 +209,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     if (this.closedError) return;
     const err = fromNativeError(error, "accept");
     this.dropped(err, "");
-    if (err.errno === "EMFILE" || err.errno === "ENFILE") this.sweepStalledSoon();
+    if (err.errnoName === "EMFILE" || err.errnoName === "ENFILE") this.sweepStalledSoon();
   }
 
   /**

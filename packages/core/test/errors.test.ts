@@ -1,12 +1,27 @@
+import { constants } from "node:os";
+import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
-import { ErrorCode, fromNativeError } from "../src/errors.js";
+import { ErrorCode, TensorPipeError, fromNativeError } from "../src/errors.js";
 
 const native = (code: string, syscall: string, message: string) => Object.assign(new Error(message), { code, syscall });
 
 describe("errors from native backends", () => {
   it("unreachable at connect time is a refused connection", () => {
     const e = fromNativeError(native("EHOSTUNREACH", "connect", "connect: host is unreachable"), "uv://10.0.0.9:5");
-    expect(e).toMatchObject({ code: ErrorCode.CONNECTION_REFUSED, errno: "EHOSTUNREACH", where: "uv://10.0.0.9:5" });
+    expect(e).toMatchObject({ code: ErrorCode.CONNECTION_REFUSED, errnoName: "EHOSTUNREACH", where: "uv://10.0.0.9:5" });
+  });
+
+  it("keeps errno a number as Node's SystemError does, and its name in errnoName", async () => {
+    const e = fromNativeError(native("ECONNREFUSED", "connect", "connect: connection refused"));
+    expect(e).toMatchObject({ errno: -constants.errno.ECONNREFUSED, errnoName: "ECONNREFUSED", syscall: "connect" });
+    // The same numbers Node gives its own errors for the same event.
+    const nodes = await new Promise<NodeJS.ErrnoException>((resolve) => connect(1, "127.0.0.1").on("error", resolve));
+    expect(nodes).toMatchObject({ code: e.errnoName, errno: e.errno });
+    // libuv's own names have numbers too; a driver's names have none.
+    expect(fromNativeError(native("EOF", "read", "end of file"))).toMatchObject({ errnoName: "EOF", errno: -4095 });
+    const cuda = new TensorPipeError(ErrorCode.SYSTEM, "out of memory", { errnoName: "CUDA_ERROR_OUT_OF_MEMORY" });
+    expect(cuda.errnoName).toBe("CUDA_ERROR_OUT_OF_MEMORY");
+    expect(cuda.errno).toBeUndefined();
   });
 
   it("unreachable on a connection that was up is a broken connection (keepalive or retransmissions gave up)", () => {

@@ -119,7 +119,7 @@ describe.skipIf(!gpu)("cuda helper on a GPU", () => {
   });
 
   it("reports driver errors with the CUDA error's name", () => {
-    expect(() => allocateCuda(2 ** 52)).toThrow(expect.objectContaining({ code: ErrorCode.SYSTEM, errno: "CUDA_ERROR_OUT_OF_MEMORY" }));
+    expect(() => allocateCuda(2 ** 52)).toThrow(expect.objectContaining({ code: ErrorCode.SYSTEM, errnoName: "CUDA_ERROR_OUT_OF_MEMORY" }));
     expect(() => allocateCuda(16, { device: 99 })).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
     expect(pointerDevice(12345n)).toBe(-1);
   });

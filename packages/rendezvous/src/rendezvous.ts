@@ -274,7 +274,7 @@ export class Rendezvous {
 
   private keyError(key: string, op: "send" | "recv", cause: TensorPipeError): TensorPipeError {
     const what = op === "recv" ? `no value for key "${key}"` : `cannot send key "${key}"`;
-    return new TensorPipeError(cause.code, `rendezvous ${what}: ${cause.message}`, { cause, errno: cause.errno });
+    return new TensorPipeError(cause.code, `rendezvous ${what}: ${cause.message}`, { cause, errnoName: cause.errnoName });
   }
 
   private asError(e: unknown): TensorPipeError {

@@ -168,7 +168,7 @@ const child = `
   for await (const line of createInterface({ input: process.stdin })) {
     const [cmd, arg] = line.split(" ");
     if (cmd === "listen") {
-      listener = await t.listen("*", (c) => c.close(), (e) => errors.push({ code: e.code, errno: e.errno, message: e.message }),
+      listener = await t.listen("*", (c) => c.close(), (e) => errors.push({ code: e.code, errnoName: e.errnoName, message: e.message }),
         { handshakeTimeout: 60000, maxPendingHandshakes: 1000 });
       out({ address: listener.address() });
     } else if (cmd === "fill") {
@@ -180,7 +180,7 @@ const child = `
       out({ hogged: hog.length });
     } else if (cmd === "connect") {
       try { (await t.connect(arg)).close(); out({ connected: true }); }
-      catch (e) { out({ code: e.code, errno: e.errno, message: e.message }); }
+      catch (e) { out({ code: e.code, errnoName: e.errnoName, message: e.message }); }
     } else if (cmd === "cpu") {
       const cpu = process.cpuUsage();
       const t0 = performance.now();
@@ -249,8 +249,8 @@ describe("shm out of file descriptors", () => {
     });
     await expect(seen).rejects.toMatchObject({ code: expect.stringMatching(/ERR_TP_(PEER_CLOSED|CONNECTION_RESET)/) });
     await expect.poll(async () => (await c.ask<{ count: number }>("errors")).count).toBe(1);
-    const { errors } = await c.ask<{ errors: { code: string; errno?: string; message: string }[] }>("errors");
-    expect(errors[0]).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE" });
+    const { errors } = await c.ask<{ errors: { code: string; errnoName?: string; message: string }[] }>("errors");
+    expect(errors[0]).toMatchObject({ code: ErrorCode.SYSTEM, errnoName: "EMFILE" });
   });
 
   it("a connector out of descriptors for its ring says EMFILE", async () => {
@@ -262,7 +262,7 @@ describe("shm out of file descriptors", () => {
     // Room for the socket alone: its ring's memfd finds none.
     await c.ask("fill 1");
     const answer = await c.ask(`connect ${listener.address()}`);
-    expect(answer).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE" });
+    expect(answer).toMatchObject({ code: ErrorCode.SYSTEM, errnoName: "EMFILE" });
   });
 
   it("a listener out of descriptors turns waiting peers away, says EMFILE once for them, and does not spin", async () => {
@@ -275,9 +275,9 @@ describe("shm out of file descriptors", () => {
     const { cpu } = await c.ask<{ cpu: number }>("cpu");
     expect(cpu).toBeLessThan(0.5);
     expect(await within(closed, 2000), "the waiting peers were closed").not.toBeNull();
-    const { errors, count } = await c.ask<{ errors: { code: string; errno?: string }[]; count: number }>("errors");
+    const { errors, count } = await c.ask<{ errors: { code: string; errnoName?: string }[]; count: number }>("errors");
     expect(count).toBeGreaterThanOrEqual(1);
     expect(count).toBeLessThanOrEqual(3);
-    for (const e of errors) expect(e).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE" });
+    for (const e of errors) expect(e).toMatchObject({ code: ErrorCode.SYSTEM, errnoName: "EMFILE" });
   });
 });

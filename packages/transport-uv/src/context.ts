@@ -56,7 +56,7 @@ async function resolveHost(host: string): Promise<string> {
   } catch (e) {
     throw new TensorPipeError(ErrorCode.CONNECTION_REFUSED, `cannot resolve host "${host}"`, {
       cause: e,
-      errno: (e as { code?: string }).code,
+      errnoName: (e as { code?: string }).code,
     });
   }
 }

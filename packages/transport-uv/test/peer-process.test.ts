@@ -154,7 +154,7 @@ describe("uv provePeerProcess out of file descriptors", () => {
       const fds = [];
       try { for (;;) fds.push(openSync("/dev/null", "r")); } catch {}
       let out;
-      try { c.provePeerProcess(process.pid); out = { ok: true }; } catch (e) { out = { code: e.code, errno: e.errno, message: e.message }; }
+      try { c.provePeerProcess(process.pid); out = { ok: true }; } catch (e) { out = { code: e.code, errnoName: e.errnoName, message: e.message }; }
       console.log(JSON.stringify(out));
       process.exit(0);`;
     const child = spawn("bash", ["-c", `ulimit -n 64 && exec "$0" --input-type=module -e "$1"`, process.execPath, script], {
@@ -163,6 +163,6 @@ describe("uv provePeerProcess out of file descriptors", () => {
     let out = "";
     child.stdout!.on("data", (d) => (out += d));
     await once(child, "exit");
-    expect(JSON.parse(out)).toMatchObject({ code: ErrorCode.SYSTEM, errno: "EMFILE", message: expect.stringMatching(/out of file descriptors/) });
+    expect(JSON.parse(out)).toMatchObject({ code: ErrorCode.SYSTEM, errnoName: "EMFILE", message: expect.stringMatching(/out of file descriptors/) });
   });
 });

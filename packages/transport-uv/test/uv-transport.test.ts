@@ -50,13 +50,13 @@ describe("uv transport addressing", () => {
     });
   });
 
-  it("reports an address in use with its errno", async () => {
+  it("reports an address in use with its errno name", async () => {
     const t = new UvTransport();
     const l = await t.listen("127.0.0.1:0", () => undefined);
     closers.push(() => l.close());
     await expect(t.listen(l.address(), () => undefined)).rejects.toMatchObject({
       code: ErrorCode.SYSTEM,
-      errno: "EADDRINUSE",
+      errnoName: "EADDRINUSE",
     });
   });
 

@@ -140,7 +140,7 @@ export class PeerEnd {
   unfinishedWrites(cause: TensorPipeError): TensorPipeError {
     return new TensorPipeError(ErrorCode.PEER_CLOSED, `peer closed the pipe with ${this.host.writesInFlight} write(s) of this side unfinished`, {
       where: `pipe to ${this.host.peer}`,
-      errno: cause.errno,
+      errnoName: cause.errnoName,
       syscall: cause.syscall,
       cause,
     });
@@ -172,7 +172,7 @@ export class PeerEnd {
   private peerClosed(cause: TensorPipeError): TensorPipeError {
     return new TensorPipeError(ErrorCode.PEER_CLOSED, `the peer closed the pipe (${cause.message})`, {
       where: `pipe to ${this.host.peer}`,
-      errno: cause.errno,
+      errnoName: cause.errnoName,
       syscall: cause.syscall,
       cause,
     });

@@ -200,7 +200,7 @@ export class Reader implements ReadOwner {
         this.host.fail(
           new TensorPipeError(ErrorCode.CONNECTION_RESET, "truncated message: the peer closed the pipe in the middle of a message, the rest of it never came", {
             where: `pipe to ${this.host.peer}`,
-            errno: err.errno,
+            errnoName: err.errnoName,
             syscall: err.syscall,
             cause: err,
           }),

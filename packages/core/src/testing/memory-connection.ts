@@ -197,8 +197,8 @@ export class MemoryConnection implements Connection {
     if (this.ended && this.frames.length === 0) {
       const err =
         this.ended === "eof"
-          ? new TensorPipeError(ErrorCode.PEER_CLOSED, "read: peer closed the connection", { errno: "EOF", where: this.remoteAddress })
-          : new TensorPipeError(ErrorCode.CONNECTION_RESET, "read: connection reset by peer", { errno: "ECONNRESET", where: this.remoteAddress });
+          ? new TensorPipeError(ErrorCode.PEER_CLOSED, "read: peer closed the connection", { errnoName: "EOF", where: this.remoteAddress })
+          : new TensorPipeError(ErrorCode.CONNECTION_RESET, "read: connection reset by peer", { errnoName: "ECONNRESET", where: this.remoteAddress });
       this.fail(err);
       this.closedDeferred.resolve(err);
     }

@@ -477,7 +477,7 @@ describe("descriptor exhaustion", () => {
     const held: RawSocket[] = [];
     for (let i = 0; i < 80; i++) held.push(await RawSocket.connect(v.port));
     const e = await v.next((e) => e.event === "connection-error" && e.code === ErrorCode.SYSTEM);
-    expect(e.errno).toMatch(/^E[MN]FILE$/);
+    expect(e.errnoName).toMatch(/^E[MN]FILE$/);
     for (const s of held) s.socket.destroy();
     await new Promise((r) => setTimeout(r, 200));
     await stillServes(v.uvUrl);

@@ -14,7 +14,7 @@ import { type ChannelEntries, RawSocket, brochureByHand } from "../raw-socket.js
 export interface VictimEvent {
   event: string;
   code?: string;
-  errno?: string;
+  errnoName?: string;
   message?: string;
   rss?: number;
   /** CPU time so far, user and system, in ms. */

@@ -14,7 +14,7 @@ import { createContext } from "@tensorpipe/bench";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
 const say = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
-const failure = (e) => ({ code: e?.code, errno: e?.errno, message: e?.message, record: describeFlightEvents(e?.flightRecord ?? []) });
+const failure = (e) => ({ code: e?.code, errnoName: e?.errnoName, message: e?.message, record: describeFlightEvents(e?.flightRecord ?? []) });
 
 const context = await createContext({ transports: ["uv", "shm"], channels: ["basic", "cma"], ...options });
 const listener = await context.listen(["uv://127.0.0.1:0", "shm://*"]);

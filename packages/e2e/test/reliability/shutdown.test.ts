@@ -43,7 +43,7 @@ describe.each([
       while (outcomes.length < 4 && !outcomes.at(-1)?.startsWith("ERR")) {
         outcomes.push(await b.readMessage().then(
           () => "complete",
-          (e) => `${e.code}${e.errno ? ` ${e.errno}` : ""}`,
+          (e) => `${e.code}${e.errnoName ? ` ${e.errnoName}` : ""}`,
         ));
       }
       expect(outcomes.join(",")).toMatch(/^(complete,){0,2}ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)( \w+)?$/);
