@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { CPU_DEVICE } from "../src/device.js";
 import { ErrorCode } from "../src/errors.js";
+import { encodeDescriptor } from "../src/protocol.js";
 import { MemoryNetwork } from "../src/testing/memory-connection.js";
 import { memoryPipePair } from "../src/testing/memory-pipe.js";
 
@@ -51,5 +52,26 @@ describe("a pipe whose peer closes", () => {
     client.close();
     await deliverUntil(network, written);
     await expect(written).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/1 write\(s\) of this side unfinished/) });
+  });
+});
+
+describe("a pipe whose peer closes in the middle of a message", () => {
+  it("fails the read as a truncated message though the end was already here when the read began", async () => {
+    const network = new MemoryNetwork();
+    network.hold();
+    const { server, connections } = memoryPipePair({ network });
+    const twoPayloads = encodeDescriptor({
+      metadata: "cut",
+      payloads: [
+        { length: 4, metadata: "" },
+        { length: 4, metadata: "" },
+      ],
+      tensors: [],
+    });
+    // The peer's frames and its end all come before this side reads: the second payload's read meets the end at once.
+    await connections.client.main.write([twoPayloads, Uint8Array.of(1, 2, 3, 4)]);
+    connections.client.main.close();
+    network.flush();
+    await expect(server.readMessage()).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: .*middle of a message/) });
   });
 });

@@ -261,13 +261,15 @@ export class Reader implements ReadOwner {
     const op = this.offered!;
     this.offered = undefined;
     op.reading();
+    // Counted before the next descriptor is asked for (land() asks once it
+    // has asked for every part): the end of the stream may come at once.
+    this.inFlight++;
     const replied = targets ? this.host.reply.write([encodeDescriptorReply({ targetDevices: targets })]) : DONE;
     const landed = this.landings.land(d, memory, bytes, this.fetchNext);
     const settled = replied === DONE ? landed : landed === DONE ? replied : Promise.all([replied, landed]).then(() => undefined);
     this.host.observer.reading(d, memory, bytes, settled, started);
-    // Counted before the next descriptor is asked for: that may end the stream at once.
-    if (settled !== DONE) this.inFlight++;
     if (settled === DONE) {
+      this.inFlight--;
       op.landed();
       this.recycle(op);
       this.host.readProgressed();

@@ -134,6 +134,14 @@ export class MemoryConnection implements Connection {
   }
 
   readInto(target: ArrayBufferView): Promise<void> {
+    // As a native transport does: DONE when the frame was already here.
+    const frame = this.frames[0];
+    if (!this.failure && this.reads.length === 0 && frame?.byteLength === target.byteLength) {
+      this.frames.shift();
+      new Uint8Array(target.buffer, target.byteOffset, target.byteLength).set(frame);
+      this.pump();
+      return DONE;
+    }
     const deferred = new Deferred<Uint8Array | undefined>();
     this.enqueue({ maxLength: target.byteLength, target, deferred });
     return deferred.promise as Promise<unknown> as Promise<void>;
@@ -146,7 +154,7 @@ export class MemoryConnection implements Connection {
   /** Closes this end: pending operations reject; the peer reads what was sent, then the end. */
   close(error?: Error): void {
     if (this.failure) return;
-    this.fail(error ? asError(error) : closedError("memory connection"));
+    this.fail(error ? asError(error) : closedError("memory connection"), true);
     this.network.send({ to: this.peer, end: "eof" });
     this.closedDeferred.resolve(error);
   }
@@ -154,7 +162,7 @@ export class MemoryConnection implements Connection {
   /** Ends this end abruptly: the peer's operations fail at once, what was in flight is lost. */
   cut(): void {
     if (this.failure) return;
-    this.fail(closedError("memory connection"));
+    this.fail(closedError("memory connection"), true);
     this.network.send({ to: this.peer, end: "reset" });
     this.closedDeferred.resolve(undefined);
   }
@@ -204,9 +212,18 @@ export class MemoryConnection implements Connection {
     }
   }
 
-  private fail(err: TensorPipeError): void {
+  /**
+   * Fails the reads waiting. As a native transport does, a callback hears
+   * of it at once, but not inside this side's own close(): a turn later.
+   */
+  private fail(err: TensorPipeError, closing = false): void {
     this.failure ??= err;
-    for (const r of this.reads.splice(0)) settle(r, this.failure);
+    const failure = this.failure;
+    for (const r of this.reads.splice(0)) {
+      const callback = r.callback;
+      if (closing && callback) queueMicrotask(() => callback(failure));
+      else settle(r, failure);
+    }
   }
 }
 
@@ -214,11 +231,11 @@ function asError(e: Error): TensorPipeError {
   return e instanceof TensorPipeError ? e : new TensorPipeError(ErrorCode.SYSTEM, e.message, { cause: e });
 }
 
+/** Settles `r`: a callback at once, as a native read does for what is already here (a frame, or the end). */
 function settle(r: PendingRead, err: TensorPipeError | undefined, frame?: Uint8Array): void {
   if (r.callback) {
-    const callback = r.callback;
-    if (err) queueMicrotask(() => callback(err));
-    else callback(null, frame);
+    if (err) r.callback(err);
+    else r.callback(null, frame);
     return;
   }
   if (err) r.deferred!.reject(err);
