@@ -88,11 +88,11 @@ describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "tru
       const shm = pipe.path.verdicts.find((v) => v.kind === "transport" && v.name === "shm");
       expect(shm).toMatchObject({ by: "here", outcome: "descriptors differ", reason: expect.stringMatching(/user namespaces differ: run both in one \(docker run --userns=host/) });
       expect(shm!.reason).not.toMatch(/network namespaces differ/);
-      // The peer, told by the listener, says the same.
+      // The peer, told by the listener, says the same, in the listener's words made safe (quotes escaped).
       const theirs = JSON.parse(out) as { verdicts: { kind: string; name: string; by: string; reason: string }[] };
       expect(theirs.verdicts.find((v) => v.kind === "transport" && v.name === "shm")).toMatchObject({
         by: "there",
-        reason: expect.stringMatching(/^domains differ \("shm:[^"]+" here, "shm:[^"]+" there\): user namespaces differ/),
+        reason: expect.stringMatching(/^domains differ \(\\"shm:[^"]+\\" here, \\"shm:[^"]+\\" there\): user namespaces differ/),
       });
       expect(theirs.verdicts.find((v) => v.kind === "channel" && v.name === "cma")?.reason).toMatch(/user namespaces differ/);
       // And doctor, run there with --peer, prints it.
