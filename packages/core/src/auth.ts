@@ -25,10 +25,9 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
+import { AUTH_ENTRY } from "./handshake/extensions.js";
 import type { BrochureAnswer, DeviceDescriptors } from "./protocol.js";
 
-/** The brochure entry (a transport name no transport has) that carries the handshake's proofs. */
-export const AUTH_ENTRY = "tensorpipe-js.auth.hmac-sha256";
 
 /** Mutual authentication with a shared secret (ContextOptions.auth). */
 export interface AuthOptions {

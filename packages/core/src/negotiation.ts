@@ -5,8 +5,9 @@
  */
 import type { ChannelContext } from "./channel.js";
 import type { Device } from "./device.js";
-import { deviceKey, pairLabel } from "./device.js";
+import { CPU_DEVICE, deviceKey, pairLabel, sameDevice } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
+import { putWireExtensions } from "./handshake/extensions.js";
 import type { PathVerdict } from "./path-report.js";
 import { peerExcerpt, peerText } from "./peer-text.js";
 import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
@@ -39,32 +40,6 @@ export function localDeviceDescriptors(channel: ChannelContext): DeviceDescripto
   return out;
 }
 
-/**
- * The handshake entry, among the channels, that carries what tensorpipe-js
- * channels add to upstream's wire (ChannelContext.wireExtension): one
- * "device" per channel, named as the channel, whose descriptor is the
- * extension. Upstream looks up only the channels it has, so it passes over
- * it; no channel may be registered under a tensorpipe-js.* name.
- */
-export const WIRE_EXTENSIONS_ENTRY = "tensorpipe-js.wire-extensions";
-
-/** The extensions of `channels` as the entry carries them; undefined when none has one. */
-export function wireExtensionsEntry(channels: Iterable<Registered<ChannelContext>>): DeviceDescriptors | undefined {
-  let out: DeviceDescriptors | undefined;
-  for (const c of channels) {
-    const extension = c.context.wireExtension?.();
-    if (extension === undefined || !c.context.isViable().viable) continue;
-    const device = { type: c.name, index: 0 };
-    (out ??= new Map()).set(deviceKey(device), { device, descriptor: extension });
-  }
-  return out;
-}
-
-/** The peer's extension for channel `name`, from its brochure's or answer's channel entries. */
-export function peerWireExtension(peerChannels: ReadonlyMap<string, DeviceDescriptors>, name: string): string | undefined {
-  return peerChannels.get(WIRE_EXTENSIONS_ENTRY)?.get(deviceKey({ type: name, index: 0 }))?.descriptor;
-}
-
 /** The connecting side's offer: every viable transport's domain and every viable channel's devices. */
 export function buildBrochure(
   transports: readonly Registered<TransportContext>[],
@@ -78,8 +53,7 @@ export function buildBrochure(
   for (const c of channels) {
     if (c.context.isViable().viable) channelDeviceDescriptors.set(c.name, localDeviceDescriptors(c.context));
   }
-  const extensions = wireExtensionsEntry(channels);
-  if (extensions) channelDeviceDescriptors.set(WIRE_EXTENSIONS_ENTRY, extensions);
+  putWireExtensions(channelDeviceDescriptors, channels);
   return { transportDomainDescriptors, channelDeviceDescriptors };
 }
 
@@ -190,8 +164,7 @@ export function chooseChannels(
       choice.deviceDescriptors.set(c.name, localDevices);
     }
   }
-  const extensions = wireExtensionsEntry(choice.selected);
-  if (extensions) choice.deviceDescriptors.set(WIRE_EXTENSIONS_ENTRY, extensions);
+  putWireExtensions(choice.deviceDescriptors, choice.selected);
   return choice;
 }
 
@@ -251,6 +224,11 @@ export function checkAnswer(
 /** Each pair's devices and channel, for logs: "cpu:0->cuda:1: cuda-basic, ...", or "none". */
 export function describePairs(pairs: readonly DevicePairChoice[]): string {
   return pairs.map((p) => `${pairLabel(p.local, p.remote)}: ${p.channel}`).join(", ") || "none";
+}
+
+/** Whether `pairs` carry CPU tensors both ways: without that, every CPU tensor would fail on its first write. */
+export function carriesCpuTensors(pairs: readonly DevicePairChoice[]): boolean {
+  return pairs.some((p) => sameDevice(p.local, CPU_DEVICE) && sameDevice(p.remote, CPU_DEVICE));
 }
 
 /** A (local, remote) device pair as a string key. */

@@ -5,13 +5,15 @@
  * The listening side judges, so it knows its own reasons; the connecting
  * side knows why it left backends out of its offer. Between two
  * tensorpipe-js ends each tells the other in a handshake entry of its own
- * (PATH_REPORT_ENTRY), which upstream TensorPipe passes over as it passes
- * over any channel it lacks; toward an upstream peer nothing is sent, and
- * what that peer decided is inferred from its answer, and marked so.
+ * (PATH_REPORT_ENTRY in handshake/extensions.ts), which upstream
+ * TensorPipe passes over as it passes over any channel it lacks; toward an
+ * upstream peer nothing is sent, and what that peer decided is inferred
+ * from its answer (handshake/verdicts.ts), and marked so.
  */
 import { pairLabel } from "./device.js";
+import { isExtensionName } from "./handshake/extensions.js";
 import { peerText, safeText } from "./peer-text.js";
-import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
+import type { DevicePairChoice } from "./protocol.js";
 
 /** What became of one transport, or of one channel for one device pair. */
 export type PathOutcome =
@@ -71,15 +73,8 @@ export interface PathReport {
   readonly verdicts: readonly PathVerdict[];
 }
 
-/**
- * The handshake entry, among the channels, that carries one side's
- * verdicts and offer to the other: in the brochure what the connecting
- * side left out and why, in the answer the listener's judgement.
- */
-export const PATH_REPORT_ENTRY = "tensorpipe-js.path-report";
-
-/** What a side says of its part in the entry. */
-interface ReportBody {
+/** What a side says of its part in its report. */
+export interface ReportBody {
   offered: OfferedBackends;
   verdicts: PathVerdict[];
   /** In a listener's refusal: what it found none of that it could use. */
@@ -109,11 +104,10 @@ const OUTCOMES: ReadonlySet<string> = new Set<PathOutcome>([
   "not chosen",
 ]);
 
-/** The entry's devices for `body`. */
-export function reportEntry(offered: OfferedBackends, verdicts: readonly PathVerdict[], refused?: PathVerdict["kind"]): DeviceDescriptors {
-  const device = { type: "report", index: 0 };
+/** This side's report as it travels (JSON): what it offered, its verdicts, what a refusal found none of. */
+export function reportJson(offered: OfferedBackends, verdicts: readonly PathVerdict[], refused?: PathVerdict["kind"]): string {
   const body: ReportBody = { offered, verdicts: boundedVerdicts(verdicts), ...(refused ? { refused } : {}) };
-  return new Map([["report:0", { device, descriptor: JSON.stringify(body) }]]);
+  return JSON.stringify(body);
 }
 
 /** `v` made safe to show (a peer's words in it were made so already). */
@@ -164,7 +158,7 @@ export function peerNames(names: Iterable<string>): { names: string[]; more: num
   const out: string[] = [];
   let more = 0;
   for (const n of names) {
-    if (n.startsWith("tensorpipe-js.")) continue;
+    if (isExtensionName(n)) continue;
     if (out.length < MAX_PEER_NAMES) out.push(peerText(n, MAX_NAME));
     else more++;
   }
@@ -179,9 +173,8 @@ function names(value: unknown): string[] {
     .map((s) => peerText(s, MAX_NAME));
 }
 
-/** The peer's report from its brochure's or answer's channel entries; undefined when it sent none or sent nonsense. */
-export function peerReport(peerChannels: ReadonlyMap<string, DeviceDescriptors>): ReportBody | undefined {
-  const raw = peerChannels.get(PATH_REPORT_ENTRY)?.get("report:0")?.descriptor;
+/** The peer's report, as it travelled (PeerExtensions.report); undefined when it sent none or sent nonsense. */
+export function peerReport(raw: string | undefined): ReportBody | undefined {
   if (raw === undefined) return undefined;
   // Ours are bounded far below this: a longer one is not parsed into objects only to be cut.
   if (raw.length > MAX_REPORT_JSON) {
@@ -268,53 +261,6 @@ function toldFromHere(reason: string): string {
     return `${start}${reason.slice(here + HERE.length, there)}${HERE}${reason.slice(start.length, here)}${reason.slice(there)}`;
   }
   return reason;
-}
-
-/**
- * What the connecting side can tell of an upstream listener's choice from
- * its answer alone: what it chose, and for everything else offered, the
- * reasons it could have had.
- */
-export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): PathVerdict[] {
-  const out: PathVerdict[] = [];
-  for (const name of brochure.transportDomainDescriptors.keys()) {
-    if (name.startsWith("tensorpipe-js.")) continue;
-    out.push(
-      name === answer.transport
-        ? { kind: "transport", name, by: "there", outcome: "chosen", reason: "chosen by the listener" }
-        : {
-            kind: "transport",
-            name,
-            by: "inferred",
-            outcome: "not chosen",
-            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)`,
-          },
-    );
-  }
-  const chosen = new Map<string, Set<string>>();
-  for (const p of answer.channelForDevicePair.slice(0, MAX_VERDICTS)) {
-    // The answer's pairs are the listener's: its device first.
-    const pair = peerText(pairLabel(p.remote, p.local), 128);
-    let pairs = chosen.get(p.channel);
-    if (!pairs) chosen.set(p.channel, (pairs = new Set()));
-    pairs.add(pair);
-  }
-  for (const name of brochure.channelDeviceDescriptors.keys()) {
-    if (name.startsWith("tensorpipe-js.")) continue;
-    const pairs = chosen.get(name);
-    if (pairs) {
-      for (const pair of pairs) out.push({ kind: "channel", name, pair, by: "there", outcome: "chosen", reason: "chosen by the listener" });
-    } else {
-      out.push({
-        kind: "channel",
-        name,
-        by: "inferred",
-        outcome: "not chosen",
-        reason: "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)",
-      });
-    }
-  }
-  return out;
 }
 
 /** The report's first line: the side, and what was chosen. */

@@ -3,7 +3,10 @@ import type { ChannelContext, DeviceDescriptor } from "../src/channel.js";
 import type { Device } from "../src/device.js";
 import { Context } from "../src/context.js";
 import { ErrorCode } from "../src/errors.js";
-import { WIRE_EXTENSIONS_ENTRY, buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport, peerWireExtension } from "../src/negotiation.js";
+import { WIRE_EXTENSIONS_ENTRY, readExtensions } from "../src/handshake/extensions.js";
+import { buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport } from "../src/negotiation.js";
+
+const peerWireExtension = (channels: Parameters<typeof readExtensions>[0], name: string) => readExtensions(channels).wire.get(name);
 import type { Brochure, BrochureAnswer } from "../src/protocol.js";
 import type { TransportContext } from "../src/transport.js";
 import { notViable, VIABLE } from "../src/viability.js";

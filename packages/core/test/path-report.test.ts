@@ -3,22 +3,25 @@
  * what a report can be whatever the peer sends.
  */
 import { describe, expect, it } from "vitest";
+import { PATH_REPORT_ENTRY, putReport, readExtensions } from "../src/handshake/extensions.js";
+import { MAX_REPORT_CHARS, MAX_VERDICTS, boundedVerdicts, fromPeer, peerReport, reportJson } from "../src/path-report.js";
 import type { DeviceDescriptors } from "../src/protocol.js";
-import { MAX_REPORT_CHARS, MAX_VERDICTS, PATH_REPORT_ENTRY, boundedVerdicts, fromPeer, peerReport, reportEntry } from "../src/path-report.js";
 
-function entry(descriptor: string): Map<string, DeviceDescriptors> {
-  return new Map([[PATH_REPORT_ENTRY, new Map([["report:0", { device: { type: "report", index: 0 }, descriptor }]])]]);
+/** A report as a peer's entry carries it, read back as the handshake reads it. */
+function entry(descriptor: string): string | undefined {
+  return readExtensions(new Map([[PATH_REPORT_ENTRY, new Map([["report:0", { device: { type: "report", index: 0 }, descriptor }]])]])).report;
 }
 
 describe("a peer's path report", () => {
   it("round-trips what this side sends", () => {
     const verdicts = [{ kind: "channel", name: "cma", pair: "cpu:0->cpu:0", by: "here", outcome: "chosen", reason: "chosen (priority 1200)" }] as const;
-    const sent = new Map([[PATH_REPORT_ENTRY, reportEntry({ transports: ["uv"], channels: ["cma"] }, verdicts)]]);
-    expect(peerReport(sent)).toEqual({ offered: { transports: ["uv"], channels: ["cma"] }, verdicts });
+    const sent = new Map<string, DeviceDescriptors>();
+    putReport(sent, reportJson({ transports: ["uv"], channels: ["cma"] }, verdicts));
+    expect(peerReport(readExtensions(sent).report)).toEqual({ offered: { transports: ["uv"], channels: ["cma"] }, verdicts });
   });
 
   it("is absent when the peer sent none, or sent something that is not a report", () => {
-    expect(peerReport(new Map())).toBeUndefined();
+    expect(peerReport(readExtensions(new Map()).report)).toBeUndefined();
     expect(peerReport(entry("{not json"))).toBeUndefined();
     expect(peerReport(entry("42"))).toBeUndefined();
   });

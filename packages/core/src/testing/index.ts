@@ -19,4 +19,5 @@ export { type MemoryChannelKind, type MemoryPipeConnections, type MemoryPipeOpti
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
 export * as protocol from "../protocol.js";
-export { SharedSecretAuth, AUTH_ENTRY, type AuthSession } from "../auth.js";
+export { SharedSecretAuth, type AuthSession } from "../auth.js";
+export { AUTH_ENTRY } from "../handshake/extensions.js";
