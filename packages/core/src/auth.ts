@@ -26,7 +26,7 @@ import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import { AUTH_ENTRY } from "./handshake/extensions.js";
-import type { BrochureAnswer, DeviceDescriptors } from "./protocol.js";
+import type { BrochureAnswer, DeviceDescriptors } from "./protocol/handshake.js";
 
 
 /** Mutual authentication with a shared secret (ContextOptions.auth). */

@@ -42,4 +42,6 @@ export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";
 export { peerText, peerExcerpt, safeText } from "./peer-text.js";
 export { OptionChecks } from "./option-checks.js";
-export { NopReader, NopWriter, Nop } from "./nop.js";
+export { NopReader } from "./nop/reader.js";
+export { NopWriter } from "./nop/writer.js";
+export { Nop } from "./nop/prefixes.js";

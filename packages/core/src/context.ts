@@ -15,7 +15,7 @@ import { type Registered, byPriority } from "./negotiation.js";
 import { type PathPolicy, checkListenedTransports, checkPathPolicy } from "./path-policy.js";
 import { Pipe } from "./pipe/pipe.js";
 import type { PipeParts } from "./pipe/parts.js";
-import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "./protocol.js";
+import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "./protocol/message.js";
 import { type ContextStats, PipeCounters, addCount } from "./stats.js";
 import type { FlightEvent } from "./flight-recorder.js";
 import type { Connection, TransportContext } from "./transport.js";

@@ -49,4 +49,5 @@ export {
 export type { Viability } from "./viability.js";
 export { ErrorCode, TensorPipeError, type TensorPipeErrorOptions, isTensorPipeError } from "./errors.js";
 export type { OperationOptions } from "./abort.js";
-export type { DevicePairChoice, DescriptorLimits } from "./protocol.js";
+export type { DevicePairChoice } from "./protocol/handshake.js";
+export type { DescriptorLimits } from "./protocol/message.js";

@@ -10,7 +10,7 @@ import { HandshakeWaits, type Stalled } from "./handshake-waits.js";
 import type { Registered } from "./negotiation.js";
 import type { PipeParts } from "./pipe/parts.js";
 import type { Pipe } from "./pipe/pipe.js";
-import { decodePacket } from "./protocol.js";
+import { decodePacket } from "./protocol/handshake.js";
 import { describeValue } from "./describe-value.js";
 import { Registrations } from "./registrations.js";
 import { addCount } from "./stats.js";

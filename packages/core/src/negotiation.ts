@@ -10,7 +10,7 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 import { putWireExtensions } from "./handshake/extensions.js";
 import type { PathVerdict } from "./path-report.js";
 import { peerExcerpt, peerText } from "./peer-text.js";
-import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol.js";
+import type { Brochure, BrochureAnswer, DeviceDescriptors, DevicePairChoice } from "./protocol/handshake.js";
 import type { TransportContext } from "./transport.js";
 
 /** Told why each backend was or was not chosen (for pipe.path and debug logs). */

@@ -13,7 +13,7 @@
 import { pairLabel } from "./device.js";
 import { isExtensionName } from "./handshake/extensions.js";
 import { peerText, safeText } from "./peer-text.js";
-import type { DevicePairChoice } from "./protocol.js";
+import type { DevicePairChoice } from "./protocol/handshake.js";
 
 /** What became of one transport, or of one channel for one device pair. */
 export type PathOutcome =

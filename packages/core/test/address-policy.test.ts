@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { ErrorCode } from "../src/errors.js";
 import { ListenerProof } from "../src/handshake/address-policy.js";
 import type { Registered } from "../src/negotiation.js";
-import type { BrochureAnswer } from "../src/protocol.js";
+import type { BrochureAnswer } from "../src/protocol/handshake.js";
 import type { Connection, TransportContext } from "../src/transport.js";
 
 const answer = { transport: "shm", address: "shm://listener" } as BrochureAnswer;

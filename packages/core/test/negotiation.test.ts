@@ -7,7 +7,7 @@ import { WIRE_EXTENSIONS_ENTRY, readExtensions } from "../src/handshake/extensio
 import { buildBrochure, byPriority, checkAnswer, chooseChannels, chooseTransport } from "../src/negotiation.js";
 
 const peerWireExtension = (channels: Parameters<typeof readExtensions>[0], name: string) => readExtensions(channels).wire.get(name);
-import type { Brochure, BrochureAnswer } from "../src/protocol.js";
+import type { Brochure, BrochureAnswer } from "../src/protocol/handshake.js";
 import type { TransportContext } from "../src/transport.js";
 import { notViable, VIABLE } from "../src/viability.js";
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { NopReader, NopWriter } from "../src/nop.js";
+import { NopReader } from "../src/nop/reader.js";
+import { NopWriter } from "../src/nop/writer.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { PATH_REPORT_ENTRY, putReport, readExtensions } from "../src/handshake/extensions.js";
 import { MAX_REPORT_CHARS, MAX_VERDICTS, boundedVerdicts, fromPeer, peerReport, reportJson } from "../src/path-report.js";
-import type { DeviceDescriptors } from "../src/protocol.js";
+import type { DeviceDescriptors } from "../src/protocol/handshake.js";
 
 /** A report as a peer's entry carries it, read back as the handshake reads it. */
 function entry(descriptor: string): string | undefined {

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { CPU_DEVICE } from "../src/device.js";
 import { ErrorCode } from "../src/errors.js";
-import { encodeDescriptor } from "../src/protocol.js";
+import { encodeDescriptor } from "../src/protocol/message.js";
 import { MemoryNetwork } from "../src/testing/memory-connection.js";
 import { memoryPipePair } from "../src/testing/memory-pipe.js";
 

@@ -1,20 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { CPU_DEVICE } from "../src/device.js";
 import { ErrorCode } from "../src/errors.js";
-import {
-  type BrochureAnswer,
-  decodeBrochure,
-  decodeBrochureAnswer,
-  decodeDescriptor,
-  decodeDescriptorReply,
-  decodePacket,
-  encodeBrochure,
-  encodeBrochureAnswer,
-  encodeDescriptor,
-  encodeDescriptorReply,
-  encodePacket,
-  MAX_HANDSHAKE_ENTRIES,
-} from "../src/protocol.js";
+import { type BrochureAnswer, decodeBrochure, decodeBrochureAnswer, decodePacket, encodeBrochure, encodeBrochureAnswer, encodePacket, MAX_HANDSHAKE_ENTRIES } from "../src/protocol/handshake.js";
+import { decodeDescriptor, decodeDescriptorReply, encodeDescriptor, encodeDescriptorReply } from "../src/protocol/message.js";
 import { upstreamSession } from "../src/testing/upstream-sessions.js";
 
 const { clientMain, serverMain, clientReply: replyConnection, clientChannel } = upstreamSession("basic");

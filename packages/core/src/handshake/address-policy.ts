@@ -7,7 +7,7 @@ import { splitHostPort } from "../address.js";
 import { protocolError } from "../errors.js";
 import type { Registered } from "../negotiation.js";
 import { peerExcerpt, peerText } from "../peer-text.js";
-import type { BrochureAnswer } from "../protocol.js";
+import type { BrochureAnswer } from "../protocol/handshake.js";
 import type { Connection, TransportContext } from "../transport.js";
 
 /** The longest address a listener may answer with: a DNS name's 253 characters, a port, brackets and a scope fit well within it. */

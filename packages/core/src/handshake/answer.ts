@@ -10,7 +10,7 @@ import { HandshakeEvents } from "../flight-recorder.js";
 import { type ChannelChoice, type Registered, byPriority, carriesCpuTensors, chooseChannels, chooseTransport } from "../negotiation.js";
 import { MAX_VERDICTS, type OfferedBackends, type PathReport, type PathVerdict, boundedVerdicts, fromPeer, pathHeadline, peerReport, reportJson } from "../path-report.js";
 import type { PipeParts } from "../pipe/parts.js";
-import { ConnectionKind, decodeBrochure, encodeBrochureAnswer } from "../protocol.js";
+import { ConnectionKind, decodeBrochure, encodeBrochureAnswer } from "../protocol/handshake.js";
 import type { Registration, Registrations } from "../registrations.js";
 import type { Connection, TransportContext } from "../transport.js";
 import { assemble } from "./assembly.js";

@@ -8,7 +8,7 @@ import type { Channel } from "../channel.js";
 import type { Registered } from "../negotiation.js";
 import type { PathReport } from "../path-report.js";
 import type { PipeParts } from "../pipe/parts.js";
-import type { DevicePairChoice } from "../protocol.js";
+import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { Connection, TransportContext } from "../transport.js";
 import type { HandshakeSettings } from "./settings.js";
 

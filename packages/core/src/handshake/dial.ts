@@ -12,7 +12,7 @@ import { type Registered, buildBrochure, byPriority, carriesCpuTensors, checkAns
 import { type PathReport, type PathVerdict, boundedVerdicts, describePathReport, fromPeer, pathHeadline, peerReport, reportJson } from "../path-report.js";
 import { peerExcerpt } from "../peer-text.js";
 import type { PipeParts } from "../pipe/parts.js";
-import { type Brochure, type BrochureAnswer, ConnectionKind, type DevicePairChoice, decodeBrochureAnswer, encodeBrochure, encodePacket } from "../protocol.js";
+import { type Brochure, type BrochureAnswer, ConnectionKind, type DevicePairChoice, decodeBrochureAnswer, encodeBrochure, encodePacket } from "../protocol/handshake.js";
 import type { Connection, TransportContext } from "../transport.js";
 import { ListenerProof, checkAnsweredAddress, followUpAddress } from "./address-policy.js";
 import { assemble } from "./assembly.js";

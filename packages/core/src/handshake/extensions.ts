@@ -8,7 +8,7 @@
 import type { ChannelContext } from "../channel.js";
 import { deviceKey } from "../device.js";
 import type { Registered } from "../negotiation.js";
-import type { Brochure, DeviceDescriptors } from "../protocol.js";
+import type { Brochure, DeviceDescriptors } from "../protocol/handshake.js";
 
 /** The names of every entry of ours begin so; a backend's may not. */
 export const EXTENSION_PREFIX = "tensorpipe-js.";

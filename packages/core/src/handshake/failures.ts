@@ -7,7 +7,7 @@ import { ErrorCode, TensorPipeError } from "../errors.js";
 import { carriesCpuTensors } from "../negotiation.js";
 import { describePath } from "../path-policy.js";
 import { type PathReport, type PathVerdict, fromPeer, peerReport, reportJson } from "../path-report.js";
-import type { BrochureAnswer, DeviceDescriptors } from "../protocol.js";
+import type { BrochureAnswer, DeviceDescriptors } from "../protocol/handshake.js";
 import { putReport, readExtensions } from "./extensions.js";
 import type { HandshakeSettings } from "./settings.js";
 import { choiceVerdicts, pathNote } from "./verdicts.js";

@@ -10,7 +10,7 @@ import type { Registered } from "../negotiation.js";
 import { describePath } from "../path-policy.js";
 import { MAX_PEER_NAMES, MAX_VERDICTS, type OfferedBackends, type PathVerdict, peerNames } from "../path-report.js";
 import { peerText, safeText } from "../peer-text.js";
-import type { Brochure, BrochureAnswer } from "../protocol.js";
+import type { Brochure, BrochureAnswer } from "../protocol/handshake.js";
 import type { Viability } from "../viability.js";
 import { isExtensionName } from "./extensions.js";
 import type { HandshakeSettings } from "./settings.js";

@@ -4,7 +4,7 @@
  */
 import type { Channel } from "../channel.js";
 import { ErrorCode, TensorPipeError, fromNativeError } from "../errors.js";
-import type { DescriptorLimits } from "../protocol.js";
+import type { DescriptorLimits } from "../protocol/message.js";
 import type { Connection } from "../transport.js";
 import { type FinalState, PipeLifecycle, type PipeState } from "./lifecycle.js";
 import { PipeObserver } from "./observer.js";

@@ -12,7 +12,7 @@ import { type FlightEvent, FlightRecorder } from "../flight-recorder.js";
 import type { Descriptor } from "../message.js";
 import { describePairs } from "../negotiation.js";
 import type { PathReport } from "../path-report.js";
-import type { DevicePairChoice } from "../protocol.js";
+import type { DevicePairChoice } from "../protocol/handshake.js";
 import { PipeCounters } from "../stats.js";
 import { DONE } from "../transport.js";
 import type { PipeState } from "./lifecycle.js";

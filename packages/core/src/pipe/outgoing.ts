@@ -8,8 +8,8 @@ import { type Device, CPU_DEVICE, bufferDevice, deviceKey } from "../device.js";
 import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { Message, MessagePayload, MessageTensor } from "../message.js";
 import { badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "../message-check.js";
-import type { NopWriter } from "../nop.js";
-import { writeDescriptorHead, writePayloadDescriptor, writeTensorCount, writeTensorDescriptor } from "../protocol.js";
+import type { NopWriter } from "../nop/writer.js";
+import { writeDescriptorHead, writePayloadDescriptor, writeTensorCount, writeTensorDescriptor } from "../protocol/message.js";
 import type { ChannelRoutes } from "./routes.js";
 
 const NONE: readonly never[] = [];

@@ -2,7 +2,8 @@
 import type { Channel } from "../channel.js";
 import type { FlightEvent } from "../flight-recorder.js";
 import type { PathReport } from "../path-report.js";
-import type { DescriptorLimits, DevicePairChoice } from "../protocol.js";
+import type { DescriptorLimits } from "../protocol/message.js";
+import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { Connection } from "../transport.js";
 
 /** Limits a pipe enforces on what its peer sends. */

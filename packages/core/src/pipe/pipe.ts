@@ -12,7 +12,7 @@ import type { FlightEvent } from "../flight-recorder.js";
 import type { Allocation, Descriptor, Message, ReceivedMessage } from "../message.js";
 import { IncomingMemory } from "../message-memory.js";
 import type { PathReport } from "../path-report.js";
-import type { DevicePairChoice } from "../protocol.js";
+import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { PipeCounters, PipeStats } from "../stats.js";
 import { DONE } from "../transport.js";
 import { PipeEngine } from "./engine.js";

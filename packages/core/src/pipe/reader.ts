@@ -11,7 +11,7 @@ import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { Allocation, Descriptor } from "../message.js";
 import { allocationParts, badPayload, checkTensorBuffer } from "../message-check.js";
 import type { IncomingMemory } from "../message-memory.js";
-import { decodeDescriptor, encodeDescriptorReply } from "../protocol.js";
+import { decodeDescriptor, encodeDescriptorReply } from "../protocol/message.js";
 import { type Connection, DONE } from "../transport.js";
 import type { PipeObserver } from "./observer.js";
 import { Fifo } from "../fifo.js";

@@ -7,7 +7,7 @@ import type { Channel } from "../channel.js";
 import { CPU_DEVICE, type Device, sameDevice } from "../device.js";
 import type { Descriptor } from "../message.js";
 import { describePairs, pairKey } from "../negotiation.js";
-import type { DevicePairChoice } from "../protocol.js";
+import type { DevicePairChoice } from "../protocol/handshake.js";
 import { type ChannelStats, PipeCounters } from "../stats.js";
 
 /** A pipe's channels by device pair, each with its name and counters. */

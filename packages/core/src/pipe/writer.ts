@@ -7,8 +7,8 @@
 import { type Device, bufferDevice, deviceKey } from "../device.js";
 import { ErrorCode, TensorPipeError, protocolError } from "../errors.js";
 import type { Message, MessagePayload, MessageTensor } from "../message.js";
-import { NopWriter } from "../nop.js";
-import { decodeDescriptorReply } from "../protocol.js";
+import { NopWriter } from "../nop/writer.js";
+import { decodeDescriptorReply } from "../protocol/message.js";
 import { type Connection, DONE } from "../transport.js";
 import type { PipeObserver } from "./observer.js";
 import { OutgoingMessage, targetOf, tensorLength } from "./outgoing.js";

@@ -18,6 +18,6 @@ export { MemoryConnection, MemoryNetwork } from "./memory-connection.js";
 export { type MemoryChannelKind, type MemoryPipeConnections, type MemoryPipeOptions, type MemoryPipePair, memoryPipePair } from "./memory-pipe.js";
 export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } from "./capture.js";
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
-export * as protocol from "../protocol.js";
+export * as protocol from "../protocol/index.js";
 export { SharedSecretAuth, type AuthSession } from "../auth.js";
 export { AUTH_ENTRY } from "../handshake/extensions.js";

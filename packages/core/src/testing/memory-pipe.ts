@@ -9,7 +9,7 @@ import type { Channel } from "../channel.js";
 import { CPU_DEVICE, cpuBytes, type TensorBuffer } from "../device.js";
 import type { PipeParts } from "../pipe/parts.js";
 import { Pipe } from "../pipe/pipe.js";
-import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "../protocol.js";
+import { DEFAULT_DESCRIPTOR_LIMITS, type DescriptorLimits } from "../protocol/message.js";
 import { DONE, type Connection, writeFrame } from "../transport.js";
 import { type MemoryConnection, MemoryNetwork } from "./memory-connection.js";
 
