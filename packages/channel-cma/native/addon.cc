@@ -24,6 +24,7 @@
 
 #include "remote_copy.h"
 #include "tensorpipe/napi_helpers.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 namespace {
@@ -84,7 +85,7 @@ class CopyQueue : public EnvResource {
       }
     }
     // Like a job on the pool, a read keeps the loop alive until it ends.
-    if (reading_++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(&async_));
+    if (reading_++ == 0) async_.Ref();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       uint64_t off = 0;
@@ -100,9 +101,8 @@ class CopyQueue : public EnvResource {
 
  private:
   void Open() {
-    uv_async_init(lifecycle_.loop(), &async_, OnAsync);
-    async_.data = this;
-    uv_unref(reinterpret_cast<uv_handle_t*>(&async_));
+    uv_async_init(lifecycle_.loop(), async_.Make(this), OnAsync);
+    async_.Unref();
     lifecycle_.Own(this);
     open_ = true;
   }
@@ -132,7 +132,7 @@ class CopyQueue : public EnvResource {
       // for 2.2 ms). Teardown() closes the handle only after joining the
       // copiers.
       lock.unlock();
-      uv_async_send(&async_);
+      uv_async_send(async_.get());
       lock.lock();
     }
   }
@@ -148,7 +148,7 @@ class CopyQueue : public EnvResource {
     }
     for (Transfer* t : ended) t->Finish();
     reading_ -= ended.size();
-    if (reading_ == 0 && !ended.empty()) uv_unref(reinterpret_cast<uv_handle_t*>(&async_));
+    if (reading_ == 0 && !ended.empty()) async_.Unref();
   }
 
   // The environment is going: chunks not taken are dropped, the copiers
@@ -167,14 +167,15 @@ class CopyQueue : public EnvResource {
     for (std::thread& copier : copiers_) copier.join();
     copiers_.clear();
     AnswerEnded();
-    uv_close(reinterpret_cast<uv_handle_t*>(&async_), [](uv_handle_t* h) {
-      auto* self = static_cast<CopyQueue*>(h->data);
+    auto released = [](void* queue) {
+      auto* self = static_cast<CopyQueue*>(queue);
       self->lifecycle_.Released(self);
-    });
+    };
+    if (!async_.Close(released, this)) released(this);
   }
 
   EnvLifecycle& lifecycle_;
-  uv_async_t async_;
+  UvHandle<uv_async_t> async_;
   bool open_ = false;
   // Reads not answered yet (loop thread).
   size_t reading_ = 0;

@@ -20,6 +20,7 @@
 
 #include "tensorpipe/ibverbs.h"
 #include "tensorpipe/napi_helpers.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 namespace {
@@ -148,18 +149,14 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
     asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.cudaGdr.completions");
     uv_loop_t* loop = nullptr;
     napi_get_uv_event_loop(env, &loop);
-    poll_ = new uv_poll_t;
-    poll_->data = this;
-    int r = uv_poll_init(loop, poll_, channel_->fd);
-    if (r == 0) r = uv_poll_start(poll_, UV_READABLE, OnReadable);
+    int r = uv_poll_init(loop, poll_.Make(this), channel_->fd);
+    if (r == 0) r = uv_poll_start(poll_.get(), UV_READABLE, OnReadable);
     if (r != 0) {
-      delete poll_;
-      poll_ = nullptr;
       Release();
       throw UvError(env, r, "uv_poll_start");
     }
     // Pipes keep the loop alive while they have work; an idle NIC does not.
-    uv_unref(reinterpret_cast<uv_handle_t*>(poll_));
+    poll_.Unref();
     Ref();
     LifecycleOf(env).Own(this);
   }
@@ -204,11 +201,8 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
 
   // Frees everything in reverse order; safe to call twice.
   void Release() {
-    if (poll_ != nullptr) {
-      uv_poll_stop(poll_);
-      uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
-      poll_ = nullptr;
-    }
+    // Closing the poll stops it.
+    poll_.Close();
     for (auto& [id, qp] : qps_) {
       ibv_qp_attr attr = {};
       attr.qp_state = IBV_QPS_ERR;
@@ -471,7 +465,7 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   unsigned unackedEvents_ = 0;
-  uv_poll_t* poll_ = nullptr;
+  UvHandle<uv_poll_t> poll_;
   std::map<uint32_t, ibv_qp*> qps_;
   std::map<uint32_t, ibv_mr*> mrs_;
   uint32_t nextQp_ = 1;

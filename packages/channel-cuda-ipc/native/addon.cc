@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "tensorpipe/cuda_napi.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 namespace {
@@ -140,10 +141,8 @@ class Completions : public EnvResource {
   };
 
   Completions(EnvLifecycle& lifecycle, napi_env env) : lifecycle_(lifecycle), env_(env) {
-    async_ = new uv_async_t;
-    async_->data = this;
-    uv_async_init(lifecycle.loop(), async_, OnAsync);
-    uv_unref(reinterpret_cast<uv_handle_t*>(async_));
+    uv_async_init(lifecycle.loop(), async_.Make(this), OnAsync);
+    async_.Unref();
     lifecycle.Own(this);
   }
 
@@ -159,13 +158,13 @@ class Completions : public EnvResource {
       closed_ = true;
       ready_.clear();
     }
-    uv_close(reinterpret_cast<uv_handle_t*>(async_), [](uv_handle_t* h) { delete reinterpret_cast<uv_async_t*>(h); });
+    async_.Close();
     lifecycle_.Released(this);
   }
 
   // Copies in flight keep the loop alive, as a job on the pool would.
   void Started() {
-    if (inFlight_++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(async_));
+    if (inFlight_++ == 0) async_.Ref();
   }
 
  private:
@@ -178,7 +177,7 @@ class Completions : public EnvResource {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
     ready_.push_back(copy);
-    uv_async_send(async_);
+    uv_async_send(async_.get());
   }
 
   static void OnAsync(uv_async_t* h) {
@@ -189,7 +188,7 @@ class Completions : public EnvResource {
       ready.swap(self->ready_);
     }
     self->inFlight_ -= ready.size();
-    if (self->inFlight_ == 0) uv_unref(reinterpret_cast<uv_handle_t*>(self->async_));
+    if (self->inFlight_ == 0) self->async_.Unref();
     Napi::Env env(self->env_);
     for (Copy* c : ready) {
       std::unique_ptr<Copy> copy(c);
@@ -203,7 +202,7 @@ class Completions : public EnvResource {
 
   EnvLifecycle& lifecycle_;
   napi_env env_;
-  uv_async_t* async_;
+  UvHandle<uv_async_t> async_;
   std::mutex mutex_;
   bool closed_ = false;
   std::vector<Copy*> ready_;

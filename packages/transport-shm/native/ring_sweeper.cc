@@ -4,13 +4,11 @@ namespace tensorpipe_js {
 
 void RingSweeper::Add(SweptRing* ring) {
   if (closing_ || ring->sweepIndex_ != static_cast<size_t>(-1)) return;
-  if (timer_ == nullptr) {
-    timer_ = new uv_timer_t;
-    uv_timer_init(lifecycle_.loop(), timer_);
-    timer_->data = this;
+  if (!timer_) {
+    uv_timer_init(lifecycle_.loop(), timer_.Make(this));
     // The sweep keeps no process alive.
-    uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
-    uv_timer_start(timer_, OnTimer, kPeriodMs, kPeriodMs);
+    timer_.Unref();
+    uv_timer_start(timer_.get(), OnTimer, kPeriodMs, kPeriodMs);
     lifecycle_.Own(this);
   }
   ring->sweepIndex_ = rings_.size();
@@ -35,13 +33,12 @@ void RingSweeper::Teardown() {
   closing_ = true;
   for (SweptRing* r : rings_) r->sweepIndex_ = static_cast<size_t>(-1);
   rings_.clear();
-  if (timer_ == nullptr) return;
-  uv_close(reinterpret_cast<uv_handle_t*>(timer_), [](uv_handle_t* h) {
-    auto* self = static_cast<RingSweeper*>(h->data);
-    delete reinterpret_cast<uv_timer_t*>(h);
-    self->lifecycle_.Released(self);
-  });
-  timer_ = nullptr;
+  timer_.Close(
+      [](void* sweeper) {
+        auto* self = static_cast<RingSweeper*>(sweeper);
+        self->lifecycle_.Released(self);
+      },
+      this);
 }
 
 }  // namespace tensorpipe_js

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tensorpipe/env_lifecycle.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 
@@ -47,7 +48,7 @@ class RingSweeper : public EnvResource {
   static void OnTimer(uv_timer_t* timer);
 
   EnvLifecycle& lifecycle_;
-  uv_timer_t* timer_ = nullptr;
+  UvHandle<uv_timer_t> timer_;
   std::vector<SweptRing*> rings_;
   bool closing_ = false;
 };

@@ -77,13 +77,8 @@ Napi::Object ShmConnection::Create(Napi::Env env, int sock, const ShmOptions& op
 // Checks who the peer is, makes this side's inbox and sends it over.
 int ShmConnection::Begin() {
   uv_loop_t* loop = GetAddonData(Env())->loop();
-  socketPoll_ = new uv_poll_t;
-  socketPoll_->data = this;
-  for (uv_idle_t** h : {&spinIdle_, &selfWake_}) {
-    *h = new uv_idle_t;
-    (*h)->data = this;
-    uv_idle_init(loop, *h);
-  }
+  uv_idle_init(loop, spinIdle_.Make(this));
+  uv_idle_init(loop, selfWake_.Make(this));
   struct ucred cred;
   socklen_t len = sizeof(cred);
   if (getsockopt(sock_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return uv_translate_sys_error(errno);
@@ -133,9 +128,8 @@ int ShmConnection::Begin() {
   // The peer holds its own copy now; the mapping keeps the memory here.
   CloseFd(&inboxMemfd_);
 
-  uv_poll_init(loop, socketPoll_, sock_);
-  openHandles_ = 1;
-  return uv_poll_start(socketPoll_, UV_READABLE | UV_DISCONNECT, OnSocketEvent);
+  uv_poll_init(loop, socketPoll_.Make(this), sock_);
+  return uv_poll_start(socketPoll_.get(), UV_READABLE | UV_DISCONNECT, OnSocketEvent);
 }
 
 void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
@@ -266,7 +260,7 @@ void ShmConnection::OnWake() {
 // it looks again on the loop's next turn, as a wake-up from the peer would
 // have it.
 void ShmConnection::WakeSelf() {
-  if (!selfWoken_) uv_idle_start(selfWake_, OnSelfWake);
+  if (!selfWoken_) uv_idle_start(selfWake_.get(), OnSelfWake);
   selfWoken_ = true;
 }
 
@@ -509,7 +503,7 @@ thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
 thread_local ShmConnection* ShmConnection::loopHolder_ = nullptr;
 
 void ShmConnection::StartSpinning() {
-  uv_idle_start(spinIdle_, OnSpin);
+  uv_idle_start(spinIdle_.get(), OnSpin);
   spinning_ = true;
   spinningIndex_ = spinningOnThisThread_.size();
   spinningOnThisThread_.push_back(this);
@@ -517,7 +511,7 @@ void ShmConnection::StartSpinning() {
 
 void ShmConnection::StopSpinning() {
   if (!spinning_) return;
-  uv_idle_stop(spinIdle_);
+  uv_idle_stop(spinIdle_.get());
   spinning_ = false;
   ShmConnection* last = spinningOnThisThread_.back();
   spinningOnThisThread_[spinningIndex_] = last;
@@ -566,8 +560,8 @@ void ShmConnection::OnReadable() {
 }
 
 void ShmConnection::StopIo() {
-  if (uv_is_active(reinterpret_cast<uv_handle_t*>(socketPoll_))) uv_poll_stop(socketPoll_);
-  if (selfWoken_) uv_idle_stop(selfWake_);
+  if (socketPoll_.IsActive()) uv_poll_stop(socketPoll_.get());
+  if (selfWoken_) uv_idle_stop(selfWake_.get());
   readablePolling_ = writablePolling_ = selfWoken_ = false;
   StopSpinning();
 }
@@ -595,27 +589,19 @@ void ShmConnection::CloseAll() {
   writes_.clear();
   onReady_.Reset();
   StopSpinning();
-  int open = openHandles_;
-  if (open > 0) uv_close(reinterpret_cast<uv_handle_t*>(socketPoll_), OnHandleClosed);
-  else delete socketPoll_;
-  socketPoll_ = nullptr;
-  for (uv_idle_t** h : {&spinIdle_, &selfWake_}) {
-    if (*h == nullptr) continue;
-    openHandles_++;
-    open++;
-    uv_close(reinterpret_cast<uv_handle_t*>(*h), OnHandleClosed);
-    *h = nullptr;
+  int closing = 0;
+  for (bool later : {socketPoll_.Close(OnHandleClosed, this), spinIdle_.Close(OnHandleClosed, this), selfWake_.Close(OnHandleClosed, this)}) {
+    closing += later ? 1 : 0;
   }
+  openHandles_ = closing;
   // Closing a poll takes its descriptor out of the loop's epoll set at
   // once: descriptors and mappings go now, so that close() leaves none.
   FreeDescriptorsAndMappings();
-  if (open == 0) Released();
+  if (closing == 0) Released();
 }
 
-void ShmConnection::OnHandleClosed(uv_handle_t* handle) {
-  auto* c = static_cast<ShmConnection*>(handle->data);
-  if (handle->type == UV_IDLE) delete reinterpret_cast<uv_idle_t*>(handle);
-  else delete reinterpret_cast<uv_poll_t*>(handle);
+void ShmConnection::OnHandleClosed(void* connection) {
+  auto* c = static_cast<ShmConnection*>(connection);
   if (--c->openHandles_ == 0) c->Released();
 }
 

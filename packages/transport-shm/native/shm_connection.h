@@ -18,6 +18,7 @@
 #include "ring.h"
 #include "ring_sweeper.h"
 #include "tensorpipe/framed_connection.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 
@@ -97,7 +98,7 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   void StopSpinning();
   void EndWait(bool bytesCame);
   void StopSleeping();
-  static void OnHandleClosed(uv_handle_t* handle);
+  static void OnHandleClosed(void* connection);
   void FreeDescriptorsAndMappings();
 
   // The core's byte I/O.
@@ -146,11 +147,11 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   int outboxQuietSweeps_ = 0;
   RingSweeper* sweeper_ = nullptr;
 
-  uv_poll_t* socketPoll_ = nullptr;
+  UvHandle<uv_poll_t> socketPoll_;
   // Runs OnWake on the loop's next turn (WakeSelf).
-  uv_idle_t* selfWake_ = nullptr;
+  UvHandle<uv_idle_t> selfWake_;
   bool selfWoken_ = false;
-  uv_idle_t* spinIdle_ = nullptr;
+  UvHandle<uv_idle_t> spinIdle_;
   // The read's wait: when it began, and when it last wrote to an awake
   // peer (0: not since it began). The spell in force is the answer's from
   // then, else the next message's from the wait's start.
@@ -170,6 +171,7 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   // A read sleeps, a write waits for room: each looks when woken.
   bool readablePolling_ = false;
   bool writablePolling_ = false;
+  // Handles closed whose close callback is still to come.
   int openHandles_ = 0;
 
   std::deque<std::unique_ptr<PendingWrite>> writes_;

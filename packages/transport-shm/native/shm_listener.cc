@@ -113,15 +113,11 @@ ShmListener::ShmListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmL
     throw UvError(env, uv_translate_sys_error(err), "open");
   }
   uv_loop_t* loop = GetAddonData(env)->loop();
-  poll_ = new uv_poll_t;
-  poll_->data = this;
-  uv_poll_init(loop, poll_, fd_);
-  uv_poll_start(poll_, UV_READABLE, OnReadable);
+  uv_poll_init(loop, poll_.Make(this), fd_);
+  uv_poll_start(poll_.get(), UV_READABLE, OnReadable);
   // Never what keeps the process alive: the poll (or the handshakes) do.
-  timer_ = new uv_timer_t;
-  timer_->data = this;
-  uv_timer_init(loop, timer_);
-  uv_unref(reinterpret_cast<uv_handle_t*>(timer_));
+  uv_timer_init(loop, timer_.Make(this));
+  timer_.Unref();
   openHandles_ = 2;
   Ref();
   LifecycleOf(env).Own(this);
@@ -228,7 +224,7 @@ void ShmListener::ShedBacklog(Napi::Env env) {
     reserveFd_ = OpenReserve();
   }
   if (reserveFd_ < 0) {
-    uv_poll_stop(poll_);
+    uv_poll_stop(poll_.get());
     resumeAt_ = uv_now(GetAddonData(env)->loop()) + kAcceptRetryMs;
     ArmTimer();
   }
@@ -239,7 +235,7 @@ void ShmListener::ShedBacklog(Napi::Env env) {
 // would find none free, and shed the real peers queued.
 void ShmListener::PauseAccepting() {
   if (closed_) return;
-  uv_poll_stop(poll_);
+  uv_poll_stop(poll_.get());
   resumeAt_ = uv_now(GetAddonData(Env())->loop());
   ArmTimer();
 }
@@ -295,11 +291,11 @@ void ShmListener::ArmTimer() {
   uint64_t due = resumeAt_ != 0 ? resumeAt_ : UINT64_MAX;
   if (!starting_.empty()) due = std::min(due, starting_.front()->handshakeDeadline_);
   if (due == UINT64_MAX) {
-    uv_timer_stop(timer_);
+    uv_timer_stop(timer_.get());
     return;
   }
   uint64_t now = uv_now(GetAddonData(Env())->loop());
-  uv_timer_start(timer_, OnTimer, due > now ? due - now : 0, 0);
+  uv_timer_start(timer_.get(), OnTimer, due > now ? due - now : 0, 0);
 }
 
 void ShmListener::OnTimer(uv_timer_t* handle) {
@@ -311,7 +307,7 @@ void ShmListener::OnTimer(uv_timer_t* handle) {
     if (self->resumeAt_ != 0 && now >= self->resumeAt_) {
       self->resumeAt_ = 0;
       if (self->reserveFd_ < 0) self->reserveFd_ = OpenReserve();
-      uv_poll_start(self->poll_, UV_READABLE, OnReadable);
+      uv_poll_start(self->poll_.get(), UV_READABLE, OnReadable);
     }
     const std::string message = "shm handshake not done within " + std::to_string(self->bounds_.timeoutMs) + " ms";
     while (!self->closed_ && !self->starting_.empty() && self->starting_.front()->handshakeDeadline_ <= now) {
@@ -347,16 +343,12 @@ void ShmListener::CloseSocket() {
     c->watcher_ = nullptr;
     c->CloseAll();
   }
-  uv_close(reinterpret_cast<uv_handle_t*>(poll_), OnHandleClosed);
-  uv_close(reinterpret_cast<uv_handle_t*>(timer_), OnHandleClosed);
-  poll_ = nullptr;
-  timer_ = nullptr;
+  poll_.Close(OnHandleClosed, this);
+  timer_.Close(OnHandleClosed, this);
 }
 
-void ShmListener::OnHandleClosed(uv_handle_t* h) {
-  auto* self = static_cast<ShmListener*>(h->data);
-  if (h->type == UV_TIMER) delete reinterpret_cast<uv_timer_t*>(h);
-  else delete reinterpret_cast<uv_poll_t*>(h);
+void ShmListener::OnHandleClosed(void* listener) {
+  auto* self = static_cast<ShmListener*>(listener);
   if (--self->openHandles_ != 0) return;
   for (int* fd : {&self->fd_, &self->reserveFd_}) {
     if (*fd >= 0) ::close(*fd);

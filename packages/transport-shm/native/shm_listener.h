@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shm_connection.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 
@@ -38,7 +39,7 @@ class ShmListener : public Napi::ObjectWrap<ShmListener>, public EnvResource {
   void CloseSocket();
   static void OnReadable(uv_poll_t* handle, int status, int events);
   static void OnTimer(uv_timer_t* handle);
-  static void OnHandleClosed(uv_handle_t* handle);
+  static void OnHandleClosed(void* listener);
   void Accept(Napi::Env env);
   // Out of descriptors: turns away what waits in the backlog (see the .cc).
   void ShedBacklog(Napi::Env env);
@@ -55,9 +56,9 @@ class ShmListener : public Napi::ObjectWrap<ShmListener>, public EnvResource {
   // accept, and close at once, what waits in the backlog (libuv's trick),
   // instead of leaving it there for the level-triggered poll to fire again.
   int reserveFd_ = -1;
-  uv_poll_t* poll_ = nullptr;
+  UvHandle<uv_poll_t> poll_;
   // Due at the oldest handshake's deadline, or when accepting resumes.
-  uv_timer_t* timer_ = nullptr;
+  UvHandle<uv_timer_t> timer_;
   int openHandles_ = 0;
   bool closed_ = false;
   // Accepting paused (out of descriptors, with no reserve to shed the

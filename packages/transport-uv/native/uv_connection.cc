@@ -32,9 +32,7 @@ Napi::Function UvConnection::Define(Napi::Env env) {
 
 UvConnection* UvConnection::Create(Napi::Env env, uv_loop_t* loop, Napi::Object* out) {
   UvConnection* c = Make(env, out);
-  c->handle_ = new uv_tcp_t;
-  uv_tcp_init(loop, c->handle_);
-  c->handle_->data = c;
+  uv_tcp_init(loop, c->handle_.Make(c));
   return c;
 }
 
@@ -74,25 +72,23 @@ void UvConnection::Start(uint32_t peerTimeoutMs) {
     stagingSize_ = kStagingSize;
   }
   state_ = State::kOpen;
-  uv_tcp_nodelay(handle_, 1);
+  uv_tcp_nodelay(handle_.get(), 1);
   peerTimeoutMs_ = peerTimeoutMs;
-  SetKeepalive(handle_, peerTimeoutMs);
+  SetKeepalive(handle_.get(), peerTimeoutMs);
   ArmRead();
 }
 
 void UvConnection::ArmWatchdog() {
   if (peerTimeoutMs_ == 0 || state_ != State::kOpen) return;
-  if (watchdog_ != nullptr && uv_is_active(reinterpret_cast<uv_handle_t*>(watchdog_))) return;
-  if (watchdog_ == nullptr) {
-    watchdog_ = new uv_timer_t;
-    uv_timer_init(handle_->loop, watchdog_);
-    watchdog_->data = this;
-    uv_unref(reinterpret_cast<uv_handle_t*>(watchdog_));
+  if (watchdog_.IsActive()) return;
+  if (!watchdog_) {
+    uv_timer_init(handle_->loop, watchdog_.Make(this));
+    watchdog_.Unref();
   }
   // A quarter of the bound, at most 5 s: a silent peer is seen within
   // peerTimeout and one look more.
   uint64_t every = std::clamp<uint64_t>(peerTimeoutMs_ / 4, 10, 5000);
-  uv_timer_start(watchdog_, OnWatchdog, every, every);
+  uv_timer_start(watchdog_.get(), OnWatchdog, every, every);
 }
 
 // A peer is silent when bytes of ours wait for it and nothing came back
@@ -126,26 +122,18 @@ void UvConnection::OnWatchdog(uv_timer_t* timer) {
 void UvConnection::CloseAll() {
   if (state_ == State::kClosed) return;
   DropPending();
-  if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+  if (reading_) uv_read_stop(handle_.stream());
   reading_ = false;
   // Freed now, not when the JS object is collected: closed connections
   // must not hold native memory the garbage collector cannot see.
   staging_.reset();
   stagingSize_ = 0;
   stagingBegin_ = stagingEnd_ = 0;
-  if (watchdog_ != nullptr) {
-    uv_close(reinterpret_cast<uv_handle_t*>(watchdog_), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
-    watchdog_ = nullptr;
-  }
-  uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
+  watchdog_.Close();
+  if (!handle_.Close(OnClosed, this)) Released();
 }
 
-void UvConnection::OnClose(uv_handle_t* handle) {
-  auto* c = static_cast<UvConnection*>(handle->data);
-  delete reinterpret_cast<uv_tcp_t*>(handle);
-  c->handle_ = nullptr;
-  c->Released();
-}
+void UvConnection::OnClosed(void* connection) { static_cast<UvConnection*>(connection)->Released(); }
 
 // write(frames: ArrayBufferView[], callback(err)) -> true when every byte
 // was written at once (the callback is then never called), else false.
@@ -155,7 +143,7 @@ Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
     throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
   }
   FrameWrite& f = NextWrite(info);
-  auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
+  uv_stream_t* stream = handle_.stream();
   int written = uv_try_write(stream, f.bufs.data(), static_cast<unsigned int>(f.bufs.size()));
   ArmWatchdog();
   if (written >= 0 && static_cast<size_t>(written) == f.total) return Napi::Boolean::New(env, true);
@@ -201,7 +189,7 @@ UvConnection::Progress UvConnection::Consume(FrameRead& op) {
 void UvConnection::ArmRead() {
   if (state_ != State::kOpen) return;
   bool want = !reads_.empty() || stagingEnd_ - stagingBegin_ < stagingSize_;
-  auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
+  uv_stream_t* stream = handle_.stream();
   if (want && !reading_) {
     int r = uv_read_start(stream, OnAlloc, OnRead);
     if (r < 0) {
@@ -216,7 +204,7 @@ void UvConnection::ArmRead() {
 }
 
 void UvConnection::StopIo() {
-  if (reading_) uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+  if (reading_) uv_read_stop(handle_.stream());
   reading_ = false;
 }
 
@@ -266,7 +254,7 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
     throw CodedError(env, "ERR_TP_INVALID_ARG", "cannot hand over a connection with reads or writes in flight");
   }
   uv_os_fd_t fd;
-  int r = uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd);
+  int r = uv_fileno(handle_.handle(), &fd);
   if (r < 0) throw UvError(env, r, "detach");
   int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
@@ -283,7 +271,7 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
 // The socket, for provePeerProcess; -1 once closed.
 int UvConnection::SocketFd() {
   uv_os_fd_t fd;
-  if (handle_ == nullptr || uv_fileno(reinterpret_cast<uv_handle_t*>(handle_), &fd) != 0) return -1;
+  if (!handle_ || uv_fileno(handle_.handle(), &fd) != 0) return -1;
   return fd;
 }
 
@@ -300,11 +288,11 @@ Napi::Value AddressOf(Napi::Env env, uv_tcp_t* handle, bool peer) {
 }  // namespace
 
 Napi::Value UvConnection::LocalAddress(const Napi::CallbackInfo& info) {
-  return AddressOf(info.Env(), handle_, false);
+  return AddressOf(info.Env(), handle_.get(), false);
 }
 
 Napi::Value UvConnection::RemoteAddress(const Napi::CallbackInfo& info) {
-  return AddressOf(info.Env(), handle_, true);
+  return AddressOf(info.Env(), handle_.get(), true);
 }
 
 // Bytes staged here, or waiting in the kernel for the loop to read them.

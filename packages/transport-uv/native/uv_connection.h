@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tensorpipe/framed_connection.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 
@@ -23,7 +24,7 @@ class UvConnection : public FramedConnection<UvConnection> {
 
   explicit UvConnection(const Napi::CallbackInfo& info) : FramedConnection(info, "tensorpipe.UvConnection") {}
 
-  uv_tcp_t* handle() { return handle_; }
+  uv_tcp_t* handle() { return handle_.get(); }
   // Called once the socket is connected or accepted. A peer that goes
   // silent fails the connection within about `peerTimeoutMs` (0: never).
   void Start(uint32_t peerTimeoutMs);
@@ -61,12 +62,12 @@ class UvConnection : public FramedConnection<UvConnection> {
   static void OnAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
   static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
   static void OnWrite(uv_write_t* req, int status);
-  static void OnClose(uv_handle_t* handle);
+  static void OnClosed(void* connection);
 
-  uv_tcp_t* handle_ = nullptr;
+  UvHandle<uv_tcp_t> handle_;
   uint32_t peerTimeoutMs_ = 0;
   // Made at the first write, with peerTimeout set.
-  uv_timer_t* watchdog_ = nullptr;
+  UvHandle<uv_timer_t> watchdog_;
   bool reading_ = false;
   bool direct_ = false;
   // Writes handed to libuv whose callback has not run yet.

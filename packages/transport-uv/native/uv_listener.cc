@@ -30,14 +30,11 @@ UvListener::UvListener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<UvList
   peerTimeoutMs_ = info[2].As<Napi::Number>().Uint32Value();
   onConnection_ = Napi::Persistent(info[3].As<Napi::Function>());
   asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "tensorpipe.UvListener", info.This().As<Napi::Object>());
-  handle_ = new uv_tcp_t;
-  uv_tcp_init(GetAddonData(env)->loop(), handle_);
-  handle_->data = this;
-  r = uv_tcp_bind(handle_, reinterpret_cast<struct sockaddr*>(&addr), 0);
-  if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), SOMAXCONN, OnConnection);
+  uv_tcp_init(GetAddonData(env)->loop(), handle_.Make(this));
+  r = uv_tcp_bind(handle_.get(), reinterpret_cast<struct sockaddr*>(&addr), 0);
+  if (r == 0) r = uv_listen(handle_.stream(), SOMAXCONN, OnConnection);
   if (r < 0) {
-    uv_close(reinterpret_cast<uv_handle_t*>(handle_), [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
-    handle_ = nullptr;
+    handle_.Close();
     throw UvError(env, r, "listen");
   }
   Ref();
@@ -82,8 +79,8 @@ void UvListener::OnConnection(uv_stream_t* server, int status) {
 Napi::Value UvListener::Address(const Napi::CallbackInfo& info) {
   struct sockaddr_storage addr;
   int len = sizeof(addr);
-  if (handle_ == nullptr) return info.Env().Null();
-  int r = uv_tcp_getsockname(handle_, reinterpret_cast<struct sockaddr*>(&addr), &len);
+  if (!handle_) return info.Env().Null();
+  int r = uv_tcp_getsockname(handle_.get(), reinterpret_cast<struct sockaddr*>(&addr), &len);
   if (r < 0) throw UvError(info.Env(), r, "getsockname");
   return Napi::String::New(info.Env(), SockaddrToString(addr));
 }
@@ -93,16 +90,10 @@ Napi::Value UvListener::Close(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-void UvListener::CloseHandle() {
-  if (handle_ != nullptr) {
-    uv_close(reinterpret_cast<uv_handle_t*>(handle_), OnClose);
-    handle_ = nullptr;
-  }
-}
+void UvListener::CloseHandle() { handle_.Close(OnClosed, this); }
 
-void UvListener::OnClose(uv_handle_t* handle) {
-  auto* self = static_cast<UvListener*>(handle->data);
-  delete reinterpret_cast<uv_tcp_t*>(handle);
+void UvListener::OnClosed(void* listener) {
+  auto* self = static_cast<UvListener*>(listener);
   LifecycleOf(self->Env()).Released(self);
   self->Unref();
 }

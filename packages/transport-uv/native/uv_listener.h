@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tensorpipe/env_lifecycle.h"
+#include "tensorpipe/uv_handle.h"
 
 namespace tensorpipe_js {
 
@@ -21,9 +22,9 @@ class UvListener : public Napi::ObjectWrap<UvListener>, public EnvResource {
   Napi::Value Close(const Napi::CallbackInfo& info);
   void CloseHandle();
   static void OnConnection(uv_stream_t* server, int status);
-  static void OnClose(uv_handle_t* handle);
+  static void OnClosed(void* listener);
 
-  uv_tcp_t* handle_ = nullptr;
+  UvHandle<uv_tcp_t> handle_;
   uint32_t peerTimeoutMs_ = 0;
   // The last accept found the process out of descriptors (reported once).
   bool outOfDescriptors_ = false;
