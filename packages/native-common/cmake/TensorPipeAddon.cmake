@@ -6,6 +6,9 @@
 cmake_minimum_required(VERSION 3.18)
 
 set(TENSORPIPE_NATIVE_COMMON_DIR "${CMAKE_CURRENT_LIST_DIR}/..")
+# What an addon built on framed_connection.h (a transport's connections)
+# compiles besides its own sources: tensorpipe_addon(<target> ... ${TENSORPIPE_CONNECTION_SOURCES}).
+set(TENSORPIPE_CONNECTION_SOURCES "${TENSORPIPE_NATIVE_COMMON_DIR}/src/peer_process.cc")
 
 function(_tensorpipe_node_eval out expr)
   execute_process(
