@@ -42,6 +42,56 @@ void CloseFd(int* fd) {
   *fd = -1;
 }
 
+// One recvmsg of `size` bytes into `data`, and the descriptors passed with
+// them: the first in *fd, the others closed; all counted in *count, and
+// the message's flags in *flags. Returns recvmsg's answer, errno as it left it.
+ssize_t ReceiveWithDescriptor(int sock, void* data, size_t size, int* fd, int* count, int* flags) {
+  char control[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {data, size};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return n;
+  *flags = msg.msg_flags;
+  for (struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    size_t nfds = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < nfds; i++) {
+      int passed;
+      std::memcpy(&passed, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+      if (*count == 0) *fd = passed;
+      else ::close(passed);
+      (*count)++;
+    }
+  }
+  return n;
+}
+
+// What is wrong with a peer's hello of `n` bytes, `count` descriptors and
+// the ring memory `fd`; "" when nothing is.
+std::string HelloProblem(const Hello& hello, ssize_t n, int count, int flags, int fd) {
+  if (n != static_cast<ssize_t>(sizeof(hello)) || std::memcmp(hello.magic, kMagic, sizeof(kMagic)) != 0)
+    return "peer is not a tensorpipe-js shm endpoint";
+  if (count != 1 || (flags & MSG_CTRUNC) != 0)
+    return "shm handshake carried " + std::to_string(count) + " file descriptors instead of 1";
+  if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
+    return "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
+  // -1 (EINVAL) for anything but a memfd: a plain file could be cut short.
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRingSeals) != kRingSeals)
+    return "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
+    return "peer's ring memory does not have the size it announced";
+  return "";
+}
+
 }  // namespace
 
 Napi::Function ShmConnection::Define(Napi::Env env) {
@@ -139,84 +189,59 @@ void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
 }
 
 void ShmConnection::OnSocket() {
+  Napi::HandleScope scope(Env());
+  if (state_ == State::kStarting) ReceiveHello();
+  else ReceiveWakeUps();
+}
+
+// The peer's hello: the size of its ring and, passed with it, the memfd
+// that holds the ring, which this side maps as its outbox.
+void ShmConnection::ReceiveHello() {
   Napi::Env env = Env();
-  Napi::HandleScope scope(env);
-  if (state_ == State::kStarting) {
-    Hello hello;
-    int received[1] = {-1};
-    int count = 0;
-    char control[CMSG_SPACE(sizeof(received))];
-    struct iovec iov = {&hello, sizeof(hello)};
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n;
-    do {
-      n = recvmsg(sock_, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n < 0) {
-      HandshakeFailed(SysError(env, errno, "shm handshake").Value());
-      return;
-    }
-    for (struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
-      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
-      size_t nfds = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < nfds; i++) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-        if (count < 1) received[count] = fd;
-        else ::close(fd);
-        count++;
-      }
-    }
-    if (n > 0 && (msg.msg_flags & MSG_CTRUNC) != 0) {
-      // Out of descriptors is this process's trouble, not the peer's fault.
-      if (int err = DescriptorShortage(sock_)) {
-        for (int& fd : received) CloseFd(&fd);
-        HandshakeFailed(SysError(env, err, "recvmsg").Value());
-        return;
-      }
-    }
-    std::string problem;
-    struct stat st;
-    if (n == 0) problem = "peer closed the connection during the shm handshake";
-    else if (n != static_cast<ssize_t>(sizeof(hello)) || std::memcmp(hello.magic, kMagic, sizeof(kMagic)) != 0)
-      problem = "peer is not a tensorpipe-js shm endpoint";
-    else if (count != 1 || (msg.msg_flags & MSG_CTRUNC))
-      problem = "shm handshake carried " + std::to_string(count) + " file descriptors instead of 1";
-    else if (hello.ringSize < kMinRing || hello.ringSize > kMaxRing || (hello.ringSize & (hello.ringSize - 1)) != 0)
-      problem = "peer's ring size " + std::to_string(hello.ringSize) + " is not a power of two in [4 KiB, 1 GiB]";
-    // -1 (EINVAL) for anything but a memfd: a plain file could be cut short.
-    else if (int seals = fcntl(received[0], F_GET_SEALS); seals < 0 || (seals & kRingSeals) != kRingSeals)
-      problem = "peer's ring memory is not sealed against resizing (cut short, it would kill this process with SIGBUS)";
-    else if (fstat(received[0], &st) != 0 || static_cast<uint64_t>(st.st_size) != kRingHeaderSize + hello.ringSize)
-      problem = "peer's ring memory does not have the size it announced";
-    if (problem.empty()) {
-      outboxMapSize_ = kRingHeaderSize + hello.ringSize;
-      outboxMap_ = mmap(nullptr, outboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, received[0], 0);
-      if (outboxMap_ == MAP_FAILED) {
-        outboxMap_ = nullptr;
-        problem = std::string("cannot map the peer's ring: ") + std::strerror(errno);
-      }
-    }
-    CloseFd(&received[0]);
-    if (!problem.empty()) {
-      const char* code = n == 0 ? "ERR_TP_PEER_CLOSED" : "ERR_TP_PROTOCOL";
-      HandshakeFailed(CodedError(env, code, problem).Value());
-      return;
-    }
-    outbox_ = RingView(outboxMap_, hello.ringSize);
-    sweeper_ = &AddonEnv::Get<ShmEnv>(env)->sweeper;
-    sweeper_->Add(this);
-    FinishHandshake();
+  Hello hello;
+  int received = -1;
+  int count = 0;
+  int flags = 0;
+  ssize_t n = ReceiveWithDescriptor(sock_, &hello, sizeof(hello), &received, &count, &flags);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  if (n < 0) {
+    HandshakeFailed(SysError(env, errno, "shm handshake").Value());
     return;
   }
-  // After the handshake the socket carries wake-ups, a byte each: the peer
-  // wrote for a sleeping read here, or made room for a waiting write. The
-  // end of the stream is the peer gone (even killed).
+  if (n > 0 && (flags & MSG_CTRUNC) != 0) {
+    // Out of descriptors is this process's trouble, not the peer's fault.
+    if (int err = DescriptorShortage(sock_)) {
+      CloseFd(&received);
+      HandshakeFailed(SysError(env, err, "recvmsg").Value());
+      return;
+    }
+  }
+  std::string problem = n == 0 ? "peer closed the connection during the shm handshake" : HelloProblem(hello, n, count, flags, received);
+  if (problem.empty()) problem = MapOutbox(received, hello.ringSize);
+  CloseFd(&received);
+  if (!problem.empty()) {
+    HandshakeFailed(CodedError(env, n == 0 ? "ERR_TP_PEER_CLOSED" : "ERR_TP_PROTOCOL", problem).Value());
+    return;
+  }
+  outbox_ = RingView(outboxMap_, hello.ringSize);
+  sweeper_ = &AddonEnv::Get<ShmEnv>(env)->sweeper;
+  sweeper_->Add(this);
+  FinishHandshake();
+}
+
+// Maps the peer's ring; what went wrong, or "".
+std::string ShmConnection::MapOutbox(int fd, uint64_t ringSize) {
+  outboxMapSize_ = kRingHeaderSize + ringSize;
+  outboxMap_ = mmap(nullptr, outboxMapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (outboxMap_ != MAP_FAILED) return "";
+  outboxMap_ = nullptr;
+  return std::string("cannot map the peer's ring: ") + std::strerror(errno);
+}
+
+// After the handshake the socket carries wake-ups, a byte each: the peer
+// wrote for a sleeping read here, or made room for a waiting write. The
+// end of the stream is the peer gone (even killed).
+void ShmConnection::ReceiveWakeUps() {
   char bytes[256];
   ssize_t n;
   int err = 0;

@@ -78,7 +78,11 @@ class ShmConnection : public FramedConnection<ShmConnection>, public SweptRing {
   }
   void FinishHandshake();
   void HandshakeFailed(Napi::Value error);
+  // The socket is readable: the peer's hello while the handshake runs, wake-ups after.
   void OnSocket();
+  void ReceiveHello();
+  std::string MapOutbox(int fd, uint64_t ringSize);
+  void ReceiveWakeUps();
   static void OnSocketEvent(uv_poll_t* handle, int status, int events);
   void OnReadable();
   void OnWake();
