@@ -77,7 +77,7 @@ describe("the project's bench", () => {
     expect(result.ratios["uv+basic 64 KiB GB/s / zeromq"]).toBeGreaterThan(0);
     expect(result.ratios["shm+cma 64 KiB GB/s / cma (C)"]).toBeGreaterThan(0);
     expect(result.ratios["cma (C) 64 KiB GB/s / memcpy"]).toBeGreaterThan(0);
-    expect(lines.join("\n")).toMatch(/^  cma \(C\) +GB\/s \d+\.\d\dx memcpy \(cma's copy without Node/m);
+    expect(lines.join("\n")).toMatch(/^ {2}cma \(C\) +GB\/s \d+\.\d\dx memcpy \(cma's copy without Node/m);
     expect(result.ratios["uv+basic 8 B RTT p50 / node:net"]).toBeGreaterThan(0);
     expect(lines.join("\n")).toMatch(/^64 KiB +shm\+cma +\d+\.\d +\d+\.\d +\d+\.\d{3} +\d+\.\d{3}$/m);
     const svg = readFileSync(svgPath, "utf8");
@@ -106,7 +106,15 @@ describe("warmRoundTrips", () => {
 
   it("asks for one round trip, then twice as many each time up to 200, and no more than the number asked for", async () => {
     const asked: number[] = [];
-    await warmRoundTrips(async (_d, _b, n) => (asked.push(n), []), none, none, 1000);
+    await warmRoundTrips(
+      async (_d, _b, n) => {
+        asked.push(n);
+        return [];
+      },
+      none,
+      none,
+      1000,
+    );
     expect(asked).toEqual([1, 2, 4, 8, 16, 32, 64, 128, 200, 200, 200, 145]);
   });
 

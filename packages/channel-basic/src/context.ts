@@ -30,4 +30,5 @@ export class BasicChannelContext implements ChannelContext {
 }
 
 /** Options of the basic channel: none yet (for the same shape as every backend's). */
+// biome-ignore lint/suspicious/noEmptyInterface: every backend takes options; this one's are to come.
 export interface BasicChannelOptions {}

@@ -3,7 +3,7 @@ import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
+import { type CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
 
 const MiB = 1024 * 1024;

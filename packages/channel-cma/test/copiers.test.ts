@@ -25,7 +25,11 @@ describe("cma copiers", () => {
     const large = patterned(64 * MiB, 1);
     const small = patterned(48 * MiB, 2);
     const ended: string[] = [];
-    const copies = [read(large).then((t) => (ended.push("large"), t)), read(small).then((t) => (ended.push("small"), t))];
+    const endedAs = (name: string) => <T>(t: T): T => {
+      ended.push(name);
+      return t;
+    };
+    const copies = [read(large).then(endedAs("large")), read(small).then(endedAs("small"))];
     const [a, b] = await Promise.all(copies);
     expect(ended).toEqual(["large", "small"]);
     expect(hasPattern(a!, 1) && hasPattern(b!, 2)).toBe(true);

@@ -85,4 +85,5 @@ export class CudaIpcChannelContext implements ChannelContext {
 }
 
 /** Options of the cuda-ipc channel: none yet (for the same shape as every backend's). */
+// biome-ignore lint/suspicious/noEmptyInterface: every backend takes options; this one's are to come.
 export interface CudaIpcChannelOptions {}

@@ -39,7 +39,7 @@ async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<
   let turn = 0;
   const echoes = new Echoes();
   for (;;) {
-    let d;
+    let d: Descriptor;
     try {
       d = await pipe.readDescriptor(ops);
     } catch (e) {

@@ -1,13 +1,9 @@
-import { execFile, spawn } from "node:child_process";
+import { execFile, } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { CPU_DEVICE, Context } from "@tensorpipe/core";
-import { registerBasicChannel } from "@tensorpipe/channel-basic";
-import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { afterAll, describe, expect, it } from "vitest";
 import type { BenchFigures } from "../src/bench.js";
 

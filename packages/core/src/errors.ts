@@ -63,6 +63,7 @@ const MAX_MESSAGE = 8192;
 export class TensorPipeError extends Error {
   /** `instanceof TensorPipeError` holds for the errors of any copy of @tensorpipe/core. */
   static override [Symbol.hasInstance](value: unknown): boolean {
+    // biome-ignore lint/complexity/noThisInStatic: a subclass's instanceof tests its own prototype chain.
     if (this !== TensorPipeError) return Function.prototype[Symbol.hasInstance].call(this, value);
     return typeof value === "object" && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
   }

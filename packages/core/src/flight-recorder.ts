@@ -55,13 +55,8 @@ export interface FlightEvent {
 
 // Kinds as small numbers in the ring; their names by index.
 const KINDS: readonly FlightEventKind[] = ["handshake", "path", "write", "written", "descriptor", "read", "received", "error", "closed"];
-const enum Kind {
-  Write = 2,
-  Written = 3,
-  Descriptor = 4,
-  Read = 5,
-  Received = 6,
-}
+const Kind = { Write: 2, Written: 3, Descriptor: 4, Read: 5, Received: 6 } as const;
+type Kind = (typeof Kind)[keyof typeof Kind];
 
 /** Events of a handshake, kept until its pipe's recorder takes them (or its error does). */
 export class HandshakeEvents {

@@ -11,7 +11,7 @@ export type { OfferedBackends, PathOutcome, PathReport, PathVerdict } from "./pa
 export { Listener, type ListenerEvents } from "./listener.js";
 export type { AuthOptions } from "./auth.js";
 export { Pipe } from "./pipe/pipe.js";
-export { type ChannelStats, type PipeStats, type ContextStats } from "./stats.js";
+export type { ChannelStats, PipeStats, ContextStats } from "./stats.js";
 export {
   diagnostics,
   type PipeOpenMessage,

@@ -25,7 +25,7 @@ const QUOTED_ALL = new RegExp(`[${HIDDEN}"\\\\]`, "gu");
 /** The characters a peer's text may have by default before it is cut. */
 export const PEER_TEXT_MAX = 1024;
 
-function escape(c: string): string {
+function escaped(c: string): string {
   if (c === '"' || c === "\\") return `\\${c}`;
   const cp = c.codePointAt(0)!;
   if (cp <= 0xff) return `\\x${cp.toString(16).padStart(2, "0")}`;
@@ -53,7 +53,7 @@ function sanitise(value: string, max: number, one: RegExp, all: RegExp): string 
   if (value.length <= max && !one.test(value)) return value;
   // Escaping makes a character at most 10 long: no more than this can be kept.
   let out = value.length > max ? value.slice(0, max) : value;
-  if (one.test(out)) out = out.replace(all, escape);
+  if (one.test(out)) out = out.replace(all, escaped);
   if (out.length <= max && value.length <= max) return out;
   return bound(out, value.length, max);
 }

@@ -6,7 +6,12 @@ describe("DialGate", () => {
     const gate = new DialGate(2);
     const order: number[] = [];
     const leaves = await Promise.all([gate.enter(), gate.enter()]);
-    const later = [3, 4, 5].map((n) => gate.enter().then((leave) => (order.push(n), leave)));
+    const later = [3, 4, 5].map((n) =>
+      gate.enter().then((leave) => {
+        order.push(n);
+        return leave;
+      }),
+    );
     await new Promise((r) => setImmediate(r));
     expect(order).toEqual([]);
     leaves[0]!();

@@ -53,7 +53,7 @@ describe("a peer's path report", () => {
   });
 
   it("escapes what could forge a line or hide text, and never leaves half a character", () => {
-    const hostile = "a\u0085b\u2028c\u202ed\u200be\ufefff\ud800g" + "\ud83d\ude00".repeat(600);
+    const hostile = `a\u0085b\u2028c\u202ed\u200be\ufefff\ud800g${"\ud83d\ude00".repeat(600)}`;
     const got = peerReport(entry(JSON.stringify({ verdicts: [{ kind: "channel", name: hostile, by: "here", outcome: "chosen", reason: "r" }] })))!;
     const name = got.verdicts[0]!.name;
     expect(name.startsWith("a\\x85b\\u2028c\\u202ed\\u200be\\ufefff\\ud800g")).toBe(true);

@@ -103,8 +103,8 @@ describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "tru
       doctor.stdout!.on("data", (d) => (printed += d));
       const [second] = await Promise.all([listener.accept({ timeout: 20_000 }), new Promise((r) => doctor.once("exit", r))]);
       second.close();
-      expect(printed).toMatch(/pipe to uv:\/\/127\.0\.0\.1:\d+\n  connect side: transport uv; channels cpu:0->cpu:0 (basic|mpt)\n/);
-      expect(printed).toMatch(/  transport shm: descriptors differ, the peer says: "domains differ .*user namespaces differ: run both in one \(docker run --userns=host/);
+      expect(printed).toMatch(/pipe to uv:\/\/127\.0\.0\.1:\d+\n {2}connect side: transport uv; channels cpu:0->cpu:0 (basic|mpt)\n/);
+      expect(printed).toMatch(/ {2}transport shm: descriptors differ, the peer says: "domains differ .*user namespaces differ: run both in one \(docker run --userns=host/);
     } finally {
       await server.close();
     }

@@ -91,6 +91,7 @@ describe.each([
       preload = join(dir, "malloc-count.so");
       execFileSync("cc", ["-O2", "-shared", "-fPIC", mallocCounter, "-o", preload]);
     });
+    // biome-ignore lint/suspicious/noDuplicateTestHooks: this describe's own hook (biome reads describe.skipIf as none).
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
     it("allocates little per message", () => {

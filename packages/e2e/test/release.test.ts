@@ -239,7 +239,7 @@ console.log((await server.readMessage()).metadata);
     const out = runInApp(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "bench", "--quick", "--sizes", "8,64K"]);
     expect(out).toMatch(/negotiation picks shm\+cma/);
     for (const series of ["uv+basic", "uv+mpt", "shm+cma", "default pair", "node:net"]) expect(out).toMatch(new RegExp(`^(64 KiB|8 B)? +${series.replace("+", "\\+")} +\\d+\\.\\d`, "m"));
-    expect(out).toMatch(/^  shm\+cma +\d+\.\d\dx GB\/s, \d+\.\d\dx round trip$/m);
+    expect(out).toMatch(/^ {2}shm\+cma +\d+\.\d\dx GB\/s, \d+\.\d\dx round trip$/m);
   }, 120_000);
 
   // An arm64 machine, emulated: Debian's own arm64 Node (18) under

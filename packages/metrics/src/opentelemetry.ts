@@ -11,7 +11,7 @@ import { type Context, ErrorCode, TensorPipeError } from "@tensorpipe/core";
 import { type Direction, MessageObserver, type MetricsOptions, channelLabel, histogramBuckets } from "./observer.js";
 import { HISTOGRAMS, STATS_METRICS, type StatPoint } from "./stats-metrics.js";
 
-export { type MetricsOptions } from "./observer.js";
+export type { MetricsOptions } from "./observer.js";
 
 /** The instruments of one context on a meter; close() stops them. */
 export interface OpenTelemetryMetrics {

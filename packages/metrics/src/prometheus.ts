@@ -9,7 +9,7 @@ import { Counter, Gauge, Histogram, type Registry, register as defaultRegistry }
 import { MessageObserver, type MetricsOptions, channelLabel, histogramBuckets } from "./observer.js";
 import { HISTOGRAMS, STATS_METRICS, type StatPoint } from "./stats-metrics.js";
 
-export { type MetricsOptions } from "./observer.js";
+export type { MetricsOptions } from "./observer.js";
 
 /** Options of prometheusMetrics(). */
 export interface PrometheusOptions extends MetricsOptions {

@@ -132,7 +132,15 @@ describe("shm ring pages", () => {
     const listener = await transport.listen("*", (c) => accepted(c));
     const a = await transport.connect(listener.address());
     const b = await server;
-    return [a, b, () => (a.close(), b.close(), listener.close())];
+    return [
+      a,
+      b,
+      () => {
+        a.close();
+        b.close();
+        listener.close();
+      },
+    ];
   }
 
   // 4 MiB of ring (1 KiB a frame with its header), each frame read as it comes: this thread's faults.
@@ -344,7 +352,11 @@ describe("shm wake-ups", () => {
       let turns = 0;
       const end = performance.now() + 20;
       await new Promise<void>((resolve) => {
-        const turn = () => (++turns, performance.now() < end ? setImmediate(turn) : resolve());
+        const turn = () => {
+          ++turns;
+          if (performance.now() < end) setImmediate(turn);
+          else resolve();
+        };
         setImmediate(() => {
           pending = client.read(64);
           setImmediate(turn);

@@ -8,7 +8,7 @@ import { CPU_DEVICE, type Device, sameDevice } from "../device.js";
 import type { Descriptor } from "../message.js";
 import { describePairs, pairKey } from "../negotiation.js";
 import type { DevicePairChoice } from "../protocol/handshake.js";
-import { type ChannelStats, PipeCounters } from "../stats.js";
+import type { ChannelStats, PipeCounters } from "../stats.js";
 
 /** A pipe's channels by device pair, each with its name and counters. */
 export class ChannelRoutes {

@@ -310,6 +310,7 @@ describe("registration ids", () => {
       while (!stop) {
         const { main, reply, channel } = await rawPipe(v.port, (ids) => seen.push(...ids));
         for (const s of [main, reply, channel]) s.socket.destroy();
+        // biome-ignore lint/complexity/useMathMinMax: ids are bigints, which Math.max does not take.
         const last = seen.reduce((a, b) => (a > b ? a : b));
         for (let k = 1n; k <= 6n; k++) {
           const s = await RawSocket.connect(v.port);

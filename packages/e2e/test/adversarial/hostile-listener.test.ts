@@ -66,7 +66,7 @@ const honest = (port: number): Answer => ({
 
 // ESC, a right-to-left override, a line separator, NUL: what could forge a line or hide text.
 const forged = "\u001b[2J\u202e\u2028\u0000";
-const huge = (forged + "x").repeat(50_000);
+const huge = (`${forged}x`).repeat(50_000);
 
 /** A refusal whose report holds `verdicts` of the listener's, each with a reason of its own. */
 function refusal(verdicts: number): Answer {
@@ -113,10 +113,10 @@ describe("tensorpipe doctor --peer against a listener that lies in its report", 
       expect(stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u202e\u2028]/);
       // Only doctor's own first line starts so; the peer's words are quoted as the peer's.
       expect(lines.filter((l) => l.startsWith("tensorpipe doctor"))).toHaveLength(1);
-      const quoted = lines.filter((l) => /^  channel c\d+:/.test(l));
+      const quoted = lines.filter((l) => /^ {2}channel c\d+:/.test(l));
       expect(quoted.length).toBeGreaterThan(0);
       expect(quoted.length).toBeLessThanOrEqual(64);
-      for (const l of quoted) expect(l).toMatch(/^  channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0a\\" forged \\"advice"$/);
+      for (const l of quoted) expect(l).toMatch(/^ {2}channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0a\\" forged \\"advice"$/);
     } finally {
       server.close();
     }
@@ -167,7 +167,7 @@ describe("a listener that lies in its answer", () => {
 
   it.each([
     ["not one", () => huge, /^the listener answered with "[^"]*\.\.\. \(400000 characters\)", which is not an address to dial/],
-    ["too long, of a name's characters", (p: number) => `${"a".repeat(60)}.`.repeat(3000) + `:${p}`, /\(1830\d\d characters\)", which is not an address to dial/],
+    ["too long, of a name's characters", (p: number) => `${`${"a".repeat(60)}.`.repeat(3000)}:${p}`, /\(1830\d\d characters\)", which is not an address to dial/],
     ["this side's own, with a forged scope", (p: number) => `127.0.0.1%${forged}:${p}`, /^the listener answered with "127\.0\.0\.1%\\x1b\[2J\\u202e\\u2028\\x00:\d+", which is not an address to dial/],
   ])("an address that is %s: ERR_TP_PROTOCOL, the listener's fault; nothing of it unbounded or unsafe in the error or its record", async (_, address, text) => {
     const err = await dialled((p) => ({ ...honest(p), address: address(p) }));

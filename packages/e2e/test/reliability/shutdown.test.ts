@@ -17,7 +17,7 @@ describe.each([
       Array.from({ length: 4 }, () => Promise.all([client.connect(listener.addresses()[0]!), listener.accept()])),
     );
     const pending: Promise<unknown>[] = [];
-    for (const [a, b] of pairs) {
+    for (const [a, _b] of pairs) {
       // Mid-transfer: large writes nobody reads yet, reads waiting on either side.
       pending.push(a.write({ tensors: [{ buffer: patterned(32 * 1024 * 1024, 1), targetDevice: CPU_DEVICE }] }));
       // Left to the reader (null): it waits for an answer that never comes.

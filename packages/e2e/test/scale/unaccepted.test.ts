@@ -64,7 +64,11 @@ describe.each([
     let opened = 0;
     for (let round = 0; round < 3; round++) {
       const pipes = await Promise.allSettled([1, 2, 3, 4].map(() => client.connect(listener.url())));
-      for (const p of pipes) if (p.status === "fulfilled") (opened++, p.value.close());
+      for (const p of pipes) {
+        if (p.status !== "fulfilled") continue;
+        opened++;
+        p.value.close();
+      }
     }
     expect(opened).toBe(4);
     await expect.poll(() => refused.length).toBe(8);
