@@ -9,7 +9,13 @@ import { defineProject } from "vitest/config";
 export default defineProject({
   test: {
     name: "cuda-emulated",
-    include: ["../cuda/test/**/*.test.ts", "../channel-cuda-basic/test/**/*.test.ts", "../channel-cuda-ipc/test/**/*.test.ts", "../channel-cuda-gdr/test/conformance.test.ts", "test/**/*.test.ts"],
+    include: [
+      "../cuda/test/**/*.test.ts",
+      "../channel-cuda-basic/test/**/*.test.ts",
+      "../channel-cuda-ipc/test/**/*.test.ts",
+      "../channel-cuda-gdr/test/conformance.test.ts",
+      "test/**/*.test.ts",
+    ],
     env: {
       TENSORPIPE_CUDA_DRIVER: fileURLToPath(new URL("./build/Release/libtensorpipe_cuda_emulator.so", import.meta.url)),
       TENSORPIPE_IBVERBS: fileURLToPath(new URL("./build/Release/libtensorpipe_ibverbs_emulator.so", import.meta.url)),

@@ -253,8 +253,10 @@ inline int Run(const Args& a, const std::function<std::unique_ptr<End>()>& peerE
   if (a.mode == "pingpong") {
     std::printf("{\"us\":[");
     for (uint64_t i = 0; i < a.count; i++) std::printf(i ? ",%.3f" : "%.3f", us[i]);
-    if (cores[0] >= 0) std::printf("],\"cores\":[%d,%d]}\n", cores[0], cores[1]);
-    else std::printf("],\"cores\":[]}\n");
+    if (cores[0] >= 0)
+      std::printf("],\"cores\":[%d,%d]}\n", cores[0], cores[1]);
+    else
+      std::printf("],\"cores\":[]}\n");
   } else {
     std::printf("{\"gbps\":%.6f}\n", gbps);
   }

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <thread>
 
-#include "remote_copy.h"
 #include "baseline_main.h"
+#include "remote_copy.h"
 
 namespace tensorpipe_js {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <new>
 
-#include "ring.h"
 #include "baseline_main.h"
+#include "ring.h"
 
 namespace tensorpipe_js {
 namespace {
@@ -144,5 +144,6 @@ int main(int argc, char** argv) {
   Direction there;
   Direction back;
   return baseline::Run(
-      a, [&] { return std::make_unique<RingEnd>(back, there); }, [&] { return std::make_unique<RingEnd>(there, back); });
+      a, [&] { return std::make_unique<RingEnd>(back, there); },
+      [&] { return std::make_unique<RingEnd>(there, back); });
 }

@@ -11,7 +11,6 @@
 //   upstream_peer connect <transports> <channels> <url> [pipes]
 //   upstream_peer bench   <transports> <channels> <url> <bytes> <round trips>
 #include <tensorpipe/tensorpipe.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,13 +57,18 @@ std::vector<std::string> Split(const std::string& list) {
 std::shared_ptr<tensorpipe::Context> MakeContext(const std::string& transports, const std::string& channels) {
   auto context = std::make_shared<tensorpipe::Context>();
   for (const auto& t : Split(transports)) {
-    if (t == "uv") context->registerTransport(0, t, tensorpipe::transport::uv::create());
-    else if (t == "shm") context->registerTransport(200, t, tensorpipe::transport::shm::create());
-    else throw std::runtime_error("unknown transport " + t);
+    if (t == "uv")
+      context->registerTransport(0, t, tensorpipe::transport::uv::create());
+    else if (t == "shm")
+      context->registerTransport(200, t, tensorpipe::transport::shm::create());
+    else
+      throw std::runtime_error("unknown transport " + t);
   }
   for (const auto& c : Split(channels)) {
-    if (c == "basic") context->registerChannel(0, c, tensorpipe::channel::basic::create());
-    else if (c == "cma") context->registerChannel(1200, c, tensorpipe::channel::cma::create());
+    if (c == "basic")
+      context->registerChannel(0, c, tensorpipe::channel::basic::create());
+    else if (c == "cma")
+      context->registerChannel(1200, c, tensorpipe::channel::cma::create());
     else if (c == "mpt") {
       std::vector<std::shared_ptr<tensorpipe::transport::Context>> lanes;
       std::vector<std::shared_ptr<tensorpipe::transport::Listener>> listeners;
@@ -74,7 +78,8 @@ std::shared_ptr<tensorpipe::Context> MakeContext(const std::string& transports, 
         lanes.push_back(lane);
       }
       context->registerChannel(100, c, tensorpipe::channel::mpt::create(std::move(lanes), std::move(listeners)));
-    } else throw std::runtime_error("unknown channel " + c);
+    } else
+      throw std::runtime_error("unknown channel " + c);
   }
   return context;
 }
@@ -151,14 +156,16 @@ void EchoNext(std::shared_ptr<tensorpipe::Pipe> pipe, int id) {
       tensorpipe::Message message;
       message.metadata = echo->descriptor.metadata;
       for (size_t i = 0; i < echo->payloads.size(); i++) {
-        message.payloads.push_back({echo->payloads[i].bytes.get(), echo->payloads[i].size, echo->descriptor.payloads[i].metadata});
+        message.payloads.push_back(
+            {echo->payloads[i].bytes.get(), echo->payloads[i].size, echo->descriptor.payloads[i].metadata});
       }
       for (size_t i = 0; i < echo->tensors.size(); i++) {
         tensorpipe::Message::Tensor t;
         t.buffer = tensorpipe::CpuBuffer{echo->tensors[i].bytes.get()};
         t.length = echo->tensors[i].size;
         t.metadata = echo->descriptor.tensors[i].metadata;
-        if (echo->descriptor.tensors[i].targetDevice.has_value()) t.targetDevice = tensorpipe::Device{tensorpipe::kCpuDeviceType, 0};
+        if (echo->descriptor.tensors[i].targetDevice.has_value())
+          t.targetDevice = tensorpipe::Device{tensorpipe::kCpuDeviceType, 0};
         message.tensors.push_back(std::move(t));
       }
       pipe->write(std::move(message), [id, echo](const tensorpipe::Error& error) {
@@ -199,7 +206,8 @@ int Bench(const std::shared_ptr<tensorpipe::Context>& context, const std::string
       if (error) return done.set_value(error.what());
       tensorpipe::Allocation allocation;
       allocation.tensors.push_back({tensorpipe::CpuBuffer{landing.data()}});
-      pipe->read(std::move(allocation), [&](const tensorpipe::Error& error) { done.set_value(error ? error.what() : ""); });
+      pipe->read(std::move(allocation),
+                 [&](const tensorpipe::Error& error) { done.set_value(error ? error.what() : ""); });
     });
     return done.get_future().get();
   };
@@ -214,13 +222,14 @@ int Bench(const std::shared_ptr<tensorpipe::Context>& context, const std::string
         Say("{\"error\":" + Quoted(error) + "}");
         return 1;
       }
-      if (phase == 1) samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      if (phase == 1)
+        samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::sort(samples.begin(), samples.end());
-  Say("{\"bytes\":" + std::to_string(bytes) + ",\"rounds\":" + std::to_string(rounds) + ",\"p50Us\":" +
-      std::to_string(samples[samples.size() / 2]) + ",\"seconds\":" + std::to_string(seconds) + "}");
+  Say("{\"bytes\":" + std::to_string(bytes) + ",\"rounds\":" + std::to_string(rounds) +
+      ",\"p50Us\":" + std::to_string(samples[samples.size() / 2]) + ",\"seconds\":" + std::to_string(seconds) + "}");
   pipe->close();
   return 0;
 }

@@ -47,7 +47,6 @@ export interface BenchOptions extends BackendChoice {
   targets?: boolean;
 }
 
-
 /** Runs the benchmark against a peer process it spawns, prints the report and returns the figures. */
 export async function runBench(options: BenchOptions = {}): Promise<BenchResult> {
   const print = options.print ?? ((line: string) => console.log(line));
@@ -145,4 +144,3 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchResult>
     await peer.stop();
   }
 }
-

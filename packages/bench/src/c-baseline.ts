@@ -98,10 +98,12 @@ export class CBaseline {
   }
 
   /** The program as built, or why there is none. */
-  static find(spec: CBaselineSpec): CBaseline | {
-    /** Why there is none. */
-    missing: string;
-  } {
+  static find(spec: CBaselineSpec):
+    | CBaseline
+    | {
+        /** Why there is none. */
+        missing: string;
+      } {
     // From src/ (under vitest) and from dist/ alike.
     const path = fileURLToPath(new URL(`../build/Release/${spec.program}`, import.meta.url));
     if (!existsSync(path)) return { missing: `${spec.program} is not built (${path} is missing: pnpm build)` };
@@ -109,10 +111,12 @@ export class CBaseline {
   }
 
   /** The program of the series `name` (one of C_SERIES), or why there is none. */
-  static named(name: string): CBaseline | {
-    /** Why there is none. */
-    missing: string;
-  } {
+  static named(name: string):
+    | CBaseline
+    | {
+        /** Why there is none. */
+        missing: string;
+      } {
     const spec = C_BASELINES.find((s) => s.name === name);
     return spec ? CBaseline.find(spec) : { missing: `no C program stands for "${name}"` };
   }
@@ -131,7 +135,7 @@ export class CBaseline {
    * (`threads`: cma (C)'s copier threads, where not its default).
    */
   async throughput(size: number, count: number, threads?: number): Promise<number> {
-    return (await this.exec("stream", size, count, threads === undefined ? [] : [String(threads)]) as { gbps: number }).gbps;
+    return ((await this.exec("stream", size, count, threads === undefined ? [] : [String(threads)])) as { gbps: number }).gbps;
   }
 
   private async exec(mode: string, size: number, count: number, rest: readonly string[] = []): Promise<unknown> {

@@ -7,7 +7,11 @@ import { parseArgs } from "node:util";
 import { runBench } from "./bench.js";
 import { parseSize } from "./sizes.js";
 
-const list = (s: string | undefined) => s?.split(",").map((x) => x.trim()).filter(Boolean);
+const list = (s: string | undefined) =>
+  s
+    ?.split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
 const positive = (flag: string, value: string | undefined, max = Number.MAX_SAFE_INTEGER) => {
   if (value === undefined) return undefined;
   const n = Number(value);

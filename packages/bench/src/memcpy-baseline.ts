@@ -55,7 +55,8 @@ export class ParallelMemcpy {
 
   /** GB/s of `data.length` bytes split over `threads` threads (at most maxThreads), whatever the size. */
   async throughputOn(threads: number, data: Uint8Array, count: number): Promise<number> {
-    if (!(Number.isInteger(threads) && threads >= 1 && threads <= this.maxThreads)) throw new Error(`threads must be from 1 to ${this.maxThreads}, got ${threads}`);
+    if (!(Number.isInteger(threads) && threads >= 1 && threads <= this.maxThreads))
+      throw new Error(`threads must be from 1 to ${this.maxThreads}, got ${threads}`);
     this.load(data);
     return this.split(data.length, threads, Math.max(count, Math.ceil((64 * MiB) / data.length)));
   }

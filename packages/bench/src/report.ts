@@ -80,11 +80,15 @@ export function report(result: BenchResult, print: (line: string) => void, showT
     result.series.forEach((s, i) => {
       const c = s.cells[size]!;
       const lat = c.p50 === undefined ? ["", ""] : [fmt(c.p50), fmt(c.p99!)];
-      print(`${(i === 0 ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${lat[0]!.padStart(10)}${lat[1]!.padStart(10)}${fmt(c.gbps, 3).padStart(9)}${fmt(c.meanGbps, 3).padStart(9)}`);
+      print(
+        `${(i === 0 ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${lat[0]!.padStart(10)}${lat[1]!.padStart(10)}${fmt(c.gbps, 3).padStart(9)}${fmt(c.meanGbps, 3).padStart(9)}`,
+      );
     });
   }
   print("GB/s: the median of every turn; mean: all turns' bytes over their time, the machine's slow spells included");
-  print(`\nratios measured in this run: GB/s at ${sizeLabel(result.sizes.at(-1)!)} (higher is better; the median of the ratios turn by turn), round trip p50 at ${sizeLabel(result.sizes[0]!)} (lower is better)`);
+  print(
+    `\nratios measured in this run: GB/s at ${sizeLabel(result.sizes.at(-1)!)} (higher is better; the median of the ratios turn by turn), round trip p50 at ${sizeLabel(result.sizes[0]!)} (lower is better)`,
+  );
   const baselines = result.series.filter((s) => s.kind === "baseline");
   for (const p of result.series.filter((s) => s.kind === "pipe")) {
     const against = (what: string) =>
@@ -95,7 +99,8 @@ export function report(result: BenchResult, print: (line: string) => void, showT
     print(`  ${p.name.padEnd(12)} GB/s ${against(`${sizeLabel(result.sizes.at(-1)!)} GB/s`)}; RTT ${against(`${sizeLabel(result.sizes[0]!)} RTT p50`)}`);
   }
   const kernel = result.ratios[`${C_SERIES.cma} ${sizeLabel(result.sizes.at(-1)!)} GB/s / memcpy`];
-  if (kernel !== undefined) print(`  ${C_SERIES.cma.padEnd(12)} GB/s ${fmt(kernel, 2)}x memcpy (cma's copy without Node: the kernel's part of cma's gap to memcpy)`);
+  if (kernel !== undefined)
+    print(`  ${C_SERIES.cma.padEnd(12)} GB/s ${fmt(kernel, 2)}x memcpy (cma's copy without Node: the kernel's part of cma's gap to memcpy)`);
   if (!showTargets) return;
   const judged = Object.entries(targets(result.sizes)).filter(([k]) => result.ratios[k] !== undefined);
   if (judged.length) print(`project targets (${DEFAULT_PAIR}: ${result.series.find((s) => s.kind === "user-code")?.over ?? "none"})`);

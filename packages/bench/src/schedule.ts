@@ -188,4 +188,3 @@ function shuffled<T>(items: readonly T[], seed: number): T[] {
   }
   return out;
 }
-

@@ -8,9 +8,7 @@ const ack: Allocation = { payloads: [], tensors: [] };
  */
 export async function sinkThroughput(pipe: Pipe, tensor: Uint8Array, count: number): Promise<number> {
   const t0 = performance.now();
-  const writes = Array.from({ length: count }, () =>
-    pipe.write({ metadata: "sink", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] }),
-  );
+  const writes = Array.from({ length: count }, () => pipe.write({ metadata: "sink", tensors: [{ buffer: tensor, targetDevice: CPU_DEVICE }] }));
   for (let i = 0; i < count; i++) {
     await pipe.readDescriptor();
     await pipe.read(ack);

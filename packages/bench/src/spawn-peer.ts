@@ -56,9 +56,7 @@ export async function spawnJsonChild<Info>(args: readonly string[], options: Spa
   // TP_PEER_NODE_ARGS="--cpu-prof": extra node flags for the child, to profile it.
   const nodeArgs = (process.env.TP_PEER_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const argv = [...nodeArgs, ...args];
-  return options.netns
-    ? jsonChild(["ip", "netns", "exec", options.netns, process.execPath, ...argv])
-    : jsonChild([process.execPath, ...argv]);
+  return options.netns ? jsonChild(["ip", "netns", "exec", options.netns, process.execPath, ...argv]) : jsonChild([process.execPath, ...argv]);
 }
 
 /** Starts `command` and waits for its first line of JSON. */
@@ -90,11 +88,7 @@ export async function jsonChild<Info>([command, ...args]: readonly string[]): Pr
 const TENSORPIPE = join(dirname(createRequire(import.meta.url).resolve("@tensorpipe/cli/package.json")), "dist", "main.js");
 
 /** Starts `tensorpipe peer` on `host` in a child process and waits for its addresses (extraArgs: its other flags). */
-export async function spawnPeer(
-  host = "127.0.0.1",
-  extraArgs: readonly string[] = [],
-  options: SpawnOptions = {},
-): Promise<PeerProcess> {
+export async function spawnPeer(host = "127.0.0.1", extraArgs: readonly string[] = [], options: SpawnOptions = {}): Promise<PeerProcess> {
   const { info, child, events, stop } = await spawnJsonChild<Omit<PeerProcess, "child" | "stop" | "events">>(
     [TENSORPIPE, "peer", "--host", host, ...extraArgs],
     options,

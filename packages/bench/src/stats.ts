@@ -7,7 +7,10 @@ export function percentile(sorted: readonly number[], p: number): number {
 
 /** The median of `values`, in any order. */
 export function median(values: readonly number[]): number {
-  return percentile([...values].sort((a, b) => a - b), 50);
+  return percentile(
+    [...values].sort((a, b) => a - b),
+    50,
+  );
 }
 
 /**

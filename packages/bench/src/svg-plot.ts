@@ -32,8 +32,7 @@ export interface PlotOptions {
 // Distinct under the common colour blindnesses (Okabe and Ito).
 const COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#999999"];
 
-const escapeXml = (s: string) =>
-  s.replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!);
+const escapeXml = (s: string) => s.replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!);
 
 /** A round number at or above `v`, for the top of the y axis. */
 function niceCeiling(v: number): number {
@@ -56,12 +55,9 @@ export function svgLinePlot(series: readonly PlotSeries[], options: PlotOptions)
   const x0 = xs.length ? lx(xs[0]!) : 0;
   const x1 = xs.length > 1 ? lx(xs[xs.length - 1]!) : x0 + 1;
   const yTop = niceCeiling(Math.max(0, ...ys));
-  const decades = options.yLog
-    ? [Math.floor(Math.log10(Math.min(...ys, 1))), Math.ceil(Math.log10(Math.max(...ys, 1)))]
-    : [0, 0];
+  const decades = options.yLog ? [Math.floor(Math.log10(Math.min(...ys, 1))), Math.ceil(Math.log10(Math.max(...ys, 1)))] : [0, 0];
   if (decades[1] === decades[0]) decades[1]! += 1;
-  const yFraction = (y: number) =>
-    options.yLog ? (Math.log10(y) - decades[0]!) / (decades[1]! - decades[0]!) : y / yTop;
+  const yFraction = (y: number) => (options.yLog ? (Math.log10(y) - decades[0]!) / (decades[1]! - decades[0]!) : y / yTop);
   const yTicks = options.yLog
     ? Array.from({ length: decades[1]! - decades[0]! + 1 }, (_, i) => 10 ** (decades[0]! + i))
     : Array.from({ length: 6 }, (_, i) => (yTop * i) / 5);
@@ -70,7 +66,9 @@ export function svgLinePlot(series: readonly PlotSeries[], options: PlotOptions)
   const f = (n: number) => n.toFixed(1);
 
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+  );
   out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
   out.push(`<text x="${width / 2}" y="22" text-anchor="middle" font-size="15">${escapeXml(options.title)}</text>`);
   for (const y of yTicks) {

@@ -12,7 +12,9 @@ export const UPSTREAM_PEER = fileURLToPath(new URL("../build/Release/upstream_pe
 
 /** Why there is no upstream peer here, or undefined when there is one. */
 export function upstreamPeerMissing(): string | undefined {
-  return existsSync(UPSTREAM_PEER) ? undefined : `${UPSTREAM_PEER} is not built: install libtensorpipe-dev (scripts/setup.sh does where it can), then pnpm build`;
+  return existsSync(UPSTREAM_PEER)
+    ? undefined
+    : `${UPSTREAM_PEER} is not built: install libtensorpipe-dev (scripts/setup.sh does where it can), then pnpm build`;
 }
 
 /** What a listening upstream peer says first. */
@@ -39,7 +41,13 @@ export function upstreamClient(transports: string, channels: string, url: string
 }
 
 /** Round trips of one `bytes` tensor timed by an upstream client against the echoing peer at `url`. */
-export async function upstreamRoundTrips(transports: string, channels: string, url: string, bytes: number, rounds: number): Promise<{ p50Us: number; seconds: number }> {
+export async function upstreamRoundTrips(
+  transports: string,
+  channels: string,
+  url: string,
+  bytes: number,
+  rounds: number,
+): Promise<{ p50Us: number; seconds: number }> {
   const run = await start<{ p50Us?: number; seconds?: number; error?: string }>(["bench", transports, channels, url, String(bytes), String(rounds)]);
   await run.stop();
   if (run.info.error !== undefined) throw new Error(`upstream round trips to ${url}: ${run.info.error}`);

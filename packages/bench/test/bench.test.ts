@@ -30,7 +30,12 @@ describe("the project's bench", () => {
     const viable = (kind: string) => found.filter((b) => b.descriptor.kind === kind && b.memory !== "cuda" && b.viability.viable).map((b) => b.descriptor.name);
     const pairs = viable("transport").flatMap((t) => viable("channel").map((c) => `${t}+${c}`));
     expect(result.sizes).toEqual([8, 64 * 1024]);
-    expect(result.series.filter((s) => s.kind === "pipe").map((s) => s.name).sort()).toEqual(pairs.sort());
+    expect(
+      result.series
+        .filter((s) => s.kind === "pipe")
+        .map((s) => s.name)
+        .sort(),
+    ).toEqual(pairs.sort());
     expect(result.series.filter((s) => s.kind === "baseline").map((s) => s.name)).toEqual([
       "memcpy",
       "shm ring (C)",
@@ -59,7 +64,9 @@ describe("the project's bench", () => {
       if (h.own.length === 0) expect(h.against).toBe(readme.over);
       else expect(pairs.filter((p) => p !== readme.over)).toContain(h.against);
     }
-    expect(lines.join("\n")).toMatch(/default pair 64 KiB GB\/s \/ best pair +\d+\.\d+x \(target >= 0\.9: (met|NOT met)\), (head to head with \S+|no pair ahead of it)$/m);
+    expect(lines.join("\n")).toMatch(
+      /default pair 64 KiB GB\/s \/ best pair +\d+\.\d+x \(target >= 0\.9: (met|NOT met)\), (head to head with \S+|no pair ahead of it)$/m,
+    );
     expect(lines.join("\n")).toMatch(/README loop 8 B RTT p50 \/ tuned loop +\d+\.\d+x \(target <= 1\.2: (met|NOT met)\)/);
     for (const s of result.series) {
       for (const size of result.sizes) {
@@ -88,7 +95,21 @@ describe("the project's bench", () => {
 
   it("runs from the command line, for the pairs asked for", async () => {
     const json = join(dir, "out.json");
-    const { stdout } = await run(process.execPath, [main, "--quick", "--sizes", "4K", "--transports", "uv", "--channels", "basic", "--no-zmq", "--svg", join(dir, "cli.svg"), "--json", json]);
+    const { stdout } = await run(process.execPath, [
+      main,
+      "--quick",
+      "--sizes",
+      "4K",
+      "--transports",
+      "uv",
+      "--channels",
+      "basic",
+      "--no-zmq",
+      "--svg",
+      join(dir, "cli.svg"),
+      "--json",
+      json,
+    ]);
     expect(stdout).toContain("skipped zeromq: --no-zmq");
     const result = JSON.parse(readFileSync(json, "utf8")) as BenchResult;
     expect(result.series.map((s) => s.name)).toEqual(["uv+basic", README_LOOP, "memcpy", "shm ring (C)", "TCP (C)", "cma (C)", "node:net"]);

@@ -26,7 +26,10 @@ describe.skipIf(process.platform !== "linux")("device-gpu-checks.sh within its d
     expect(seconds).toBeLessThan(deadline);
     expect(stdout).toContain("== ipc-baseline skipped");
 
-    const steps = readFileSync(join(out, "steps.txt"), "utf8").trim().split("\n").map((l) => l.split(" "));
+    const steps = readFileSync(join(out, "steps.txt"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => l.split(" "));
     // The report keeps 30 s for itself: the bench has the other 12.
     expect(steps.map(([name, state, , , allowed]) => [name, state, allowed])).toEqual([
       ["bench", "timed-out", "12"],

@@ -26,6 +26,11 @@ describe("memcpy baseline on the best number of threads", () => {
   it("copies small buffers on this thread", async () => {
     const data = new Uint8Array(100).fill(9);
     expect(await copier.throughput(data, 2)).toBeGreaterThan(0);
-    expect(copier.destination().subarray(0, 100).every((b) => b === 9)).toBe(true);
+    expect(
+      copier
+        .destination()
+        .subarray(0, 100)
+        .every((b) => b === 9),
+    ).toBe(true);
   });
 });

@@ -4,8 +4,21 @@ import { ProgressBar, parseSize, sizeLabel, svgLinePlot } from "../src/index.js"
 describe("svgLinePlot", () => {
   const svg = svgLinePlot(
     [
-      { name: "a<b", points: [{ x: 8, y: 0.5 }, { x: 1024, y: 2 }, { x: 1 << 20, y: 4 }] },
-      { name: "flat", points: [{ x: 8, y: 1 }, { x: 1 << 20, y: Number.NaN }] },
+      {
+        name: "a<b",
+        points: [
+          { x: 8, y: 0.5 },
+          { x: 1024, y: 2 },
+          { x: 1 << 20, y: 4 },
+        ],
+      },
+      {
+        name: "flat",
+        points: [
+          { x: 8, y: 1 },
+          { x: 1 << 20, y: Number.NaN },
+        ],
+      },
     ],
     { title: "t", xLabel: "size", yLabel: "GB/s", xTick: sizeLabel, width: 800, height: 400 },
   );
@@ -31,22 +44,38 @@ describe("svgLinePlot", () => {
   });
 
   it("puts a log y axis a decade a tick", () => {
-    const log = svgLinePlot([{ name: "s", points: [{ x: 8, y: 0.001 }, { x: 64, y: 0.1 }, { x: 512, y: 10 }, { x: 4096, y: 0 }] }], {
-      title: "t",
-      xLabel: "x",
-      yLabel: "y",
-      xTick: sizeLabel,
-      yLog: true,
-      width: 800,
-      height: 400,
-    });
-    const points = log.match(/<polyline [^>]*points="([^"]*)"/)![1]!.split(" ").map((p) => p.split(",").map(Number));
+    const log = svgLinePlot(
+      [
+        {
+          name: "s",
+          points: [
+            { x: 8, y: 0.001 },
+            { x: 64, y: 0.1 },
+            { x: 512, y: 10 },
+            { x: 4096, y: 0 },
+          ],
+        },
+      ],
+      {
+        title: "t",
+        xLabel: "x",
+        yLabel: "y",
+        xTick: sizeLabel,
+        yLog: true,
+        width: 800,
+        height: 400,
+      },
+    );
+    const points = log
+      .match(/<polyline [^>]*points="([^"]*)"/)![1]!
+      .split(" ")
+      .map((p) => p.split(",").map(Number));
     expect(points.map(([, y]) => y)).toEqual([340, 190, 40]);
     for (const tick of ["0.001", "0.01", "0.1", "1", "10"]) expect(log).toContain(`>${tick}</text>`);
   });
 
   it("labels the axes and the legend, escaped", () => {
-    expect(svg.startsWith("<svg xmlns=\"http://www.w3.org/2000/svg\"")).toBe(true);
+    expect(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"')).toBe(true);
     expect(svg).toContain(">a&lt;b</text>");
     expect(svg).not.toContain("a<b");
     for (const tick of ["8 B", "1 KiB", "1 MiB"]) expect(svg).toContain(`>${tick}</text>`);

@@ -45,7 +45,8 @@ struct Transfer {
     std::unique_ptr<Transfer> done(this);
     Napi::Env env = callback.Env();
     FromLoop(env, [&] {
-      napi_value arg = error == 0 ? env.Null() : UvError(env, uv_translate_sys_error(error), "process_vm_readv").Value();
+      napi_value arg =
+          error == 0 ? env.Null() : UvError(env, uv_translate_sys_error(error), "process_vm_readv").Value();
       InvokeCallback(callback, *asyncContext, {arg});
     });
   }
@@ -380,14 +381,17 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   char dest[64] = {0};
   int err = ReadRemote(getpid(), dest, reinterpret_cast<uint64_t>(source), sizeof(source));
   if (err == ENOSYS) {
-    return Napi::String::New(env, "process_vm_readv is not implemented here (ENOSYS): an emulator such as qemu-user, or a kernel built without it");
+    return Napi::String::New(env,
+                             "process_vm_readv is not implemented here (ENOSYS): an emulator such as qemu-user, or a "
+                             "kernel built without it");
   }
   if (err != 0) {
     return Napi::String::New(env, std::string("process_vm_readv is not permitted here (") + strerror(err) +
                                       "): a seccomp filter blocks it; in Docker, run with --security-opt "
                                       "seccomp=unconfined or a profile that allows process_vm_readv");
   }
-  if (std::memcmp(source, dest, sizeof(source)) != 0) return Napi::String::New(env, "process_vm_readv copied wrong bytes");
+  if (std::memcmp(source, dest, sizeof(source)) != 0)
+    return Napi::String::New(env, "process_vm_readv copied wrong bytes");
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
   if (f != nullptr) {
     int scope = 0;

@@ -1,4 +1,16 @@
-import { type Channel, type Connection, ErrorCode, NopReader, NopWriter, type TensorBuffer, TensorPipeError, cpuBytes, fromNativeError, protocolError, writeFrame } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type Connection,
+  ErrorCode,
+  NopReader,
+  NopWriter,
+  type TensorBuffer,
+  TensorPipeError,
+  cpuBytes,
+  fromNativeError,
+  protocolError,
+  writeFrame,
+} from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 
 /** How a channel copies: what its context decided for it. */
@@ -17,7 +29,10 @@ export interface Tuning {
 
 /** Where the receiver reads from: the sender's pid and address, and (between tensorpipe-js ends) the length. */
 function encodeSource(upstreamWire: boolean, pid: number, address: bigint, length: number): Uint8Array {
-  const w = new NopWriter(32).structure(upstreamWire ? 2 : 3).uint(pid).uint(address);
+  const w = new NopWriter(32)
+    .structure(upstreamWire ? 2 : 3)
+    .uint(pid)
+    .uint(address);
   return (upstreamWire ? w : w.uint(length)).finish();
 }
 

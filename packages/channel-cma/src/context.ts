@@ -1,5 +1,20 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, type Endpoint, ErrorCode, type PipeInfo, OptionChecks, TensorPipeError, type TransportMedium, VIABLE, type Viability, notViable } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  CPU_DEVICE,
+  type DeviceDescriptor,
+  type Endpoint,
+  ErrorCode,
+  type PipeInfo,
+  OptionChecks,
+  TensorPipeError,
+  type TransportMedium,
+  VIABLE,
+  type Viability,
+  notViable,
+} from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
 import { describeCmaMismatch, upstreamCmaDescriptor } from "./upstream-descriptor.js";

@@ -18,7 +18,12 @@ function namespaceId(kind: "pid" | "user"): string {
 /** A field of /proc/self/status ("Uid", "Gid", "CapPrm"), split on whitespace. */
 function statusField(status: string, name: string): string[] {
   const line = status.split("\n").find((l) => l.startsWith(`${name}:`));
-  return line ? line.slice(name.length + 1).trim().split(/\s+/) : [];
+  return line
+    ? line
+        .slice(name.length + 1)
+        .trim()
+        .split(/\s+/)
+    : [];
 }
 
 /** The active security modules, or the two upstream assumes when securityfs is not mounted. */
@@ -53,9 +58,11 @@ export function describeCmaMismatch(local: string, remote: string): string | und
   if (here.length < 7 || there.length < 7) return undefined;
   const differs = (from: number, to = from + 1) => here.slice(from, to).join("_") !== there.slice(from, to).join("_");
   if (differs(0)) return "the peer runs on another machine, or another boot of this one: cma reads only processes of one machine";
-  if (differs(1, 3)) return "pid namespaces differ: run both in one (docker run --pid=host, or --pid=container:<the other>; in Kubernetes, shareProcessNamespace: true for containers of one pod)";
+  if (differs(1, 3))
+    return "pid namespaces differ: run both in one (docker run --pid=host, or --pid=container:<the other>; in Kubernetes, shareProcessNamespace: true for containers of one pod)";
   if (differs(3, 5)) return "user namespaces differ: run both in one (the same --userns setting for both containers)";
-  if (differs(5, 7)) return `users differ (uid_gid ${here[5]}_${here[6]} here, ${there[5]}_${there[6]} there): cma reads only a process of the same user and group; run both as one`;
+  if (differs(5, 7))
+    return `users differ (uid_gid ${here[5]}_${here[6]} here, ${there[5]}_${there[6]} there): cma reads only a process of the same user and group; run both as one`;
   if (differs(7, Math.max(here.length, there.length))) {
     return `permitted capabilities differ (${here.slice(7).join("_") || "none"} here, ${there.slice(7).join("_") || "none"} there): the kernel's ptrace check wants the same; give both processes the same ones (docker --cap-add / --cap-drop alike)`;
   }

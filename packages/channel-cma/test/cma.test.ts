@@ -13,7 +13,10 @@ const HUGE_PAGE = 2 * MiB;
 function hugeKiB(address: bigint, length: number): number {
   let kib = 0;
   for (const vma of readFileSync("/proc/self/smaps", "utf8").split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)) {
-    const [begin, end] = vma.slice(0, vma.indexOf(" ")).split("-").map((h) => BigInt(`0x${h}`));
+    const [begin, end] = vma
+      .slice(0, vma.indexOf(" "))
+      .split("-")
+      .map((h) => BigInt(`0x${h}`));
     if (begin! >= address + BigInt(length) || end! <= address) continue;
     kib += Number(/AnonHugePages:\s+(\d+)/.exec(vma)?.[1] ?? 0);
   }
@@ -55,15 +58,16 @@ describe("cma channel", () => {
     return between(new CmaChannelContext({ inlineMax: 0, ...options }), conns);
   }
 
-  const source = (pid: number, address: bigint, length: number) =>
-    new NopWriter().structure(3).uint(pid).uint(address).uint(length).finish();
+  const source = (pid: number, address: bigint, length: number) => new NopWriter().structure(3).uint(pid).uint(address).uint(length).finish();
 
   it("is viable here and describes machine, pid and user namespaces, user, group and capabilities as upstream does", () => {
     const ctx = new CmaChannelContext();
     expect(ctx.isViable()).toEqual({ viable: true });
     const [d] = ctx.deviceDescriptors();
     expect(d!.device).toEqual({ type: "cpu", index: 0 });
-    expect(d!.descriptor).toMatch(new RegExp(`^cma:[0-9a-f-]{36}_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_${process.getuid!()}_${process.getgid!()}(_[0-9a-f]+)?$`));
+    expect(d!.descriptor).toMatch(
+      new RegExp(`^cma:[0-9a-f-]{36}_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_${process.getuid!()}_${process.getgid!()}(_[0-9a-f]+)?$`),
+    );
     expect(ctx.wireExtension()).toBe("inline:auto");
   });
 
@@ -83,7 +87,10 @@ describe("cma channel", () => {
   it("refuses a number of copier threads that is not an integer from 1 to 64", () => {
     for (const parallelism of [0, -1, 1.5, 65, Number.NaN, "4"]) {
       expect(() => new CmaChannelContext({ parallelism: parallelism as number }), String(parallelism)).toThrow(
-        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/^CmaChannelOptions\.parallelism must be a whole number from 1 to 64, got /) }),
+        expect.objectContaining({
+          code: ErrorCode.INVALID_ARG,
+          message: expect.stringMatching(/^CmaChannelOptions\.parallelism must be a whole number from 1 to 64, got /),
+        }),
       );
     }
     expect(() => new CmaChannelContext({ parallelism: 64 })).not.toThrow();

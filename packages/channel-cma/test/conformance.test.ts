@@ -9,7 +9,12 @@ const shm = { createTransport: () => new ShmTransport(), transportName: "shm", l
 const runs: (Omit<ChannelConformanceOptions, "name" | "create"> & { options?: CmaChannelOptions })[] = [
   uv,
   shm,
-  { ...uv, variant: "nothing inline, 3 threads, no huge pages", options: { inlineMax: 0, hugePages: false, parallelism: 3 }, largeTensorBytes: 64 * 1024 * 1024 },
+  {
+    ...uv,
+    variant: "nothing inline, 3 threads, no huge pages",
+    options: { inlineMax: 0, hugePages: false, parallelism: 3 },
+    largeTensorBytes: 64 * 1024 * 1024,
+  },
   // Reads that cross processes, as they do in use.
   { ...shm, peerProcess: new URL("./fixtures/conformance-peer.mjs", import.meta.url) },
 ];

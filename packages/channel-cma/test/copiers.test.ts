@@ -12,9 +12,7 @@ const { addon } = loadAddon();
 /** Reads `source` (in this process) into `target`; resolves with it once copied. */
 function read(source: Uint8Array, parallelism = 2, target = new Uint8Array(source.length)): Promise<Uint8Array> {
   return new Promise((resolve, reject) =>
-    addon!.readv(process.pid, addon!.addressOf(source, false), source.length, target, parallelism, false, (err) =>
-      err ? reject(err) : resolve(target),
-    ),
+    addon!.readv(process.pid, addon!.addressOf(source, false), source.length, target, parallelism, false, (err) => (err ? reject(err) : resolve(target))),
   );
 }
 
@@ -25,10 +23,12 @@ describe("cma copiers", () => {
     const large = patterned(64 * MiB, 1);
     const small = patterned(48 * MiB, 2);
     const ended: string[] = [];
-    const endedAs = (name: string) => <T>(t: T): T => {
-      ended.push(name);
-      return t;
-    };
+    const endedAs =
+      (name: string) =>
+      <T>(t: T): T => {
+        ended.push(name);
+        return t;
+      };
     const copies = [read(large).then(endedAs("large")), read(small).then(endedAs("small"))];
     const [a, b] = await Promise.all(copies);
     expect(ended).toEqual(["large", "small"]);

@@ -28,7 +28,10 @@ describe("cma's own wire between two tensorpipe-js ends", () => {
   ])("is told to both ends in the handshake (%o here, %o there)", async (here, there, dialerSees, listenerSees) => {
     const [a, b] = [new Context(), new Context()];
     const [ca, cb] = [new Recording(here), new Recording(there)];
-    for (const [context, cma] of [[a, ca], [b, cb]] as const) {
+    for (const [context, cma] of [
+      [a, ca],
+      [b, cb],
+    ] as const) {
       context.registerTransport(0, "uv", new UvTransport());
       context.registerChannel(CMA_PRIORITY, "cma", cma);
     }

@@ -1,9 +1,17 @@
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
-import { type Channel, type ChannelContext, type Connection, type DeviceDescriptor, type Endpoint, type PipeInfo, type Viability, notViable } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  type DeviceDescriptor,
+  type Endpoint,
+  type PipeInfo,
+  type Viability,
+  notViable,
+} from "@tensorpipe/core/backend";
 import { cudaInfo } from "@tensorpipe/cuda";
 import { CudaBasicChannel } from "./channel.js";
 import { PinnedPool } from "./pinned-pool.js";
-
 
 /** Options of the cuda-basic channel. */
 export interface CudaBasicChannelOptions {

@@ -38,20 +38,27 @@ export function registerCudaBasicChannel(context: Context, options: CudaBasicReg
   // All checked before anything is registered.
   const invalid = (message: string) => new TensorPipeError(ErrorCode.INVALID_ARG, message);
   const isObject = (v: unknown): v is object => typeof v === "object" && v !== null && !Array.isArray(v);
-  if (!isObject(options)) throw invalid(`registerCudaBasicChannel's options must be an object { cpuChannel?, chunkBytes?, poolChunks?, alsoOver? }, got ${describeValue(options)}`);
-  if (typeof priority !== "number" || !Number.isFinite(priority)) throw invalid(`registerCudaBasicChannel's priority must be a finite number, got ${describeValue(priority)}`);
+  if (!isObject(options))
+    throw invalid(`registerCudaBasicChannel's options must be an object { cpuChannel?, chunkBytes?, poolChunks?, alsoOver? }, got ${describeValue(options)}`);
+  if (typeof priority !== "number" || !Number.isFinite(priority))
+    throw invalid(`registerCudaBasicChannel's priority must be a finite number, got ${describeValue(priority)}`);
   const { alsoOver = {}, ...own } = options;
-  if (!isObject(alsoOver)) throw invalid(`alsoOver must be an object of CPU channels by name, e.g. { cma: new CmaChannelContext() }, got ${describeValue(alsoOver)}`);
+  if (!isObject(alsoOver))
+    throw invalid(`alsoOver must be an object of CPU channels by name, e.g. { cma: new CmaChannelContext() }, got ${describeValue(alsoOver)}`);
   const over = Object.entries(alsoOver);
   for (const [name, cpu] of over) {
-    if (!/^[A-Za-z0-9_.-]+$/.test(name)) throw invalid(`alsoOver: ${JSON.stringify(name)} cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
+    if (!/^[A-Za-z0-9_.-]+$/.test(name))
+      throw invalid(`alsoOver: ${JSON.stringify(name)} cannot name a channel (cuda-basic-<name>): use letters, digits, '_', '.' or '-'`);
     if (typeof (cpu as Partial<ChannelContext> | null)?.createChannel !== "function") {
       throw invalid(`alsoOver.${name} must be a CPU channel's context (e.g. new CmaChannelContext()), got ${describeValue(cpu)}`);
     }
     const devices = cpu.deviceDescriptors();
-    if (devices.length > 0 && !devices.some((d) => d.device.type === "cpu")) throw invalid(`alsoOver.${name} serves no CPU memory: stage over a CPU channel (cma, mpt, basic)`);
+    if (devices.length > 0 && !devices.some((d) => d.device.type === "cpu"))
+      throw invalid(`alsoOver.${name} serves no CPU memory: stage over a CPU channel (cma, mpt, basic)`);
   }
   const main = registerBackend(context, backend, own, priority);
-  over.forEach(([name, cpu], i) => context.registerChannel(priority + over.length - i, `cuda-basic-${name}`, new CudaBasicChannelContext({ ...own, cpuChannel: cpu })));
+  over.forEach(([name, cpu], i) =>
+    context.registerChannel(priority + over.length - i, `cuda-basic-${name}`, new CudaBasicChannelContext({ ...own, cpuChannel: cpu })),
+  );
   return main;
 }

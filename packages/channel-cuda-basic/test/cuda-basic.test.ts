@@ -55,7 +55,10 @@ describe("cuda-basic channel anywhere", () => {
   it("refuses an alsoOver entry that is not a channel's context, saying what it takes", () => {
     const context = new Context();
     expect(() => registerCudaBasicChannel(context, { alsoOver: { cma: "cma" as never } })).toThrow(
-      expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got the string "cma"/) }),
+      expect.objectContaining({
+        code: "ERR_TP_INVALID_ARG",
+        message: expect.stringMatching(/alsoOver\.cma must be a CPU channel's context \(e\.g\. new CmaChannelContext\(\)\), got the string "cma"/),
+      }),
     );
     expect(() => registerCudaBasicChannel(context, { alsoOver: { "c m a": new CmaChannelContext() } })).toThrow(
       expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/"c m a" cannot name a channel/) }),
@@ -70,7 +73,9 @@ describe("cuda-basic channel anywhere", () => {
       [{}, Number.NaN, /priority must be a finite number/],
     ] as const) {
       if (!text) continue;
-      expect(() => registerCudaBasicChannel(context, options as never, priority as never)).toThrow(expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(text) }));
+      expect(() => registerCudaBasicChannel(context, options as never, priority as never)).toThrow(
+        expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(text) }),
+      );
     }
     // Nothing was registered by the calls refused.
     expect(context.backends().map((b) => b.name)).toEqual([]);
@@ -80,7 +85,10 @@ describe("cuda-basic channel anywhere", () => {
     const pool = new PinnedPool(16, 2, (n) => new Uint8Array(n));
     const [x, y] = [await pool.take(), await pool.take()];
     const order: string[] = [];
-    const later = [pool.take().then((c) => order.push(c === y ? "first:y" : "first:?")), pool.take().then((c) => order.push(c === x ? "second:x" : "second:?"))];
+    const later = [
+      pool.take().then((c) => order.push(c === y ? "first:y" : "first:?")),
+      pool.take().then((c) => order.push(c === x ? "second:x" : "second:?")),
+    ];
     pool.give(y);
     pool.give(x);
     await Promise.all(later);

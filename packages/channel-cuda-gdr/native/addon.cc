@@ -134,8 +134,8 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
   //            keeps what is outstanding within it.
   explicit IbvNic(const Napi::CallbackInfo& info) : Napi::ObjectWrap<IbvNic>(info) {
     Napi::Env env = info.Env();
-    if (info.Length() != 5 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber() ||
-        !info[4].IsFunction()) {
+    if (info.Length() != 5 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() ||
+        !info[3].IsNumber() || !info[4].IsFunction()) {
       throw Napi::TypeError::New(env, "IbvNic(deviceName, port, gidIndex, completionQueueSize, onCompletions)");
     }
     std::string why;
@@ -325,9 +325,9 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
     attr.retry_cnt = 7;
     attr.rnr_retry = 7;
     attr.max_rd_atomic = 1;
-    r = v_->modifyQp(qp, &attr,
-                     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_MAX_QP_RD_ATOMIC);
+    r = v_->modifyQp(
+        qp, &attr,
+        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
     if (r != 0) throw VerbsError(env, r, "ibv_modify_qp(RTS)");
     return env.Undefined();
   }
@@ -407,7 +407,8 @@ class IbvNic : public Napi::ObjectWrap<IbvNic>, public EnvResource {
   }
 
   Napi::Value StatusText(const Napi::CallbackInfo& info) {
-    return Napi::String::New(info.Env(), v_->wcStatusStr(static_cast<ibv_wc_status>(info[0].As<Napi::Number>().Int32Value())));
+    return Napi::String::New(info.Env(),
+                             v_->wcStatusStr(static_cast<ibv_wc_status>(info[0].As<Napi::Number>().Int32Value())));
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

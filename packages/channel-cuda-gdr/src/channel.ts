@@ -1,4 +1,13 @@
-import { type Channel, type Connection, type CudaBuffer, type TensorBuffer, type TensorPipeError, closedError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type Connection,
+  type CudaBuffer,
+  type TensorBuffer,
+  type TensorPipeError,
+  closedError,
+  fromNativeError,
+  protocolError,
+} from "@tensorpipe/core/backend";
 import { allocationOf, cudaTensor, streamReady } from "@tensorpipe/cuda";
 import type { Nic, QueuePair } from "./nic.js";
 import {

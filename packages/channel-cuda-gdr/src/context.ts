@@ -6,7 +6,6 @@ import { type ProbedDevice, loadAddon } from "./native.js";
 import { Nic } from "./nic.js";
 import { closestNics, pciPathOfBusId, pciPathOfRdmaDevice } from "./nic-affinity.js";
 
-
 /** Options of the cuda-gdr channel. */
 export interface CudaGdrChannelOptions {
   /** RDMA devices to use, by name ("mlx5_0"); default: every one with an active port. */
@@ -54,13 +53,16 @@ export function rdmaPorts(options: Pick<CudaGdrChannelOptions, "devices"> = {}):
   const wanted = options.devices ? probed.devices.filter((d) => options.devices!.includes(d.name)) : probed.devices;
   if (probed.devices.length === 0) return { ports: [], reason: "no InfiniBand or RoCE device here (ibv_get_device_list found none)", devices: [] };
   const missing = options.devices?.filter((name) => !probed.devices.some((d) => d.name === name)) ?? [];
-  if (missing.length > 0) return { ports: [], reason: `no RDMA device named ${missing.join(", ")} (here: ${probed.devices.map((d) => d.name).join(", ")})`, devices: probed.devices };
+  if (missing.length > 0)
+    return { ports: [], reason: `no RDMA device named ${missing.join(", ")} (here: ${probed.devices.map((d) => d.name).join(", ")})`, devices: probed.devices };
   const ports = wanted.flatMap((d) => {
     const active = d.ports.find((p) => p.state === "active");
     return active ? [{ device: d.name, port: active.port, linkLayer: active.linkLayer }] : [];
   });
   if (ports.length === 0) {
-    const states = wanted.map((d) => (d.error ? `${d.name}: ${d.error}` : `${d.name}: ${d.ports.map((p) => `port ${p.port} ${p.state}`).join(", ") || "no port"}`));
+    const states = wanted.map((d) =>
+      d.error ? `${d.name}: ${d.error}` : `${d.name}: ${d.ports.map((p) => `port ${p.port} ${p.state}`).join(", ") || "no port"}`,
+    );
     return { ports, reason: `no RDMA device has an active port (${states.join("; ")})`, devices: probed.devices };
   }
   return { ports, devices: probed.devices };

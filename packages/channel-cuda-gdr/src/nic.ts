@@ -182,14 +182,16 @@ export class QueuePair {
       this.waiting[kind].shift();
       this.outstanding[kind]++;
       this.inFlight.add(done);
-      posted.then(
-        () => done.resolve(),
-        (e: Error) => done.reject(e),
-      ).finally(() => {
-        this.outstanding[kind]--;
-        this.inFlight.delete(done);
-        this.pump(kind);
-      });
+      posted
+        .then(
+          () => done.resolve(),
+          (e: Error) => done.reject(e),
+        )
+        .finally(() => {
+          this.outstanding[kind]--;
+          this.inFlight.delete(done);
+          this.pump(kind);
+        });
     }
   }
 

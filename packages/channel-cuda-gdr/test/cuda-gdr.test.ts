@@ -35,7 +35,10 @@ describe("cuda-gdr where there is no RDMA", () => {
       encoding: "utf8",
     });
     expect(r.status).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual({ viable: false, reason: expect.stringMatching(/^no RDMA: no libibverbs \(rdma-core's libibverbs1 package\): \/nonexistent\/libibverbs\.so\.1/) });
+    expect(JSON.parse(r.stdout)).toEqual({
+      viable: false,
+      reason: expect.stringMatching(/^no RDMA: no libibverbs \(rdma-core's libibverbs1 package\): \/nonexistent\/libibverbs\.so\.1/),
+    });
   });
 
   it("opening a device that cannot be opened is an error with a code, not a crash", () => {
@@ -119,12 +122,18 @@ describe("cuda-gdr queue pairs", () => {
     expect(nic.posted.filter((p) => p.kind === "send")).toHaveLength(QUEUE_DEPTH);
     expect(nic.posted.filter((p) => p.kind === "recv")).toHaveLength(3);
     const first = nic.posted.filter((p) => p.kind === "send").slice(0, 4);
-    nic.complete(first.map((p) => p.wrId), [0, 0, 0, 0]);
+    nic.complete(
+      first.map((p) => p.wrId),
+      [0, 0, 0, 0],
+    );
     await Promise.all(sends.slice(0, 4));
     await new Promise((r) => setImmediate(r));
     const posted = nic.posted.filter((p) => p.kind === "send").map((p) => Number(p.ptr));
     expect(posted).toEqual(Array.from({ length: QUEUE_DEPTH + 4 }, (_, i) => i));
-    nic.complete(nic.posted.map((p) => p.wrId).slice(4), nic.posted.slice(4).map(() => 0));
+    nic.complete(
+      nic.posted.map((p) => p.wrId).slice(4),
+      nic.posted.slice(4).map(() => 0),
+    );
     await Promise.all(recvs);
     await new Promise((r) => setImmediate(r));
     nic.complete(nic.posted.map((p) => p.wrId).slice(-2), [0, 0]);
@@ -141,7 +150,10 @@ describe("cuda-gdr queue pairs", () => {
     expect(native.posted).toHaveLength(NIC_DEPTH);
     expect(new Set(native.posted.map((p) => p.qp))).toEqual(new Set(pairs.slice(0, full).map((qp) => qp.id)));
     // Room made by completions goes to the pairs that waited, in order.
-    native.complete(native.posted.slice(0, 3).map((p) => p.wrId), [0, 0, 0]);
+    native.complete(
+      native.posted.slice(0, 3).map((p) => p.wrId),
+      [0, 0, 0],
+    );
     await Promise.all(sends[0]!.slice(0, 3));
     expect(native.posted.slice(NIC_DEPTH).map((p) => p.qp)).toEqual([pairs[full]!.id, pairs[full]!.id, pairs[full]!.id]);
     // A destroyed pair's completions may never come: its room is given back.
@@ -152,13 +164,19 @@ describe("cuda-gdr queue pairs", () => {
     expect(after).toHaveLength(QUEUE_DEPTH);
     expect(after.every((p) => p.qp === pairs[full]!.id || p.qp === pairs[full + 1]!.id)).toBe(true);
     // Late completions of the destroyed pair take no one's room.
-    native.complete(native.posted.filter((p) => p.qp === pairs[1]!.id).map((p) => p.wrId), new Array(QUEUE_DEPTH).fill(5));
+    native.complete(
+      native.posted.filter((p) => p.qp === pairs[1]!.id).map((p) => p.wrId),
+      new Array(QUEUE_DEPTH).fill(5),
+    );
     expect(native.posted).toHaveLength(NIC_DEPTH + 3 + QUEUE_DEPTH);
     // Completing whatever is posted, as often as it takes, finishes every other send.
     for (let done = 0; done < native.posted.length; ) {
       const next = native.posted.slice(done).filter((p) => p.qp !== pairs[1]!.id);
       done = native.posted.length;
-      native.complete(next.map((p) => p.wrId), next.map(() => 0));
+      native.complete(
+        next.map((p) => p.wrId),
+        next.map(() => 0),
+      );
       await new Promise((r) => setImmediate(r));
     }
     await Promise.all(sends.filter((_, i) => i !== 1).flat());
@@ -177,7 +195,10 @@ describe("cuda-gdr queue pairs", () => {
     for (const p of pending) await expect(p).rejects.toBe(reason);
     expect(nic.destroyed).toEqual([qp.id]);
     // Completions that come after are nobody's news.
-    nic.complete(nic.posted.map((p) => p.wrId), nic.posted.map(() => 5));
+    nic.complete(
+      nic.posted.map((p) => p.wrId),
+      nic.posted.map(() => 5),
+    );
     await expect(qp.send(0n, 1, 1)).rejects.toBe(reason);
   });
 });

@@ -32,7 +32,12 @@ describe("cuda-gdr control frames", () => {
 
   it("refuse every truncation and every out-of-range field with ERR_TP_PROTOCOL", () => {
     const frames = [encodeNicCount(1), encodeSetup([[setup(1)]]), encodeDescriptor({ nic: 0, length: 5 }), encodeReadyToReceive(0)];
-    const decoders = [(b: Uint8Array) => decodeNicCount(b), (b: Uint8Array) => decodeSetup(b, 1, 1), (b: Uint8Array) => decodeDescriptor(b, 1), (b: Uint8Array) => decodeReadyToReceive(b, 1)];
+    const decoders = [
+      (b: Uint8Array) => decodeNicCount(b),
+      (b: Uint8Array) => decodeSetup(b, 1, 1),
+      (b: Uint8Array) => decodeDescriptor(b, 1),
+      (b: Uint8Array) => decodeReadyToReceive(b, 1),
+    ];
     frames.forEach((frame, i) => {
       for (let n = 0; n < frame.byteLength; n++) expect(() => decoders[i]!(frame.subarray(0, n))).toThrow(protocol);
       expect(() => decoders[i]!(new Uint8Array([...frame, 0]))).toThrow(protocol);

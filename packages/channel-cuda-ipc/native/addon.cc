@@ -365,7 +365,9 @@ void CloseImportedBy(napi_env env, double context) {
 
 // What this environment's channel contexts opened goes with it, closed
 // or not: a terminated worker never calls closeImported.
-IpcEnv::IpcEnv(napi_env env) : AddonEnv(env), env(env), completions(std::make_shared<Completions>(lifecycle, env)) { lifecycle.Own(this); }
+IpcEnv::IpcEnv(napi_env env) : AddonEnv(env), env(env), completions(std::make_shared<Completions>(lifecycle, env)) {
+  lifecycle.Own(this);
+}
 
 void IpcEnv::Teardown() {
   for (double context : contexts) CloseImportedBy(env, context);

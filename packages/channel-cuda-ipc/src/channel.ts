@@ -1,4 +1,13 @@
-import { type Channel, type Connection, type CudaBuffer, ErrorCode, type TensorBuffer, TensorPipeError, fromNativeError, protocolError } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type Connection,
+  type CudaBuffer,
+  ErrorCode,
+  type TensorBuffer,
+  TensorPipeError,
+  fromNativeError,
+  protocolError,
+} from "@tensorpipe/core/backend";
 import { cudaTensor, streamReady } from "@tensorpipe/cuda";
 import { IPC_REQUEST_BYTES, type IpcRequest, decodeIpcFrame, encodeIpcAnswer, encodeIpcAnswers, encodeIpcRequest } from "./ipc-request.js";
 import type { NativeAddon } from "./native.js";
@@ -177,7 +186,11 @@ export class CudaIpcChannel implements Channel {
         }),
     );
     const outcome = request.then(
-      () => copied.then(() => undefined, (e: Error) => e.message.slice(0, MAX_ANSWER_BYTES / 4)),
+      () =>
+        copied.then(
+          () => undefined,
+          (e: Error) => e.message.slice(0, MAX_ANSWER_BYTES / 4),
+        ),
       () => null,
     );
     if (!this.turn) {

@@ -6,7 +6,15 @@ import { allocateCuda, copyToHost, cudaSlice, cudaViability, freeCuda } from "@t
 import { UvTransport, registerUvTransport } from "@tensorpipe/transport-uv";
 import { describe, expect, it } from "vitest";
 import { CudaIpcChannelContext, registerCudaIpcChannel } from "../src/index.js";
-import { ANSWERS_EXTENSION, IPC_REQUEST_BYTES, decodeIpcFrame, decodeIpcRequest, encodeIpcAnswer, encodeIpcAnswers, encodeIpcRequest } from "../src/ipc-request.js";
+import {
+  ANSWERS_EXTENSION,
+  IPC_REQUEST_BYTES,
+  decodeIpcFrame,
+  decodeIpcRequest,
+  encodeIpcAnswer,
+  encodeIpcAnswers,
+  encodeIpcRequest,
+} from "../src/ipc-request.js";
 
 const viability = new CudaIpcChannelContext().isViable();
 const gpu = viability.viable;
@@ -64,7 +72,12 @@ describe.skipIf(!gpu)("cuda-ipc channel on a GPU", () => {
     const channel = context.createChannel([here], "connect", { transportMedium: "network", peerWireExtension: ANSWERS_EXTENSION });
     const memory = allocateCuda(2 * MiB);
     try {
-      const sends = [0, 1].map((i) => channel.send(cudaSlice(memory, i * MiB, MiB), MiB).then(() => "sent", (e: { code: string }) => e.code));
+      const sends = [0, 1].map((i) =>
+        channel.send(cudaSlice(memory, i * MiB, MiB), MiB).then(
+          () => "sent",
+          (e: { code: string }) => e.code,
+        ),
+      );
       for (let i = 0; i < 2; i++) expect(decodeIpcFrame(await peer.read(IPC_REQUEST_BYTES)).kind).toBe("request");
       await peer.write([encodeIpcAnswers(count)]);
       expect(await Promise.all(sends)).toEqual(code ? [code, code] : ["sent", "sent"]);

@@ -65,7 +65,8 @@ LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(inf
   }
   Napi::Array fds = info[0].As<Napi::Array>();
   Napi::Array ahead = info[1].As<Napi::Array>();
-  if (fds.Length() == 0 || fds.Length() != ahead.Length()) throw Napi::RangeError::New(env, "one read-ahead per lane, one lane at least");
+  if (fds.Length() == 0 || fds.Length() != ahead.Length())
+    throw Napi::RangeError::New(env, "one read-ahead per lane, one lane at least");
   maxChunk_ = std::max<uint64_t>(kMinChunk, static_cast<uint64_t>(info[2].As<Napi::Number>().DoubleValue()));
   int unsentLimit = info[3].As<Napi::Number>().Int32Value();
   for (uint32_t i = 0; i < fds.Length(); i++) {
@@ -79,8 +80,7 @@ LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(inf
     if (flags < 0 || fcntl(lane->fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
       throw UvError(env, uv_translate_sys_error(errno), "fcntl");
     }
-    if (unsentLimit > 0 &&
-        setsockopt(lane->fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsentLimit, sizeof unsentLimit) < 0) {
+    if (unsentLimit > 0 && setsockopt(lane->fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsentLimit, sizeof unsentLimit) < 0) {
       throw UvError(env, uv_translate_sys_error(errno), "setsockopt");
     }
     lanes_.push_back(std::move(lane));
@@ -115,7 +115,8 @@ LaneSet::Op* LaneSet::Submit(const Napi::CallbackInfo& info, uint64_t seq) {
     throw Napi::TypeError::New(env, "(view, length, id)");
   }
   double length = info[1].As<Napi::Number>().DoubleValue();
-  if (length < 0 || length > static_cast<double>(bytes.length)) throw Napi::RangeError::New(env, "length exceeds the view");
+  if (length < 0 || length > static_cast<double>(bytes.length))
+    throw Napi::RangeError::New(env, "length exceeds the view");
   auto op = std::make_unique<Op>();
   op->id = info[2].As<Napi::Number>().DoubleValue();
   op->seq = seq;
@@ -295,7 +296,8 @@ void LaneSet::RecvLoop(Lane* lane) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!sized || GetU64(header + 8 + headerSize) != length) {
-        FailLocked({0, "", "mpt lane: expected a chunk header of 24 to 87 bytes and then a frame of the chunk's length"});
+        FailLocked(
+            {0, "", "mpt lane: expected a chunk header of 24 to 87 bytes and then a frame of the chunk's length"});
         return;
       }
       if (seq >= recvsPosted_ + kMaxSeqAhead) {
@@ -308,9 +310,12 @@ void LaneSet::RecvLoop(Lane* lane) {
       if (stopping_ || failed_) return;
       auto it = recvs_.find(seq);
       if (it == recvs_.end() || !ClaimLocked(it->second, offset, length)) {
-        FailLocked({0, "", "mpt chunk [" + std::to_string(offset) + ", +" + std::to_string(length) + ") for tensor #" +
-                               std::to_string(seq) + " does not fit any pending receive (it overlaps another chunk, runs past the tensor, or is under 256 KiB "
-                               "without ending it)"});
+        FailLocked({0, "",
+                    "mpt chunk [" + std::to_string(offset) + ", +" + std::to_string(length) + ") for tensor #" +
+                        std::to_string(seq) +
+                        " does not fit any pending receive (it overlaps another chunk, runs past the tensor, or is "
+                        "under 256 KiB "
+                        "without ending it)"});
         return;
       }
       op = it->second;
@@ -376,8 +381,10 @@ void LaneSet::Deliver(Napi::Env env, Napi::Function callback) {
   FromLoop(env, [&] {
     for (double id : done) callback.Call({Napi::Number::New(env, id), env.Null()});
     if (fail) {
-      Napi::Error err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall) : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol);
-      if (failure_.status == UV_ECONNRESET && failure_.betweenFrames) err.Set("betweenFrames", Napi::Boolean::New(env, true));
+      Napi::Error err = failure_.protocol.empty() ? UvError(env, failure_.status, failure_.syscall)
+                                                  : CodedError(env, "ERR_TP_PROTOCOL", failure_.protocol);
+      if (failure_.status == UV_ECONNRESET && failure_.betweenFrames)
+        err.Set("betweenFrames", Napi::Boolean::New(env, true));
       callback.Call({Napi::Number::New(env, -1), err.Value()});
     }
   });

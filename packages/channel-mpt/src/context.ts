@@ -1,5 +1,14 @@
 import { availableParallelism } from "node:os";
-import { type Channel, type ChannelContext, type Connection, CPU_DEVICE, type DeviceDescriptor, OptionChecks, VIABLE, type Viability } from "@tensorpipe/core/backend";
+import {
+  type Channel,
+  type ChannelContext,
+  type Connection,
+  CPU_DEVICE,
+  type DeviceDescriptor,
+  OptionChecks,
+  VIABLE,
+  type Viability,
+} from "@tensorpipe/core/backend";
 import { MptChannel } from "./channel.js";
 import { loadAddon } from "./native.js";
 

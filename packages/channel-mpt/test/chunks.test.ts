@@ -32,7 +32,14 @@ describe("mpt chunk claims", () => {
 
   it("take chunks in any order until each byte is claimed once", () => {
     const claims = new ChunkClaims(4 * C + 10);
-    for (const [offset, length] of [[2 * C, C], [0, C], [4 * C, 10], [C, C], [3 * C, C]] as const) expect(claims.claim(offset, length)).toBe(true);
+    for (const [offset, length] of [
+      [2 * C, C],
+      [0, C],
+      [4 * C, 10],
+      [C, C],
+      [3 * C, C],
+    ] as const)
+      expect(claims.claim(offset, length)).toBe(true);
     expect(claims.claim(0, 1 * C)).toBe(false);
     expect(claims.claim(4 * C, 10)).toBe(false);
   });
@@ -54,8 +61,7 @@ describe("mpt chunk claims", () => {
 });
 
 describe("mpt lanes' unsent-bytes limit", () => {
-  const lanes = (n: number, local: string, remote: string) =>
-    Array.from({ length: n }, () => ({ localAddress: local, remoteAddress: remote }) as Connection);
+  const lanes = (n: number, local: string, remote: string) => Array.from({ length: n }, () => ({ localAddress: local, remoteAddress: remote }) as Connection);
   const more = availableParallelism() + 1;
 
   it("is short over loopback when the lanes outnumber the cores", () => {

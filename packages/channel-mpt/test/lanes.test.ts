@@ -114,9 +114,27 @@ describe.each([
   // writing into memory already delivered (another message's, once the
   // user let go of it).
   it.each([
-    ["the same chunk twice", [{ lane: 0, offset: 0, length: 2 * MiB }, { lane: 1, offset: 0, length: 2 * MiB }]],
-    ["a chunk over another", [{ lane: 0, offset: 0, length: MiB }, { lane: 1, offset: 0, length: 2 * MiB }]],
-    ["a chunk inside another", [{ lane: 0, offset: 0, length: 2 * MiB }, { lane: 1, offset: MiB / 2, length: MiB }]],
+    [
+      "the same chunk twice",
+      [
+        { lane: 0, offset: 0, length: 2 * MiB },
+        { lane: 1, offset: 0, length: 2 * MiB },
+      ],
+    ],
+    [
+      "a chunk over another",
+      [
+        { lane: 0, offset: 0, length: MiB },
+        { lane: 1, offset: 0, length: 2 * MiB },
+      ],
+    ],
+    [
+      "a chunk inside another",
+      [
+        { lane: 0, offset: 0, length: 2 * MiB },
+        { lane: 1, offset: MiB / 2, length: MiB },
+      ],
+    ],
     ["a chunk shorter than a sender cuts, not the tensor's last", [{ lane: 0, offset: 0, length: 1000 }]],
   ])("fail with ERR_TP_PROTOCOL on %s, and deliver nothing", async (_, chunks) => {
     const { here, there } = await connections(2);
@@ -124,7 +142,10 @@ describe.each([
     const target = new Uint8Array(4 * MiB);
     const pending = b.recv(target);
     let delivered = false;
-    pending.then(() => (delivered = true), () => undefined);
+    pending.then(
+      () => (delivered = true),
+      () => undefined,
+    );
     for (const { lane, offset, length } of chunks) {
       // The last write meets lanes this side closed on its refusal.
       here[lane]!.write([encodeChunkHeader({ seq: 0, offset, length }), new Uint8Array(length).fill(0xee)]).catch(() => undefined);

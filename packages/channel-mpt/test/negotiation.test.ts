@@ -21,6 +21,8 @@ describe("mpt options", () => {
     ["minSplit", { minSplit: "1M" }, /minSplit must be .*got the string "1M"/],
     ["threads", { threads: "yes" }, /threads must be true or false, got the string "yes"/],
   ])("refuse a bad %s with ERR_TP_INVALID_ARG saying what it takes", (_, options, text) => {
-    expect(() => new MptChannelContext(options as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) }));
+    expect(() => new MptChannelContext(options as never)).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) }),
+    );
   });
 });

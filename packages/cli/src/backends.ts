@@ -90,7 +90,10 @@ export interface FoundBackend {
  * What a backend says of itself, asked once of an instance that is then
  * closed, so that probing holds nothing (threads, sockets, devices).
  */
-async function probe(spec: BackendSpec, instance: TransportContext | ChannelContext): Promise<Pick<FoundBackend, "viability" | "domain" | "devices" | "lanes" | "connections">> {
+async function probe(
+  spec: BackendSpec,
+  instance: TransportContext | ChannelContext,
+): Promise<Pick<FoundBackend, "viability" | "domain" | "devices" | "lanes" | "connections">> {
   try {
     const viability = instance.isViable();
     if (spec.kind === "transport") return { viability, ...(viability.viable ? { domain: (instance as TransportContext).domainDescriptor() } : {}) };
@@ -99,7 +102,12 @@ async function probe(spec: BackendSpec, instance: TransportContext | ChannelCont
     if (!viability.viable) return { viability };
     const threads = (instance as { threadsUnavailable?: () => string | null }).threadsUnavailable?.();
     const connections = (instance as ChannelContext).numConnectionsNeeded();
-    return { viability, devices, connections, ...(threads === undefined ? {} : { lanes: threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}` }) };
+    return {
+      viability,
+      devices,
+      connections,
+      ...(threads === undefined ? {} : { lanes: threads === null ? "lanes on threads" : `lanes in the event loop: ${threads}` }),
+    };
   } finally {
     await instance.close();
   }
@@ -107,10 +115,7 @@ async function probe(spec: BackendSpec, instance: TransportContext | ChannelCont
 
 function isMissing(e: unknown, packageName: string): boolean {
   const err = e as { code?: string; message?: string };
-  return (
-    (err.code === "ERR_MODULE_NOT_FOUND" || err.code === "MODULE_NOT_FOUND") &&
-    (err.message ?? "").includes(`'${packageName}'`)
-  );
+  return (err.code === "ERR_MODULE_NOT_FOUND" || err.code === "MODULE_NOT_FOUND") && (err.message ?? "").includes(`'${packageName}'`);
 }
 
 /** The directory of an installed package (where its package.json is), or undefined. */

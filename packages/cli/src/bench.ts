@@ -66,7 +66,10 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
     const known = found.filter((b) => b.spec.kind === kind).map((b) => b.spec.name);
     const unknown = wanted?.filter((name) => !known.includes(name)) ?? [];
     if (unknown.length > 0) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `no ${kind} named ${unknown.map((n) => `"${n}"`).join(", ")}: the ${kind}s are ${known.join(", ")} (--backend MODULE adds another)`);
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `no ${kind} named ${unknown.map((n) => `"${n}"`).join(", ")}: the ${kind}s are ${known.join(", ")} (--backend MODULE adds another)`,
+      );
     }
     return found
       .filter((b) => b.spec.kind === kind && (!wanted || wanted.includes(b.spec.name)))
@@ -110,8 +113,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
     for (const size of sizes) {
       const data = new Uint8Array(size).fill(1);
       const back = new Uint8Array(size);
-      const roundTrips = Math.max(5, Math.min(options.quick ? 200 : 2000, Math.floor((options.quick ? 16 : 512) * MiB / size)));
-      const messages = Math.max(4, Math.min(options.quick ? 500 : 5000, Math.floor((options.quick ? 32 : 1024) * MiB / size)));
+      const roundTrips = Math.max(5, Math.min(options.quick ? 200 : 2000, Math.floor(((options.quick ? 16 : 512) * MiB) / size)));
+      const messages = Math.max(4, Math.min(options.quick ? 500 : 5000, Math.floor(((options.quick ? 32 : 1024) * MiB) / size)));
       for (const s of series) {
         if (progress) process.stderr.write(`\r\x1b[K${sizeLabel(size)}: ${s.name}`);
         // Warm: the JIT, the rings and socket buffers, the pages on both ends.
@@ -126,7 +129,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
         const cell = { ...summarize(samples), gbps: await s.stream(data, messages) };
         (figures.series[s.name] ??= {})[size] = cell;
         if (progress) process.stderr.write("\r\x1b[K");
-        print(`${(s === series[0] ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${cell.p50.toFixed(1).padStart(10)}${cell.p99.toFixed(1).padStart(10)}${cell.gbps.toFixed(3).padStart(9)}`);
+        print(
+          `${(s === series[0] ? sizeLabel(size) : "").padEnd(9)}${s.name.padEnd(width)}${cell.p50.toFixed(1).padStart(10)}${cell.p99.toFixed(1).padStart(10)}${cell.gbps.toFixed(3).padStart(9)}`,
+        );
       }
     }
     const net = figures.series["node:net"]!;
@@ -134,7 +139,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
     print(`\nagainst node:net in this run: GB/s at ${sizeLabel(big)} (higher is better), round trip p50 at ${sizeLabel(small)} (lower is better)`);
     for (const s of series.filter((x) => x.name !== "node:net")) {
       const cells = figures.series[s.name]!;
-      print(`  ${s.name.padEnd(width)}${(cells[big]!.gbps / net[big]!.gbps).toFixed(2)}x GB/s, ${(cells[small]!.p50 / net[small]!.p50).toFixed(2)}x round trip`);
+      print(
+        `  ${s.name.padEnd(width)}${(cells[big]!.gbps / net[big]!.gbps).toFixed(2)}x GB/s, ${(cells[small]!.p50 / net[small]!.p50).toFixed(2)}x round trip`,
+      );
     }
     if (options.jsonPath) writeFileSync(options.jsonPath, `${JSON.stringify(figures, null, 2)}\n`);
     return figures;

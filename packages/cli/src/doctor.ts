@@ -205,7 +205,9 @@ export function descriptorsPerPipe(channel: DoctorBackend): number {
 function readLimits(): DoctorLimits {
   const limits: DoctorLimits = {};
   try {
-    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const line = readFileSync("/proc/self/limits", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
     const [soft, hard] = line?.split(/\s+/).slice(3, 5).map(Number) ?? [];
     if (Number.isFinite(soft) && Number.isFinite(hard)) limits.openFiles = { soft: soft!, hard: hard! };
   } catch {
@@ -254,20 +256,28 @@ export function formatDoctor(r: DoctorReport): string[] {
     : "this machine has no external interface";
   const loopback = r.interfaces.find((i) => i.name === r.hostname.interface)?.internal;
   if (!r.hostname.address) lines.push(`  hostname ${r.hostname.name} does not resolve (${r.hostname.error}): ${suggestion}`);
-  else if (loopback) lines.push(`  hostname ${r.hostname.name} resolves to loopback ${r.hostname.address}, which peers on other machines cannot reach: ${suggestion}`);
-  else lines.push(`  hostname ${r.hostname.name} resolves to ${r.hostname.address}${r.hostname.interface ? ` (${r.hostname.interface})` : ""}: the address to give peers on other machines`);
+  else if (loopback)
+    lines.push(`  hostname ${r.hostname.name} resolves to loopback ${r.hostname.address}, which peers on other machines cannot reach: ${suggestion}`);
+  else
+    lines.push(
+      `  hostname ${r.hostname.name} resolves to ${r.hostname.address}${r.hostname.interface ? ` (${r.hostname.interface})` : ""}: the address to give peers on other machines`,
+    );
   if (r.ptraceScope !== undefined) lines.push(`  kernel.yama.ptrace_scope = ${r.ptraceScope} (decides whether cma may read a peer's memory)`);
   lines.push("", "limits (how many pipes this process can hold)");
   const files = r.limits.openFiles;
   if (files) {
     const cpuChannels = r.backends.filter((b) => b.kind === "channel" && b.viable && b.devices?.some((d) => d.device === "cpu:0"));
     const pipes = cpuChannels.map((c) => `${Math.floor(files.soft / descriptorsPerPipe(c))} with ${c.name} (${descriptorsPerPipe(c)} a pipe)`);
-    lines.push(`  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ") || "no pipe"}, less what the process holds otherwise; more with ulimit -n`);
+    lines.push(
+      `  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ") || "no pipe"}, less what the process holds otherwise; more with ulimit -n`,
+    );
     if (cpuChannels.length > 1) lines.push("    (a pipe takes the best channel both ends have: by default cma on one machine, mpt across machines)");
   }
   if (r.limits.availableMiB !== undefined) {
     const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";
-    lines.push(`  memory: ${r.limits.availableMiB} MiB available${cgroup}: an idle pipe holds under 100 KiB, a busy one what it has in flight (over shm up to 2 x ringSize)`);
+    lines.push(
+      `  memory: ${r.limits.availableMiB} MiB available${cgroup}: an idle pipe holds under 100 KiB, a busy one what it has in flight (over shm up to 2 x ringSize)`,
+    );
   }
   if (r.peer) lines.push("", ...peerLines(r.peer));
   // The verdict comes last, and only from here: no line a peer sent can stand in for it.
@@ -290,7 +300,11 @@ function peerLines(peer: DoctorPeer): string[] {
     `transports ${o.transports.map((n) => safeText(n, 128)).join(", ") || "none"}; channels ${o.channels.map((n) => safeText(n, 128)).join(", ") || "none"}`;
   const pairs = p.pairs.map((c) => `${deviceKey(c.local)}->${safeText(deviceKey(c.remote), 128)} ${safeText(c.channel, 128)}`).join(", ") || "none";
   lines.push(`  ${p.side} side: transport ${p.transport}; channels ${pairs}`, `  offered here: ${offer(p.offeredHere)}`);
-  lines.push(p.offeredThere ? `  offered there, as the peer says: ${offer(p.offeredThere)}` : "  offered there: not said (an upstream peer); what it decided is inferred");
+  lines.push(
+    p.offeredThere
+      ? `  offered there, as the peer says: ${offer(p.offeredThere)}`
+      : "  offered there: not said (an upstream peer); what it decided is inferred",
+  );
   for (const v of p.verdicts) lines.push(`  ${verdictLine(v)}`);
   return lines;
 }

@@ -61,7 +61,11 @@ function fail(message: string): never {
   process.exit(2);
 }
 
-const list = (s: string | undefined) => s?.split(",").map((x) => x.trim()).filter(Boolean);
+const list = (s: string | undefined) =>
+  s
+    ?.split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
 
 /** ContextOptions.auth from --secret-file (its bytes, a final newline left out) or TENSORPIPE_SECRET; none without either. */
 function auth(file: string | undefined): { auth?: { secret: Uint8Array | string } } {
@@ -123,7 +127,8 @@ async function main(argv: string[]): Promise<number> {
       backend: { type: "string", multiple: true },
     });
     const report = await runDoctor({ interface: values.interface, backends: values.backend });
-    if (values.peer !== undefined) report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend, ...auth(values["secret-file"]) });
+    if (values.peer !== undefined)
+      report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend, ...auth(values["secret-file"]) });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
     return report.usable && report.peer?.error === undefined ? 0 : 1;
   }

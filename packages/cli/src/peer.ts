@@ -53,10 +53,7 @@ async function serve(pipe: Pipe, ops: { timeout: number } | undefined): Promise<
       // Pages are committed as bytes land, not as the client announces them.
       const allocation = allocateMessage(d, sink.memory);
       sink.memory = allocation.memory;
-      sink.read = pipe.read(allocation, ops).then(
-        () => void pipe.write({ metadata: "ack" }, ops).catch(() => undefined),
-        end,
-      );
+      sink.read = pipe.read(allocation, ops).then(() => void pipe.write({ metadata: "ack" }, ops).catch(() => undefined), end);
       continue;
     }
     // Each echo is written back before the next read: its memory, and the
@@ -132,9 +129,7 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
   const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
   const listener = await context.listen(listenUrls(found, host));
-  listener.on("connectionError", (e) =>
-    process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`),
-  );
+  listener.on("connectionError", (e) => process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`));
   (async () => {
     for await (const pipe of listener) void serve(pipe, ops);
   })();
@@ -163,7 +158,9 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
         const announced = header.readBigUInt64LE(0);
         const size = header.readBigUInt64LE(8);
         if (announced > BigInt(Number.MAX_SAFE_INTEGER) || size > BigInt(MAX_SINK_MESSAGE)) {
-          process.stdout.write(`${JSON.stringify({ event: "connection-dropped", message: `node:net sink: a header announcing ${announced} bytes in messages of ${size}, over ${MAX_SINK_MESSAGE}` })}\n`);
+          process.stdout.write(
+            `${JSON.stringify({ event: "connection-dropped", message: `node:net sink: a header announcing ${announced} bytes in messages of ${size}, over ${MAX_SINK_MESSAGE}` })}\n`,
+          );
           s.destroy();
           return;
         }

@@ -1,4 +1,4 @@
-import { execFile, } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,7 +16,19 @@ describe("tensorpipe bench", () => {
 
   it("times each pair asked for, the pair negotiation picks and node:net at each size, and holds them against node:net", async () => {
     const json = join(dir, "out.json");
-    const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "64K,8", "--transports", "uv", "--channels", "basic,mpt", "--json", json]);
+    const { stdout } = await run(process.execPath, [
+      main,
+      "bench",
+      "--quick",
+      "--sizes",
+      "64K,8",
+      "--transports",
+      "uv",
+      "--channels",
+      "basic,mpt",
+      "--json",
+      json,
+    ]);
     const figures = JSON.parse(readFileSync(json, "utf8")) as BenchFigures;
     expect(figures.defaultPair).toBe("uv+mpt");
     expect(Object.keys(figures.series)).toEqual(["uv+mpt", "uv+basic", "default pair", "node:net"]);
@@ -48,7 +60,19 @@ describe("a third-party transport (--backend)", () => {
   const fixture = new URL("fixtures/loopback-transport.mjs", import.meta.url).href;
 
   it("is listened on by `tensorpipe peer` at the URL it says, and timed by `tensorpipe bench`", async () => {
-    const { stdout } = await run(process.execPath, [main, "bench", "--quick", "--sizes", "8", "--transports", "loopback", "--channels", "basic", "--backend", fixture]);
+    const { stdout } = await run(process.execPath, [
+      main,
+      "bench",
+      "--quick",
+      "--sizes",
+      "8",
+      "--transports",
+      "loopback",
+      "--channels",
+      "basic",
+      "--backend",
+      fixture,
+    ]);
     expect(stdout).toMatch(/negotiation picks loopback\+basic/);
     expect(stdout).toMatch(/^8 B +loopback\+basic +\d+\.\d +\d+\.\d +\d+\.\d{3}$/m);
   });

@@ -40,7 +40,9 @@ describe("tensorpipe doctor", () => {
 
   it("reports what bounds how many pipes this process can hold: open files and memory, as the kernel says", async () => {
     const report = await runDoctor();
-    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"))!;
+    const line = readFileSync("/proc/self/limits", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"))!;
     const [soft, hard] = line.split(/\s+/).slice(3, 5).map(Number);
     expect(report.limits.openFiles).toEqual({ soft, hard });
     expect(report.limits.availableMiB).toBeGreaterThan(0);
@@ -130,7 +132,20 @@ describe("tensorpipe doctor", () => {
   });
 
   it("exits 2 with the usage on a bad command or option", async () => {
-    for (const args of [["frobnicate"], ["doctor", "--nope"], ["bench", "--sizes", "12Q"], ["bench", "--rounds", "3"], ["peer", "--lanes", "0"], ["peer", "--copy-threads", "0"], ["bench", "--copy-threads", "two"], ["peer", "--copy-threads", "65"], ["peer", "--timeout", "soon"], ["bench", "--transports", "foo"], ["bench", "--channels", "basic,nope"], ["bench", "--quick", "--channels", "cuda-ipc"]]) {
+    for (const args of [
+      ["frobnicate"],
+      ["doctor", "--nope"],
+      ["bench", "--sizes", "12Q"],
+      ["bench", "--rounds", "3"],
+      ["peer", "--lanes", "0"],
+      ["peer", "--copy-threads", "0"],
+      ["bench", "--copy-threads", "two"],
+      ["peer", "--copy-threads", "65"],
+      ["peer", "--timeout", "soon"],
+      ["bench", "--transports", "foo"],
+      ["bench", "--channels", "basic,nope"],
+      ["bench", "--quick", "--channels", "cuda-ipc"],
+    ]) {
       const failed = await run(process.execPath, [main, ...args]).then(
         () => undefined,
         (e: { code: number; stderr: string }) => e,

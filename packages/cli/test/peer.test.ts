@@ -27,7 +27,10 @@ afterEach(() => {
 });
 
 async function startPeer(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<Peer> {
-  const child = spawn(process.execPath, [main, "peer", "--transports", "uv", "--channels", "basic", ...args], { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, ...env } });
+  const child = spawn(process.execPath, [main, "peer", "--transports", "uv", "--channels", "basic", ...args], {
+    stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  });
   running.push(child);
   const lines = createInterface({ input: child.stdout! });
   const events: Peer["events"] = [];
@@ -134,7 +137,10 @@ describe("tensorpipe peer", () => {
       writeFileSync(file, "a secret of the peer's, 32 bytes\n");
       const { info } = await startPeer(["--secret-file", file]);
       const stranger = await client();
-      await expect(stranger.connect(info.url, { timeout: 5000 })).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/requires authentication/) });
+      await expect(stranger.connect(info.url, { timeout: 5000 })).rejects.toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/requires authentication/),
+      });
       await stranger.close();
       const wrong = await client({ secret: "another secret, also 32 bytes..." });
       await expect(wrong.connect(info.url, { timeout: 5000 })).rejects.toMatchObject({ code: ErrorCode.PERMISSION_DENIED });

@@ -87,14 +87,20 @@ export function operationDeadline(options: OperationOptions | undefined, what?: 
   const { signal, timeout } = options;
   if (signal !== undefined) {
     if (!isAbortSignal(signal)) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got ${describeValue(signal)}`);
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got ${describeValue(signal)}`,
+      );
     }
     let aborted: boolean;
     try {
       aborted = signal.aborted;
     } catch {
       // An object made from AbortSignal.prototype, which Node's getters refuse.
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, "signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got an object that only looks like one");
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        "signal must be an AbortSignal (new AbortController().signal, AbortSignal.timeout(ms)), got an object that only looks like one",
+      );
     }
     if (what !== undefined && aborted) throw abortError(signal, what);
   }
@@ -123,19 +129,20 @@ function isAbortSignal(value: unknown): value is AbortSignal {
   if (value instanceof AbortSignal) return true;
   // One of another realm (a vm context, a polyfill) works as well.
   const v = value as Partial<AbortSignal> | null;
-  return typeof v === "object" && v !== null && typeof v.aborted === "boolean" && typeof v.addEventListener === "function" && typeof v.removeEventListener === "function";
+  return (
+    typeof v === "object" &&
+    v !== null &&
+    typeof v.aborted === "boolean" &&
+    typeof v.addEventListener === "function" &&
+    typeof v.removeEventListener === "function"
+  );
 }
 
 /**
  * Settles like `promise`, or rejects when `signal` aborts first; `onAbort`
  * undoes whatever the operation had under way.
  */
-export function raceSignal<T>(
-  promise: Promise<T>,
-  signal: AbortSignal | undefined,
-  what: string,
-  onAbort?: (err: TensorPipeError) => void,
-): Promise<T> {
+export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal | undefined, what: string, onAbort?: (err: TensorPipeError) => void): Promise<T> {
   return signal ? race(promise, signal, what, onAbort) : promise;
 }
 

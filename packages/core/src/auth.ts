@@ -28,7 +28,6 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 import { AUTH_ENTRY } from "./handshake/extensions.js";
 import type { BrochureAnswer, DeviceDescriptors } from "./protocol/handshake.js";
 
-
 /** Mutual authentication with a shared secret (ContextOptions.auth). */
 export interface AuthOptions {
   /** Both ends must have the same secret, at least 16 bytes. */

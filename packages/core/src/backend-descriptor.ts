@@ -61,12 +61,7 @@ export function registerBackend<O extends object, M extends TransportContext>(
   options?: O,
   priority?: number,
 ): M;
-export function registerBackend<O extends object, M extends ChannelContext>(
-  context: Context,
-  backend: ChannelBackend<O, M>,
-  options?: O,
-  priority?: number,
-): M;
+export function registerBackend<O extends object, M extends ChannelContext>(context: Context, backend: ChannelBackend<O, M>, options?: O, priority?: number): M;
 export function registerBackend(
   context: Context,
   backend: TransportBackend<object> | ChannelBackend<object>,

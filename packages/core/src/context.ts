@@ -175,7 +175,11 @@ export class Context {
       channels: this.channels,
       auth: this.auth,
       handshakeTimeout: this.handshakeTimeout,
-      pipeOptions: { maxDescriptorLength: this.maxControlFrameLength, limits: this.descriptorLimits, flightRecorder: check.wholeNumber("flightRecorder", options.flightRecorder, 0, 1_000_000, "events") ?? DEFAULT_FLIGHT_RECORDER },
+      pipeOptions: {
+        maxDescriptorLength: this.maxControlFrameLength,
+        limits: this.descriptorLimits,
+        flightRecorder: check.wholeNumber("flightRecorder", options.flightRecorder, 0, 1_000_000, "events") ?? DEFAULT_FLIGHT_RECORDER,
+      },
     };
   }
 
@@ -224,9 +228,7 @@ export class Context {
   }
 
   private transportForScheme(scheme: string): Registered<TransportContext> {
-    const t =
-      this.transports.get(scheme) ??
-      [...this.transports.values()].find((r) => r.context.aliases?.includes(scheme));
+    const t = this.transports.get(scheme) ?? [...this.transports.values()].find((r) => r.context.aliases?.includes(scheme));
     if (!t) {
       throw new TensorPipeError(
         ErrorCode.INVALID_ARG,
@@ -253,7 +255,12 @@ export class Context {
       const { scheme, address } = parseUrl(url);
       return { transport: this.transportForScheme(scheme), scheme, address };
     });
-    if (path) checkListenedTransports(path, this.transports, targets.map((t) => t.transport.name));
+    if (path)
+      checkListenedTransports(
+        path,
+        this.transports,
+        targets.map((t) => t.transport.name),
+      );
     const settings = path ? { ...this.handshakeSettings, path } : this.handshakeSettings;
     const maxUnaccepted = listenerCheck.limit("maxUnaccepted", options?.maxUnaccepted) ?? DEFAULT_MAX_UNACCEPTED;
     const limits = { maxPendingHandshakes: this.maxPendingHandshakes, maxUnaccepted };
@@ -356,10 +363,7 @@ export class Context {
         const pipes = [...this.pipes];
         for (const p of pipes) p.close();
         await Promise.all(pipes.map((p) => p.closed));
-        await Promise.all([
-          ...[...this.transports.values()].map((t) => t.context.close()),
-          ...[...this.channels.values()].map((c) => c.context.close()),
-        ]);
+        await Promise.all([...[...this.transports.values()].map((t) => t.context.close()), ...[...this.channels.values()].map((c) => c.context.close())]);
       })();
     }
     return this.closed;

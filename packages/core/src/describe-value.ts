@@ -21,6 +21,11 @@ export function describeValue(value: unknown): string {
   if (value instanceof ArrayBuffer) return "an ArrayBuffer";
   if (typeof SharedArrayBuffer !== "undefined" && value instanceof SharedArrayBuffer) return "a SharedArrayBuffer";
   const proto = Object.getPrototypeOf(value) as { constructor?: { name?: string } } | null;
-  if (proto === null || proto === Object.prototype) return `an object (${Object.keys(value as object).slice(0, 4).join(", ") || "no keys"})`;
+  if (proto === null || proto === Object.prototype)
+    return `an object (${
+      Object.keys(value as object)
+        .slice(0, 4)
+        .join(", ") || "no keys"
+    })`;
   return `an instance of ${proto.constructor?.name || "an anonymous class"}`;
 }

@@ -142,7 +142,10 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     const name = transport?.toLowerCase();
     const url = name === undefined ? this.urls.values().next().value : (this.urls.get(name) ?? this.urls.get(this.schemes.get(name) ?? ""));
     if (url === undefined) {
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `this listener does not listen on ${transport === undefined ? "any transport" : `transport "${transport}"`} (it listens on ${[...this.urls.keys()].join(", ") || "none"})`);
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `this listener does not listen on ${transport === undefined ? "any transport" : `transport "${transport}"`} (it listens on ${[...this.urls.keys()].join(", ") || "none"})`,
+      );
     }
     return url;
   }

@@ -6,10 +6,7 @@ import { ErrorCode, TensorPipeError } from "./errors.js";
 
 /** Where a package's addon may be: built from source here, or shipped prebuilt for this platform. */
 export function addonCandidates(packageRoot: string, name: string): string[] {
-  return [
-    join(packageRoot, "build", "Release", `${name}.node`),
-    join(packageRoot, "prebuilds", `${process.platform}-${process.arch}`, `${name}.node`),
-  ];
+  return [join(packageRoot, "build", "Release", `${name}.node`), join(packageRoot, "prebuilds", `${process.platform}-${process.arch}`, `${name}.node`)];
 }
 
 /** What to do when no binary of `name` loads: says what was tried and how to build one. */

@@ -41,10 +41,7 @@ export function localDeviceDescriptors(channel: ChannelContext): DeviceDescripto
 }
 
 /** The connecting side's offer: every viable transport's domain and every viable channel's devices. */
-export function buildBrochure(
-  transports: readonly Registered<TransportContext>[],
-  channels: readonly Registered<ChannelContext>[],
-): Brochure {
+export function buildBrochure(transports: readonly Registered<TransportContext>[], channels: readonly Registered<ChannelContext>[]): Brochure {
   const transportDomainDescriptors = new Map<string, string>();
   for (const t of transports) {
     if (t.context.isViable().viable) transportDomainDescriptors.set(t.name, t.context.domainDescriptor());
@@ -115,11 +112,7 @@ export interface ChannelChoice {
  * In priority order, every (local device, remote device) pair whose
  * descriptors match and that no better channel took gets that channel.
  */
-export function chooseChannels(
-  channels: readonly Registered<ChannelContext>[],
-  brochure: Brochure,
-  note?: Verdict,
-): ChannelChoice {
+export function chooseChannels(channels: readonly Registered<ChannelContext>[], brochure: Brochure, note?: Verdict): ChannelChoice {
   const taken = new Map<string, string>();
   const choice: ChannelChoice = { selected: [], deviceDescriptors: new Map(), pairs: [] };
   for (const c of channels) {
@@ -149,7 +142,11 @@ export function chooseChannels(
         if (!c.context.canCommunicateWithRemote(local.descriptor, remote.descriptor)) {
           if (note) {
             const why = c.context.describeMismatch?.(local.descriptor, remote.descriptor);
-            say("descriptors differ", `descriptors do not match ("${local.descriptor}" here, "${peerText(remote.descriptor, 256)}" there)${why ? `: ${why}` : ""}`, pair);
+            say(
+              "descriptors differ",
+              `descriptors do not match ("${local.descriptor}" here, "${peerText(remote.descriptor, 256)}" there)${why ? `: ${why}` : ""}`,
+              pair,
+            );
           }
           continue;
         }
@@ -197,14 +194,8 @@ export function checkAnswer(
     }
     const localDescriptor = localDeviceDescriptors(channel).get(deviceKey(localDevice))?.descriptor;
     const remoteDescriptor = answer.channelDeviceDescriptors.get(name)?.get(deviceKey(remoteDevice))?.descriptor;
-    if (
-      localDescriptor === undefined ||
-      remoteDescriptor === undefined ||
-      !channel.canCommunicateWithRemote(localDescriptor, remoteDescriptor)
-    ) {
-      throw negotiationError(
-        `channel "${name}" cannot join ${peerExcerpt(deviceKey(localDevice))} here to ${peerExcerpt(deviceKey(remoteDevice))} there`,
-      );
+    if (localDescriptor === undefined || remoteDescriptor === undefined || !channel.canCommunicateWithRemote(localDescriptor, remoteDescriptor)) {
+      throw negotiationError(`channel "${name}" cannot join ${peerExcerpt(deviceKey(localDevice))} here to ${peerExcerpt(deviceKey(remoteDevice))} there`);
     }
     pairs.push({ local: localDevice, remote: remoteDevice, channel: name });
   }
@@ -213,9 +204,7 @@ export function checkAnswer(
     if (!channel) throw negotiationError(`peer registered connections for unknown channel ${peerExcerpt(name)}`);
     const accepted = channel.acceptsConnectionCount?.(ids.length) ?? ids.length === channel.numConnectionsNeeded();
     if (!accepted) {
-      throw negotiationError(
-        `channel "${name}" needs ${channel.numConnectionsNeeded()} connection(s), peer registered ${ids.length}`,
-      );
+      throw negotiationError(`channel "${name}" needs ${channel.numConnectionsNeeded()} connection(s), peer registered ${ids.length}`);
     }
   }
   return pairs;

@@ -51,7 +51,8 @@ export function checkPathPolicy(
   const policy: PathPolicy = { transports: names("transports", p.transports), channels: names("channels", p.channels), forbid: names("forbid", p.forbid) };
   const registered = (kind: string, from: ReadonlyMap<string, unknown>, list: readonly string[] | undefined) => {
     for (const name of list ?? []) {
-      if (!from.has(name)) throw invalid(`path.${kind} names "${name}", which is not a registered ${kind.slice(0, -1)} (registered: ${[...from.keys()].join(", ") || "none"})`);
+      if (!from.has(name))
+        throw invalid(`path.${kind} names "${name}", which is not a registered ${kind.slice(0, -1)} (registered: ${[...from.keys()].join(", ") || "none"})`);
     }
   };
   registered("transports", transports, policy.transports);
@@ -89,7 +90,11 @@ export function checkListenedTransports(path: PathPolicy, transports: ReadonlyMa
 }
 
 /** The backends `path` lets a pipe use. */
-export function allowedBackends<T>(all: ReadonlyMap<string, Registered<T>>, path: PathPolicy, kind: "transport" | "channel"): ReadonlyMap<string, Registered<T>> {
+export function allowedBackends<T>(
+  all: ReadonlyMap<string, Registered<T>>,
+  path: PathPolicy,
+  kind: "transport" | "channel",
+): ReadonlyMap<string, Registered<T>> {
   const only = kind === "transport" ? path.transports : path.channels;
   const out = new Map<string, Registered<T>>();
   for (const [name, r] of all) {

@@ -145,7 +145,13 @@ export function boundedVerdicts(all: readonly PathVerdict[]): PathVerdict[] {
   const left = verdicts.length - keep.size;
   return [
     ...verdicts.filter((v) => keep.has(v)),
-    { kind: "channel", name: `(${left} more)`, by: "here", outcome: "not chosen", reason: `${left} more verdicts, not kept (a report keeps ${MAX_VERDICTS} and ${MAX_REPORT_CHARS} characters)` },
+    {
+      kind: "channel",
+      name: `(${left} more)`,
+      by: "here",
+      outcome: "not chosen",
+      reason: `${left} more verdicts, not kept (a report keeps ${MAX_VERDICTS} and ${MAX_REPORT_CHARS} characters)`,
+    },
   ];
 }
 
@@ -180,7 +186,15 @@ export function peerReport(raw: string | undefined): ReportBody | undefined {
   if (raw.length > MAX_REPORT_JSON) {
     return {
       offered: { transports: [], channels: [] },
-      verdicts: [{ kind: "channel", name: "(its report)", by: "here", outcome: "not chosen", reason: `the peer's report was ${raw.length} characters, over ${MAX_REPORT_JSON}: not read` }],
+      verdicts: [
+        {
+          kind: "channel",
+          name: "(its report)",
+          by: "here",
+          outcome: "not chosen",
+          reason: `the peer's report was ${raw.length} characters, over ${MAX_REPORT_JSON}: not read`,
+        },
+      ],
     };
   }
   let parsed: unknown;

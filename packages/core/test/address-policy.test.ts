@@ -25,9 +25,13 @@ describe("a switch to shm", () => {
   it("goes on to the process dialled, and to no other, nor to one this side cannot name", () => {
     const proof = new ListenerProof(answer, uv, shm, mainTo(42), "uv://127.0.0.1:5");
     expect(() => proof.prove({ peerPid: 42 } as Connection)).not.toThrow();
-    expect(() => proof.prove({ peerPid: 43 } as Connection)).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/process 43 listens, not the one this side dialled/) }));
+    expect(() => proof.prove({ peerPid: 43 } as Connection)).toThrow(
+      expect.objectContaining({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/process 43 listens, not the one this side dialled/) }),
+    );
     const first = new ListenerProof(answer, uv, shm, mainTo(42), "uv://127.0.0.1:5");
-    expect(() => first.prove({ peerPid: undefined } as Connection)).toThrow(expect.objectContaining({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/a process this side cannot name/) }));
+    expect(() => first.prove({ peerPid: undefined } as Connection)).toThrow(
+      expect.objectContaining({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/a process this side cannot name/) }),
+    );
   });
 
   it("asks nothing where the pipe stays on the transport dialled", () => {

@@ -23,7 +23,10 @@ function surface(entry: string): string {
   for (const exported of checker.getExportsOfModule(module).sort((a, b) => a.name.localeCompare(b.name))) {
     const symbol = exported.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(exported) : exported;
     if (symbol.flags & ts.SymbolFlags.ValueModule) {
-      const members = checker.getExportsOfModule(symbol).map((m) => m.name).sort();
+      const members = checker
+        .getExportsOfModule(symbol)
+        .map((m) => m.name)
+        .sort();
       blocks.push(`namespace ${exported.name} { ${members.join(", ")} }`);
       continue;
     }
@@ -44,8 +47,9 @@ describe("the public surface of @tensorpipe/core", () => {
     const record = root(`api/${name}.api.txt`);
     const now = surface(entry);
     if (process.env.UPDATE_API === "1") writeFileSync(record, now);
-    expect(now, `the exports of "${name}" changed: if that is meant, run UPDATE_API=1 pnpm exec vitest run packages/core/test/api-surface.test.ts and commit api/`).toBe(
-      readFileSync(record, "utf8"),
-    );
+    expect(
+      now,
+      `the exports of "${name}" changed: if that is meant, run UPDATE_API=1 pnpm exec vitest run packages/core/test/api-surface.test.ts and commit api/`,
+    ).toBe(readFileSync(record, "utf8"));
   });
 });

@@ -33,7 +33,12 @@ describe("allocateMessage", () => {
 
   it("costs no memory for what is only announced: 2 GiB of 128 KiB tensors", () => {
     const before = process.memoryUsage().rss;
-    const m = allocateMessage(descriptor([], Array.from({ length: 16_384 }, () => 128 << 10)));
+    const m = allocateMessage(
+      descriptor(
+        [],
+        Array.from({ length: 16_384 }, () => 128 << 10),
+      ),
+    );
     expect(m.memory.byteLength).toBe(2 ** 31);
     expect(process.memoryUsage().rss - before).toBeLessThan(64 << 20);
   });

@@ -39,9 +39,7 @@ function channel(devices: DeviceDescriptor[], connections = 1, viable = true): C
 
 const brochureOf = (t: Record<string, string>, c: Record<string, DeviceDescriptor[]>): Brochure => ({
   transportDomainDescriptors: new Map(Object.entries(t)),
-  channelDeviceDescriptors: new Map(
-    Object.entries(c).map(([name, ds]) => [name, new Map(ds.map((d) => [`${d.device.type}:${d.device.index}`, d]))]),
-  ),
+  channelDeviceDescriptors: new Map(Object.entries(c).map(([name, ds]) => [name, new Map(ds.map((d) => [`${d.device.type}:${d.device.index}`, d]))])),
 });
 
 describe("transport choice", () => {
@@ -66,7 +64,10 @@ describe("transport choice", () => {
 
   it("leaves non-viable backends out of the brochure", () => {
     const b = buildBrochure(
-      [{ priority: 0, name: "uv", context: transport("uv:*") }, { priority: 1, name: "x", context: transport("d", false) }],
+      [
+        { priority: 0, name: "uv", context: transport("uv:*") },
+        { priority: 1, name: "x", context: transport("d", false) },
+      ],
       [{ priority: 0, name: "c", context: channel([], 1, false) }],
     );
     expect([...b.transportDomainDescriptors.keys()]).toEqual(["uv"]);
@@ -83,7 +84,13 @@ describe("wire extensions", () => {
   it("travel in an entry of their own only when a viable channel has one, so that a brochure of upstream's channels stays upstream's bytes", () => {
     const plain = buildBrochure([], [{ priority: 0, name: "basic", context: channel([{ device: cpu, descriptor: "any" }]) }]);
     expect([...plain.channelDeviceDescriptors.keys()]).toEqual(["basic"]);
-    const none = buildBrochure([], [{ priority: 0, name: "cma", context: extended(undefined) }, { priority: 1, name: "x", context: extended("v", false) }]);
+    const none = buildBrochure(
+      [],
+      [
+        { priority: 0, name: "cma", context: extended(undefined) },
+        { priority: 1, name: "x", context: extended("v", false) },
+      ],
+    );
     expect([...none.channelDeviceDescriptors.keys()]).toEqual(["cma"]);
     const b = buildBrochure([], [{ priority: 0, name: "cma", context: extended("inline:auto") }]);
     expect([...b.channelDeviceDescriptors.keys()]).toEqual(["cma", WIRE_EXTENSIONS_ENTRY]);
@@ -98,7 +105,9 @@ describe("wire extensions", () => {
         expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/the priority of "c" must be a finite number/) }),
       );
     }
-    expect(() => context.registerChannel(1, "a\u001bb", extended("v"))).toThrow(expect.objectContaining({ message: 'backend name "a\\u001bb" must be [A-Za-z0-9_.-]+' }));
+    expect(() => context.registerChannel(1, "a\u001bb", extended("v"))).toThrow(
+      expect.objectContaining({ message: 'backend name "a\\u001bb" must be [A-Za-z0-9_.-]+' }),
+    );
     expect(context.backends()).toEqual([]);
     await context.close();
   });
@@ -186,8 +195,6 @@ describe("checking the answer on the connecting side", () => {
     ["mismatched descriptors", { channelDeviceDescriptors: new Map([["basic", new Map([["cpu:0", { device: cpu, descriptor: "x" }]])]]) }],
     ["the wrong number of connections", { channelRegistrationIds: new Map([["basic", [1n, 2n]]]) }],
   ])("refuses %s", (_, over) => {
-    expect(() => checkAnswer(transports, channels, answer(over as Partial<BrochureAnswer>))).toThrow(
-      expect.objectContaining({ code: ErrorCode.NEGOTIATION }),
-    );
+    expect(() => checkAnswer(transports, channels, answer(over as Partial<BrochureAnswer>))).toThrow(expect.objectContaining({ code: ErrorCode.NEGOTIATION }));
   });
 });

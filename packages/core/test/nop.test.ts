@@ -43,7 +43,10 @@ describe("libnop integers", () => {
   });
 
   it("round-trips strings with multi-byte characters and vectors of u64", () => {
-    const bytes = new NopWriter().string("héllo ✓").u64Vector([1, 2 ** 40, 2n ** 64n - 1n]).finish();
+    const bytes = new NopWriter()
+      .string("héllo ✓")
+      .u64Vector([1, 2 ** 40, 2n ** 64n - 1n])
+      .finish();
     const r = new NopReader(bytes);
     expect(r.string()).toBe("héllo ✓");
     expect(r.u64Vector()).toEqual([1n, 2n ** 40n, 2n ** 64n - 1n]);

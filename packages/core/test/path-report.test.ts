@@ -38,7 +38,13 @@ describe("a peer's path report", () => {
     const many = Array.from({ length: 25 }, (_, i) => good(i));
     const got = peerReport(entry(JSON.stringify({ offered: { transports: "uv", channels: [1, "basic"] }, verdicts: [...junk, ...many] })))!;
     expect(got.offered).toEqual({ transports: [], channels: ["basic"] });
-    expect(got.verdicts[0]).toEqual({ kind: "transport", name: "uv0\\x1b[31m", by: "here", outcome: "not viable", reason: `${"r".repeat(1024 - 21)}... (1100 characters)` });
+    expect(got.verdicts[0]).toEqual({
+      kind: "transport",
+      name: "uv0\\x1b[31m",
+      by: "here",
+      outcome: "not viable",
+      reason: `${"r".repeat(1024 - 21)}... (1100 characters)`,
+    });
     expect(got.verdicts.length).toBeLessThanOrEqual(MAX_VERDICTS);
     const chars = got.verdicts.reduce((n, v) => n + v.name.length + v.reason.length, 0);
     // Past the bound the rest is not looked at: the verdict that crossed it is the last.
@@ -49,7 +55,9 @@ describe("a peer's path report", () => {
   it("is not parsed past 32 KiB: a longer one is none of ours, and says so in one verdict", () => {
     const verdicts = Array.from({ length: 470 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: "why ".repeat(500) }));
     const got = peerReport(entry(JSON.stringify({ offered: { transports: ["uv"], channels: ["basic"] }, verdicts })))!;
-    expect(got.verdicts).toEqual([expect.objectContaining({ name: "(its report)", reason: expect.stringMatching(/^the peer's report was \d+ characters, over 32768: not read$/) })]);
+    expect(got.verdicts).toEqual([
+      expect.objectContaining({ name: "(its report)", reason: expect.stringMatching(/^the peer's report was \d+ characters, over 32768: not read$/) }),
+    ]);
   });
 
   it("escapes what could forge a line or hide text, and never leaves half a character", () => {
@@ -73,13 +81,17 @@ describe("a peer's path report", () => {
         { kind: "channel", name: "cma", by: "there", outcome: "not offered", reason: "the peer does not offer it" },
       ]),
     ).toEqual([{ kind: "channel", name: "cuda-basic", pair: "cpu:0->cuda:0", by: "there", outcome: "chosen", reason: "chosen" }]);
-    expect(fromPeer([{ kind: "channel", name: "x", by: "here", outcome: "not viable", reason: "not viable here: no GPU" }])[0]!.reason).toBe("not viable there: no GPU");
-    expect(fromPeer([{ kind: "transport", name: "shm", by: "here", outcome: "descriptors differ", reason: 'domains differ ("a" here, "b" there): why' }])[0]!.reason).toBe(
-      'domains differ ("b" here, "a" there): why',
+    expect(fromPeer([{ kind: "channel", name: "x", by: "here", outcome: "not viable", reason: "not viable here: no GPU" }])[0]!.reason).toBe(
+      "not viable there: no GPU",
     );
+    expect(
+      fromPeer([{ kind: "transport", name: "shm", by: "here", outcome: "descriptors differ", reason: 'domains differ ("a" here, "b" there): why' }])[0]!.reason,
+    ).toBe('domains differ ("b" here, "a" there): why');
     // Quotes the peer put in its words change places no worse.
     const crafted = `descriptors do not match ("${'" here, "'.repeat(40)}" here, "x" there)`;
-    expect(fromPeer([{ kind: "channel", name: "c", by: "here", outcome: "descriptors differ", reason: crafted }])[0]!.reason).toMatch(/^descriptors do not match \("/);
+    expect(fromPeer([{ kind: "channel", name: "c", by: "here", outcome: "descriptors differ", reason: crafted }])[0]!.reason).toMatch(
+      /^descriptors do not match \("/,
+    );
   });
 });
 

@@ -8,7 +8,7 @@ describe("peerText", () => {
   });
 
   it("escapes controls, separators, bidi overrides, invisible and tag characters, a lone surrogate, quotes and backslashes", () => {
-    expect(peerText('a\u001b[2Jb\nc\u2028d\u202ee\u200bf\ufeffg\u0085h\ud800i')).toBe("a\\x1b[2Jb\\x0ac\\u2028d\\u202ee\\u200bf\\ufeffg\\x85h\\ud800i");
+    expect(peerText("a\u001b[2Jb\nc\u2028d\u202ee\u200bf\ufeffg\u0085h\ud800i")).toBe("a\\x1b[2Jb\\x0ac\\u2028d\\u202ee\\u200bf\\ufeffg\\x85h\\ud800i");
     // Soft hyphen, tag characters (text smuggled unseen), fillers, a joiner and a selector.
     expect(peerText("\u00ad\u{e0041}\u{e0042}\u180e\u115f\u3164\u034f\ufe0f")).toBe("\\xad\\u{e0041}\\u{e0042}\\u180e\\u115f\\u3164\\u034f\\ufe0f");
     expect(peerText('say "x" \\x1b')).toBe('say \\"x\\" \\\\x1b');

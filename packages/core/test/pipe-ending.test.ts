@@ -72,6 +72,9 @@ describe("a pipe whose peer closes in the middle of a message", () => {
     await connections.client.main.write([twoPayloads, Uint8Array.of(1, 2, 3, 4)]);
     connections.client.main.close();
     network.flush();
-    await expect(server.readMessage()).rejects.toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: .*middle of a message/) });
+    await expect(server.readMessage()).rejects.toMatchObject({
+      code: ErrorCode.CONNECTION_RESET,
+      message: expect.stringMatching(/^truncated message: .*middle of a message/),
+    });
   });
 });

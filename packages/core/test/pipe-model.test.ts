@@ -118,7 +118,10 @@ async function run(kind: MemoryChannelKind, actions: Action[]): Promise<void> {
         const mine = pair.connections[a.side];
         const atOnce = !a.picked && [mine.main, mine.reply, ...mine.channel].every((c) => !c.isClosed) && written[a.side].every((w) => w.settled);
         const op: Op = { side: a.side, kind: "write", id, atOnce, afterEnd: pipes[a.side].isClosed, abort: a.abort };
-        const m: Message = { metadata: `m${id}`, tensors: [{ buffer: content(id, a.size), ...(a.picked ? { targetDevice: null } : { targetDevice: CPU_DEVICE }) }] };
+        const m: Message = {
+          metadata: `m${id}`,
+          tensors: [{ buffer: content(id, a.size), ...(a.picked ? { targetDevice: null } : { targetDevice: CPU_DEVICE }) }],
+        };
         track(op, pipes[a.side].write(m, optionsFor(op)));
         written[a.side].push(op);
         abortNow(op);
@@ -214,7 +217,8 @@ async function run(kind: MemoryChannelKind, actions: Action[]): Promise<void> {
       for (const w of written[s]) {
         if (!w.atOnce || w.afterEnd) continue;
         const code = w.settled!.ok ? undefined : (w.settled!.error as TensorPipeError).code;
-        if (w.abort === "abort now" || w.abort === "timeout now") expect(code === ErrorCode.ABORTED || code === ErrorCode.TIMEOUT, `write ${w.id} said ${code}`).toBe(false);
+        if (w.abort === "abort now" || w.abort === "timeout now")
+          expect(code === ErrorCode.ABORTED || code === ErrorCode.TIMEOUT, `write ${w.id} said ${code}`).toBe(false);
       }
     }
     // I7: a write the peer read resolves, though the peer closed at once, unless this side cut, closed or aborted itself.
@@ -253,10 +257,14 @@ const EXAMPLES: [Action[]][] = [
 ];
 
 describe("a pipe's state machine, against random programs", () => {
-  it.each(["frames", "acknowledged"] as const)("keeps its invariants over a %s channel", async (kind) => {
-    await fc.assert(
-      fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 24 }), (actions) => run(kind, actions)),
-      { numRuns: Number(process.env.TP_MODEL_RUNS ?? 1500), examples: EXAMPLES },
-    );
-  }, 120_000);
+  it.each(["frames", "acknowledged"] as const)(
+    "keeps its invariants over a %s channel",
+    async (kind) => {
+      await fc.assert(
+        fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 24 }), (actions) => run(kind, actions)),
+        { numRuns: Number(process.env.TP_MODEL_RUNS ?? 1500), examples: EXAMPLES },
+      );
+    },
+    120_000,
+  );
 });

@@ -1,7 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { CPU_DEVICE } from "../src/device.js";
 import { ErrorCode } from "../src/errors.js";
-import { type BrochureAnswer, decodeBrochure, decodeBrochureAnswer, decodePacket, encodeBrochure, encodeBrochureAnswer, encodePacket, MAX_HANDSHAKE_ENTRIES } from "../src/protocol/handshake.js";
+import {
+  type BrochureAnswer,
+  decodeBrochure,
+  decodeBrochureAnswer,
+  decodePacket,
+  encodeBrochure,
+  encodeBrochureAnswer,
+  encodePacket,
+  MAX_HANDSHAKE_ENTRIES,
+} from "../src/protocol/handshake.js";
 import { decodeDescriptor, decodeDescriptorReply, encodeDescriptor, encodeDescriptorReply } from "../src/protocol/message.js";
 import { upstreamSession } from "../src/testing/upstream-sessions.js";
 
@@ -145,7 +154,11 @@ describe("decoding hostile bytes", () => {
   bad("signed field with an unsigned prefix", [0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02, 0xbd, 0x00, 0x80, 0x05], decodeDescriptorReply);
   bad("64-bit form for a 32-bit device index", [0xb9, 0x01, 0xba, 0x01, 0xb9, 0x02, 0xbd, 0x00, 0x87, 0, 0, 0, 0, 0, 0, 0, 0], decodeDescriptorReply);
   bad("invalid UTF-8 in a string", [0xb8, 0x00, 0xb9, 0x01, 0xbd, 0x01, 0xff], decodePacket);
-  bad("vector<uint64> of 7 bytes", [0xb9, 0x07, 0xbd, 0x00, 0xbd, 0x00, 0xbb, 0x00, 0xbd, 0x00, 0xbb, 0x01, 0xbd, 0x00, 0xbc, 0x07, 1, 2, 3, 4, 5, 6, 7], decodeBrochureAnswer);
+  bad(
+    "vector<uint64> of 7 bytes",
+    [0xb9, 0x07, 0xbd, 0x00, 0xbd, 0x00, 0xbb, 0x00, 0xbd, 0x00, 0xbb, 0x01, 0xbd, 0x00, 0xbc, 0x07, 1, 2, 3, 4, 5, 6, 7],
+    decodeBrochureAnswer,
+  );
 
   it("reads registration ids of all 64 bits (ours are random)", () => {
     const id = 2n ** 64n - 3n;

@@ -127,7 +127,8 @@ struct EventCounters {
 using Counters = std::shared_ptr<EventCounters>;
 
 Counters MappedCounters(void* page) {
-  return Counters(new (page) EventCounters(), [](EventCounters* c) { munmap(c, static_cast<size_t>(sysconf(_SC_PAGESIZE))); });
+  return Counters(new (page) EventCounters(),
+                  [](EventCounters* c) { munmap(c, static_cast<size_t>(sysconf(_SC_PAGESIZE))); });
 }
 
 struct Event {
@@ -203,8 +204,10 @@ void WriteCounts() {
   FILE* f = fopen(path.c_str(), "w");
   if (f == nullptr) return;
   fprintf(f, "{\"hostWaits\":%llu,\"memHandleOpens\":%llu,\"eventHandleOpens\":%llu,\"hostFuncs\":%llu}\n",
-          static_cast<unsigned long long>(st.hostWaits.load()), static_cast<unsigned long long>(st.memHandleOpens.load()),
-          static_cast<unsigned long long>(st.eventHandleOpens.load()), static_cast<unsigned long long>(st.hostFuncs.load()));
+          static_cast<unsigned long long>(st.hostWaits.load()),
+          static_cast<unsigned long long>(st.memHandleOpens.load()),
+          static_cast<unsigned long long>(st.eventHandleOpens.load()),
+          static_cast<unsigned long long>(st.hostFuncs.load()));
   fclose(f);
 }
 
@@ -623,7 +626,8 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* 
       Enqueue(s, Work([to, src, n] { memcpy(to, src, n); }));
     } else {
       // Pageable memory is staged before the call returns.
-      auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+      auto staged =
+          std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
       Enqueue(s, Work([to, staged] { memcpy(to, staged->data(), staged->size()); }));
     }
     return kSuccess;
@@ -848,7 +852,8 @@ CUresult cuIpcOpenEventHandle(Event** out, IpcHandle handle) {
   close(fd);
   if (m == MAP_FAILED) return kMapFailed;
   // The exporter's counters as they are, not reset.
-  Counters c(static_cast<EventCounters*>(m), [](EventCounters* p) { munmap(p, static_cast<size_t>(sysconf(_SC_PAGESIZE))); });
+  Counters c(static_cast<EventCounters*>(m),
+             [](EventCounters* p) { munmap(p, static_cast<size_t>(sysconf(_SC_PAGESIZE))); });
   *out = new Event{kEventDisableTiming | kEventInterprocess, std::move(c), -1, handle.id, true};
   return kSuccess;
 }

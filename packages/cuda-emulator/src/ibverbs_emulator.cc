@@ -56,7 +56,7 @@ struct Cq {
 };
 
 struct Mr {
-  ibv_mr mr;  // first
+  ibv_mr mr;    // first
   char* bytes;  // where the emulator reads and writes the registered range
   void* mapped = nullptr;
   size_t mappedLength = 0;
@@ -90,7 +90,9 @@ std::atomic<uint32_t> nextKey{1};
 std::mutex registry;
 std::map<uint32_t, Mr*> mrs;
 
-std::string SocketName(pid_t pid, uint32_t qpn) { return "tp-ibv-emu/" + std::to_string(pid) + "/" + std::to_string(qpn); }
+std::string SocketName(pid_t pid, uint32_t qpn) {
+  return "tp-ibv-emu/" + std::to_string(pid) + "/" + std::to_string(qpn);
+}
 
 sockaddr_un Address(pid_t pid, uint32_t qpn, socklen_t* length) {
   sockaddr_un a = {};
@@ -219,7 +221,8 @@ void ReceiveLoop(Qp* q) {
     lock.lock();
     if (q->failed) return;
     if (!ok) {
-      Complete(q->qp.recv_cq, w, w.length < length ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, q->qp.qp_num);
+      Complete(q->qp.recv_cq, w, w.length < length ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0,
+               q->qp.qp_num);
       q->qp.state = IBV_QPS_ERR;
       FlushLocked(q);
       return;
@@ -238,8 +241,10 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     Work w{wr->wr_id, wr->sg_list[0].addr, wr->sg_list[0].length, wr->sg_list[0].lkey};
     // In the error state what is posted completes as flushed, as on a NIC.
-    if (q->failed) Complete(q->qp.send_cq, w, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, q->qp.qp_num);
-    else q->sends.push_back(w);
+    if (q->failed)
+      Complete(q->qp.send_cq, w, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, q->qp.qp_num);
+    else
+      q->sends.push_back(w);
   }
   q->changed.notify_all();
   return 0;
@@ -373,7 +378,8 @@ ibv_pd* EmuAllocPd(ibv_context* c) __asm__("ibv_alloc_pd");
 int EmuDeallocPd(ibv_pd* pd) __asm__("ibv_dealloc_pd");
 ibv_comp_channel* EmuCreateCompChannel(ibv_context* c) __asm__("ibv_create_comp_channel");
 int EmuDestroyCompChannel(ibv_comp_channel* ch) __asm__("ibv_destroy_comp_channel");
-ibv_cq* EmuCreateCq(ibv_context* c, int cqe, void* cqContext, ibv_comp_channel* ch, int vector) __asm__("ibv_create_cq");
+ibv_cq* EmuCreateCq(ibv_context* c, int cqe, void* cqContext, ibv_comp_channel* ch,
+                    int vector) __asm__("ibv_create_cq");
 int EmuDestroyCq(ibv_cq* cq) __asm__("ibv_destroy_cq");
 int EmuGetCqEvent(ibv_comp_channel* ch, ibv_cq** cq, void** cqContext) __asm__("ibv_get_cq_event");
 void EmuAckCqEvents(ibv_cq* cq, unsigned n) __asm__("ibv_ack_cq_events");
@@ -508,7 +514,8 @@ ibv_qp* EmuCreateQp(ibv_pd* pd, ibv_qp_init_attr* init) {
   socklen_t length;
   sockaddr_un a = Address(getpid(), q->qp.qp_num, &length);
   q->listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (q->listenFd < 0 || bind(q->listenFd, reinterpret_cast<sockaddr*>(&a), length) != 0 || listen(q->listenFd, 1) != 0) {
+  if (q->listenFd < 0 || bind(q->listenFd, reinterpret_cast<sockaddr*>(&a), length) != 0 ||
+      listen(q->listenFd, 1) != 0) {
     int err = errno;
     if (q->listenFd >= 0) close(q->listenFd);
     delete q;

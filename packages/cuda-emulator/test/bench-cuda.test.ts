@@ -22,7 +22,13 @@ describe("bench-cuda on the emulator", () => {
     expect(out.rows.map((row: { size: string }) => row.size)).toEqual(["8 B", "16 MiB"]);
     for (const row of out.rows) {
       expect(Object.keys(row.gbps).sort()).toEqual(["basic", "cExchange", "cma", "cuda-basic", "cuda-basic+cma", "cuda-ipc", "hostRoundTrip", "memcpyDtoD"]);
-      expect(Object.keys(row.ratios).sort()).toEqual(["cuda-basic+cma/cma", "cuda-basic/basic", "cuda-basic/hostRoundTrip", "cuda-ipc/cExchange", "cuda-ipc/memcpyDtoD"]);
+      expect(Object.keys(row.ratios).sort()).toEqual([
+        "cuda-basic+cma/cma",
+        "cuda-basic/basic",
+        "cuda-basic/hostRoundTrip",
+        "cuda-ipc/cExchange",
+        "cuda-ipc/memcpyDtoD",
+      ]);
       for (const v of [...Object.values(row.gbps), ...Object.values(row.ratios)]) expect(v).toBeGreaterThan(0);
     }
     expect(out.targets.map((t: { what: string }) => t.what)).toEqual([
@@ -35,7 +41,10 @@ describe("bench-cuda on the emulator", () => {
     const dir = mkdtempSync(join(tmpdir(), "tp-gpu-report-"));
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, "bench-cuda.txt"), r.stdout);
-    writeFileSync(join(dir, "bench.json"), JSON.stringify({ sizes: [8, 64 << 20], ratios: { "shm+cma 64 MiB GB/s / memcpy": 0.85, "cma (C) 64 MiB GB/s / memcpy": 0.9 } }));
+    writeFileSync(
+      join(dir, "bench.json"),
+      JSON.stringify({ sizes: [8, 64 << 20], ratios: { "shm+cma 64 MiB GB/s / memcpy": 0.85, "cma (C) 64 MiB GB/s / memcpy": 0.9 } }),
+    );
     const byThreads = {
       size: 64 << 20,
       rounds: 3,
@@ -44,7 +53,12 @@ describe("bench-cuda on the emulator", () => {
         { threads: 8, copiers: 8, memcpy: 45, memcpyC: 50, cmaC: 30, shmCma: 28 },
         { copiers: 4, shmCma: 20 },
       ],
-      ratios: { "cma (C) best / memcpy best": 0.6, "shm+cma best / memcpy best": 0.56, "shm+cma default / memcpy best": 0.4, "shm+cma best / cma (C) best": 0.93 },
+      ratios: {
+        "cma (C) best / memcpy best": 0.6,
+        "shm+cma best / memcpy best": 0.56,
+        "shm+cma default / memcpy best": 0.4,
+        "shm+cma best / cma (C) best": 0.93,
+      },
     };
     writeFileSync(join(dir, "cma-threads.txt"), `a warning first\n${JSON.stringify(byThreads)}\n`);
     const made = spawnSync(process.execPath, [report, dir, "--date", "2026-01-02"], { encoding: "utf8" });

@@ -271,14 +271,22 @@ int main(int argc, char** argv) {
     Errors();
   } else {
     OK(UseDevice(*d, 0));
-    if (what == "async") Async();
-    else if (what == "events") Events();
-    else if (what == "legacy") Legacy();
-    else if (what == "pageable") Pageable();
-    else if (what == "fault") Fault();
-    else if (what == "ipc") Ipc(argv[0]);
-    else if (what == "ipc-peer" && argc == 4) IpcPeer(argv[2], argv[3]);
-    else if (what == "ipc-stale" && argc == 3) IpcStale(argv[2]);
+    if (what == "async")
+      Async();
+    else if (what == "events")
+      Events();
+    else if (what == "legacy")
+      Legacy();
+    else if (what == "pageable")
+      Pageable();
+    else if (what == "fault")
+      Fault();
+    else if (what == "ipc")
+      Ipc(argv[0]);
+    else if (what == "ipc-peer" && argc == 4)
+      IpcPeer(argv[2], argv[3]);
+    else if (what == "ipc-stale" && argc == 3)
+      IpcStale(argv[2]);
     else {
       fprintf(stderr, "unknown case %s\n", what.c_str());
       return 2;

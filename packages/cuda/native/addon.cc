@@ -65,8 +65,10 @@ class StreamTurns {
   // as soon as it comes.
   void Skip(uint64_t ticket) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (serving_ == ticket) Advance();
-    else skipped_.insert(ticket);
+    if (serving_ == ticket)
+      Advance();
+    else
+      skipped_.insert(ticket);
   }
 
  private:
@@ -183,8 +185,10 @@ struct CudaEnv : AddonEnv {
     }
   }
   void FreeHost(char* data, size_t length) {
-    if (InUse(data, length)) deferred.emplace_back(data, length);
-    else Free(data);
+    if (InUse(data, length))
+      deferred.emplace_back(data, length);
+    else
+      Free(data);
   }
 
  private:

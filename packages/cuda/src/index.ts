@@ -9,7 +9,19 @@
  * are queued from libuv's pool, and what follows them on their stream
  * waits there too); each settles once its own work is done.
  */
-import { type CudaBuffer, ErrorCode, type TensorBuffer, bufferDevice, isCudaBuffer, TensorPipeError, VIABLE, type Viability, cudaBuffer, fromNativeError, notViable } from "@tensorpipe/core/backend";
+import {
+  type CudaBuffer,
+  ErrorCode,
+  type TensorBuffer,
+  bufferDevice,
+  isCudaBuffer,
+  TensorPipeError,
+  VIABLE,
+  type Viability,
+  cudaBuffer,
+  fromNativeError,
+  notViable,
+} from "@tensorpipe/core/backend";
 import { type CudaAllocation, type CudaDeviceInfo, type NativeAddon, loadAddon } from "./native.js";
 
 export type { CudaAllocation, CudaDeviceInfo } from "./native.js";
@@ -74,7 +86,11 @@ export function allocateCuda(byteLength: number, options: { device?: number } = 
   const device = options.device ?? 0;
   const addon = need();
   checkDevice(device);
-  return cudaBuffer(call("cuda allocate", () => addon.alloc(device, byteLength)), byteLength, { device });
+  return cudaBuffer(
+    call("cuda allocate", () => addon.alloc(device, byteLength)),
+    byteLength,
+    { device },
+  );
 }
 
 /** Frees memory allocated with allocateCuda(). */

@@ -43,7 +43,8 @@ describe.skipIf(!gpu)("cuda helper on a GPU", () => {
     const { devices, driverVersion } = cudaInfo();
     expect(devices.length).toBeGreaterThan(0);
     expect(driverVersion).toBeGreaterThan(11000);
-    for (const d of devices) expect(d).toMatchObject({ name: expect.any(String), pciBusId: expect.stringMatching(/:/), uuid: expect.stringMatching(/^[0-9a-f]{32}$/) });
+    for (const d of devices)
+      expect(d).toMatchObject({ name: expect.any(String), pciBusId: expect.stringMatching(/:/), uuid: expect.stringMatching(/^[0-9a-f]{32}$/) });
   });
 
   it("copies host -> device -> device -> host, through pinned memory and on a stream", async () => {

@@ -28,7 +28,9 @@ describe("cma in restricted containers", () => {
     expect(run([process.execPath, "-e", script])).toEqual({ viable: true });
     expect(run([wrapper, process.execPath, "-e", script])).toEqual({
       viable: false,
-      reason: expect.stringMatching(/process_vm_readv is not permitted here.*a seccomp filter blocks it; in Docker, run with --security-opt seccomp=unconfined/),
+      reason: expect.stringMatching(
+        /process_vm_readv is not permitted here.*a seccomp filter blocks it; in Docker, run with --security-opt seccomp=unconfined/,
+      ),
     });
     // And doctor, run there, prints it beside cma.
     const doctor = execFileSync(wrapper, [process.execPath, fileURLToPath(new URL("../../cli/dist/main.js", import.meta.url)), "doctor"], { encoding: "utf8" });
@@ -79,14 +81,20 @@ describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "tru
         const p = await c.connect(${JSON.stringify(listener.addresses().find((a) => a.startsWith("uv://")))});
         console.log(JSON.stringify(p.path));
         await c.close();`;
-      const child = spawn("unshare", ["--user", "--map-root-user", process.execPath, "--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+      const child = spawn("unshare", ["--user", "--map-root-user", process.execPath, "--input-type=module", "-e", script], {
+        stdio: ["ignore", "pipe", "inherit"],
+      });
       let out = "";
       child.stdout!.on("data", (d) => (out += d));
       const pipe = await listener.accept({ timeout: 20_000 });
       await new Promise((r) => child.once("exit", r));
       expect(pipe.transport).toBe("uv");
       const shm = pipe.path.verdicts.find((v) => v.kind === "transport" && v.name === "shm");
-      expect(shm).toMatchObject({ by: "here", outcome: "descriptors differ", reason: expect.stringMatching(/user namespaces differ: run both in one \(docker run --userns=host/) });
+      expect(shm).toMatchObject({
+        by: "here",
+        outcome: "descriptors differ",
+        reason: expect.stringMatching(/user namespaces differ: run both in one \(docker run --userns=host/),
+      });
       expect(shm!.reason).not.toMatch(/network namespaces differ/);
       // The peer, told by the listener, says the same, in the listener's words made safe (quotes escaped).
       const theirs = JSON.parse(out) as { verdicts: { kind: string; name: string; by: string; reason: string }[] };
@@ -96,15 +104,29 @@ describe.skipIf(!root || spawnSync("unshare", ["--user", "--map-root-user", "tru
       });
       expect(theirs.verdicts.find((v) => v.kind === "channel" && v.name === "cma")?.reason).toMatch(/user namespaces differ/);
       // And doctor, run there with --peer, prints it.
-      const doctor = spawn("unshare", ["--user", "--map-root-user", process.execPath, fileURLToPath(new URL("../../cli/dist/main.js", import.meta.url)), "doctor", "--peer", listener.addresses().find((a) => a.startsWith("uv://"))!], {
-        stdio: ["ignore", "pipe", "inherit"],
-      });
+      const doctor = spawn(
+        "unshare",
+        [
+          "--user",
+          "--map-root-user",
+          process.execPath,
+          fileURLToPath(new URL("../../cli/dist/main.js", import.meta.url)),
+          "doctor",
+          "--peer",
+          listener.addresses().find((a) => a.startsWith("uv://"))!,
+        ],
+        {
+          stdio: ["ignore", "pipe", "inherit"],
+        },
+      );
       let printed = "";
       doctor.stdout!.on("data", (d) => (printed += d));
       const [second] = await Promise.all([listener.accept({ timeout: 20_000 }), new Promise((r) => doctor.once("exit", r))]);
       second.close();
       expect(printed).toMatch(/pipe to uv:\/\/127\.0\.0\.1:\d+\n {2}connect side: transport uv; channels cpu:0->cpu:0 (basic|mpt)\n/);
-      expect(printed).toMatch(/ {2}transport shm: descriptors differ, the peer says: "domains differ .*user namespaces differ: run both in one \(docker run --userns=host/);
+      expect(printed).toMatch(
+        / {2}transport shm: descriptors differ, the peer says: "domains differ .*user namespaces differ: run both in one \(docker run --userns=host/,
+      );
     } finally {
       await server.close();
     }

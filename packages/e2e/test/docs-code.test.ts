@@ -28,7 +28,9 @@ function blocks(): Block[] {
   const files = [
     "README.md",
     ...readdirSync(join(repo, "packages")).map((p) => `packages/${p}/README.md`),
-    ...readdirSync(join(repo, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`),
+    ...readdirSync(join(repo, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
   ];
   const out: Block[] = [];
   for (const file of files) {
@@ -64,7 +66,17 @@ it("compile strict as written, and the README's first example runs", () => {
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({
-      compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, noUncheckedIndexedAccess: true, exactOptionalPropertyTypes: true, noEmit: true, types: ["node"], skipLibCheck: true },
+      compilerOptions: {
+        target: "ES2022",
+        module: "NodeNext",
+        moduleResolution: "NodeNext",
+        strict: true,
+        noUncheckedIndexedAccess: true,
+        exactOptionalPropertyTypes: true,
+        noEmit: true,
+        types: ["node"],
+        skipLibCheck: true,
+      },
       include: ["*.ts"],
     }),
   );

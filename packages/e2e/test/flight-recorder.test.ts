@@ -70,7 +70,10 @@ describe("the flight recorder", () => {
     const err = (await pending.catch((e: unknown) => e)) as TensorPipeError;
     expect(err.code).toBe(ErrorCode.PEER_CLOSED);
     expect(kinds(err.flightRecord!)).toEqual(expect.arrayContaining(["handshake", "path", "write", "descriptor", "read"]));
-    expect(err.flightRecord!.at(-1)).toMatchObject({ kind: "closed", detail: expect.stringMatching(/^ended by the peer between messages \(ERR_TP_PEER_CLOSED/) });
+    expect(err.flightRecord!.at(-1)).toMatchObject({
+      kind: "closed",
+      detail: expect.stringMatching(/^ended by the peer between messages \(ERR_TP_PEER_CLOSED/),
+    });
     expect(await here.closed).toBe(err);
     // The side that closed says so, as its last event.
     expect((await there.closed).flightRecord!.at(-1)).toMatchObject({ kind: "closed", detail: "closed here" });
@@ -130,7 +133,12 @@ describe("the flight recorder", () => {
     expect(client.flightRecords()).toEqual([]);
     there.close();
     expect((await here.closed).flightRecord).toBeUndefined();
-    await expect(createContext({ flightRecorder: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/flightRecorder/) });
-    await expect(createContext({ flightRecorder: "3" as never })).rejects.toMatchObject({ message: expect.stringMatching(/flightRecorder must be .*, got the string "3"$/) });
+    await expect(createContext({ flightRecorder: -1 })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/flightRecorder/),
+    });
+    await expect(createContext({ flightRecorder: "3" as never })).rejects.toMatchObject({
+      message: expect.stringMatching(/flightRecorder must be .*, got the string "3"$/),
+    });
   });
 });

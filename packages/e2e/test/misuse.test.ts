@@ -35,14 +35,34 @@ describe("misuse of write() and read()", () => {
     ["a payload without data", { payloads: [{ metadata: "m" }] }, /payload 0: data must be a TypedArray or DataView; got undefined$/],
     ["an array as the message", [], /write\(\) takes a message object \{ metadata\?, payloads\?, tensors\? \}, got an Array/],
     ["a number as metadata", { metadata: 5 }, /metadata must be a string, got number 5/],
-    ["an ArrayBuffer as a tensor", { tensors: [{ buffer: new ArrayBuffer(8) }] }, /tensor 0: buffer must be a TypedArray, DataView or CudaBuffer; got an ArrayBuffer: wrap it in new Uint8Array/],
-    ["an array of numbers as a tensor", { tensors: [{ buffer: [1, 2, 3] }] }, /tensor 0: .* got an Array: make it a TypedArray, e\.g\. new Float32Array\(values\)/],
+    [
+      "an ArrayBuffer as a tensor",
+      { tensors: [{ buffer: new ArrayBuffer(8) }] },
+      /tensor 0: buffer must be a TypedArray, DataView or CudaBuffer; got an ArrayBuffer: wrap it in new Uint8Array/,
+    ],
+    [
+      "an array of numbers as a tensor",
+      { tensors: [{ buffer: [1, 2, 3] }] },
+      /tensor 0: .* got an Array: make it a TypedArray, e\.g\. new Float32Array\(values\)/,
+    ],
     ["a tensor that is not an object", { tensors: [new Uint8Array(4)] }, /tensor 0 must be an object \{ buffer, length\?/],
-    ["a length past the buffer", { tensors: [{ buffer: new Uint8Array(4), length: 5 }] }, /tensor 0: length must be a whole number of bytes from 0 to its buffer's 4, got 5/],
+    [
+      "a length past the buffer",
+      { tensors: [{ buffer: new Uint8Array(4), length: 5 }] },
+      /tensor 0: length must be a whole number of bytes from 0 to its buffer's 4, got 5/,
+    ],
     ["a bad target device", { tensors: [{ buffer: new Uint8Array(4), targetDevice: "cpu" }] }, /tensor 0: targetDevice must be \{ type, index \}/],
-    ["an ArrayBuffer as a payload", { payloads: [{ data: new ArrayBuffer(8) }] }, /payload 0: data must be a TypedArray or DataView; got an ArrayBuffer: wrap it/],
+    [
+      "an ArrayBuffer as a payload",
+      { payloads: [{ data: new ArrayBuffer(8) }] },
+      /payload 0: data must be a TypedArray or DataView; got an ArrayBuffer: wrap it/,
+    ],
     ["tensors that are not an array", { tensors: new Uint8Array(4) }, /tensors must be an array/],
-    ["an object that names the CPU as a tensor", { tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 8 } }] }, /tensor 0: buffer is an object that names the CPU as its device but is no memory/],
+    [
+      "an object that names the CPU as a tensor",
+      { tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 8 } }] },
+      /tensor 0: buffer is an object that names the CPU as its device but is no memory/,
+    ],
   ])("%s is ERR_TP_INVALID_ARG saying how to fix it", async (_, message, text) => {
     await expect(here.write(message as unknown as Message)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) });
     await stillWorks();
@@ -51,11 +71,27 @@ describe("misuse of write() and read()", () => {
   it.each([
     ["no allocation", undefined, /read\(\) takes an allocation \{ payloads\?: \[\{ data \}\], tensors\?: \[\{ buffer \}\] \}/],
     ["too few tensors", { payloads: [{ data: new Uint8Array(3) }] }, /the allocation has 1 payload\(s\) and 0 tensor\(s\); the message has 1 and 1/],
-    ["an ArrayBuffer as payload data", { payloads: [{ data: new ArrayBuffer(3) }], tensors: [{ buffer: new Uint8Array(4) }] }, /allocation payload 0: data must be a TypedArray or DataView of 3 bytes; got an ArrayBuffer: wrap it/],
-    ["a buffer given as the tensor", { payloads: [{ data: new Uint8Array(3) }], tensors: [new Uint8Array(4)] }, /allocation tensor 0 must be an object \{ buffer \}, got a Uint8Array itself: pass \{ buffer: it \}/],
-    ["an array as a tensor buffer", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: [0, 0, 0, 0] }] }, /allocation tensor 0: buffer must be .* of at least 4 bytes; got an Array: make it a TypedArray/],
+    [
+      "an ArrayBuffer as payload data",
+      { payloads: [{ data: new ArrayBuffer(3) }], tensors: [{ buffer: new Uint8Array(4) }] },
+      /allocation payload 0: data must be a TypedArray or DataView of 3 bytes; got an ArrayBuffer: wrap it/,
+    ],
+    [
+      "a buffer given as the tensor",
+      { payloads: [{ data: new Uint8Array(3) }], tensors: [new Uint8Array(4)] },
+      /allocation tensor 0 must be an object \{ buffer \}, got a Uint8Array itself: pass \{ buffer: it \}/,
+    ],
+    [
+      "an array as a tensor buffer",
+      { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: [0, 0, 0, 0] }] },
+      /allocation tensor 0: buffer must be .* of at least 4 bytes; got an Array: make it a TypedArray/,
+    ],
     ["a tensor buffer too small", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: new Uint8Array(2) }] }, /tensor 0 needs 4 bytes, got 2/],
-    ["an object that names the CPU as a tensor buffer", { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 4 } }] }, /allocation tensor 0: buffer is an object that names the CPU/],
+    [
+      "an object that names the CPU as a tensor buffer",
+      { payloads: [{ data: new Uint8Array(3) }], tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 4 } }] },
+      /allocation tensor 0: buffer is an object that names the CPU/,
+    ],
   ])("read() with %s is ERR_TP_INVALID_ARG saying how to fix it, and the message can still be read", async (_, allocation, text) => {
     await here.write({ payloads: [{ data: new Uint8Array([1, 2, 3]) }], tensors: [{ buffer: new Uint8Array([4, 5, 6, 7]) }] });
     await there.readDescriptor();
@@ -86,16 +122,19 @@ describe("misuse of write() and read()", () => {
     await stillWorks();
   });
 
-  it.each(["readDescriptor", "readMessage"] as const)("%s() after readDescriptor() and before read() is refused at once, saying which came first", async (op) => {
-    await here.write({ metadata: "one" });
-    await there.readDescriptor();
-    await expect(there[op]()).rejects.toMatchObject({
-      code: ErrorCode.INVALID_ARG,
-      message: `${op}() while the descriptor readDescriptor() gave is unread: read() that message first`,
-    });
-    await there.read({ payloads: [], tensors: [] });
-    await stillWorks();
-  });
+  it.each(["readDescriptor", "readMessage"] as const)(
+    "%s() after readDescriptor() and before read() is refused at once, saying which came first",
+    async (op) => {
+      await here.write({ metadata: "one" });
+      await there.readDescriptor();
+      await expect(there[op]()).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: `${op}() while the descriptor readDescriptor() gave is unread: read() that message first`,
+      });
+      await there.read({ payloads: [], tensors: [] });
+      await stillWorks();
+    },
+  );
 
   it("a CPU tensor written without targetDevice goes to the peer's CPU: the write resolves before anyone reads, no round trip", async () => {
     const sent = here.write({ tensors: [{ buffer: new Float32Array([1, 2, 3]) }] });
@@ -124,35 +163,48 @@ describe("misuse of write() and read()", () => {
     ["a NaN timeout", { timeout: NaN }, /timeout must be .*got number NaN/],
     ["a signal that is none", { signal: {} }, /signal must be an AbortSignal .*got an object \(no keys\)/],
     ["options that are null", null, /options must be an object such as \{ timeout: 5000, signal \}, got null/],
-    ["a signal made from AbortSignal's prototype", { signal: Object.create(AbortSignal.prototype) }, /signal must be an AbortSignal .*got an object that only looks like one/],
+    [
+      "a signal made from AbortSignal's prototype",
+      { signal: Object.create(AbortSignal.prototype) },
+      /signal must be an AbortSignal .*got an object that only looks like one/,
+    ],
   ];
 
-  it.each(badOptions)("%s is ERR_TP_INVALID_ARG from every operation, which does nothing: the pipe, its messages and the listener go on", async (_, options, text) => {
-    const bad = options as never;
-    const refused = { code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) };
-    // Rejected, never thrown: each call is a promise.
-    let calls: Promise<unknown>[] = [];
-    expect(() => {
-      calls = [here.write({ metadata: "not sent" }, bad), there.readDescriptor(bad), there.readMessage(bad), client.connect("uv://127.0.0.1:1", bad)];
-    }).not.toThrow();
-    for (const c of calls) await expect(c).rejects.toMatchObject(refused);
-    await here.write({ metadata: "sent" });
-    expect((await there.readMessage()).metadata).toBe("sent");
-    const d = here.write({ metadata: "read", tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] });
-    await there.readDescriptor();
-    await expect(there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] }, bad)).rejects.toMatchObject(refused);
-    await there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] });
-    await d;
-    await stillWorks();
-  });
+  it.each(badOptions)(
+    "%s is ERR_TP_INVALID_ARG from every operation, which does nothing: the pipe, its messages and the listener go on",
+    async (_, options, text) => {
+      const bad = options as never;
+      const refused = { code: ErrorCode.INVALID_ARG, message: expect.stringMatching(text) };
+      // Rejected, never thrown: each call is a promise.
+      let calls: Promise<unknown>[] = [];
+      expect(() => {
+        calls = [here.write({ metadata: "not sent" }, bad), there.readDescriptor(bad), there.readMessage(bad), client.connect("uv://127.0.0.1:1", bad)];
+      }).not.toThrow();
+      for (const c of calls) await expect(c).rejects.toMatchObject(refused);
+      await here.write({ metadata: "sent" });
+      expect((await there.readMessage()).metadata).toBe("sent");
+      const d = here.write({ metadata: "read", tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] });
+      await there.readDescriptor();
+      await expect(there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] }, bad)).rejects.toMatchObject(refused);
+      await there.read({ payloads: [], tensors: [{ buffer: new Uint8Array(4) }] });
+      await d;
+      await stillWorks();
+    },
+  );
 
   it("a timeout of Infinity, or a fraction of a millisecond, is taken", async () => {
-    await Promise.all([here.write({ metadata: "inf" }, { timeout: Infinity }), expect(there.readMessage({ timeout: 2.5e3 + 0.5 })).resolves.toMatchObject({ metadata: "inf" })]);
+    await Promise.all([
+      here.write({ metadata: "inf" }, { timeout: Infinity }),
+      expect(there.readMessage({ timeout: 2.5e3 + 0.5 })).resolves.toMatchObject({ metadata: "inf" }),
+    ]);
   });
 
   it("a signal aborted already fails the operation before it does anything: nothing is sent or read, and the pipe goes on", async () => {
     const aborted = { signal: AbortSignal.abort(new Error("never mind")) };
-    await expect(here.write({ metadata: "not sent" }, aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/never mind/) });
+    await expect(here.write({ metadata: "not sent" }, aborted)).rejects.toMatchObject({
+      code: ErrorCode.ABORTED,
+      message: expect.stringMatching(/never mind/),
+    });
     await expect(there.readDescriptor(aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED });
     await expect(there.readMessage(aborted)).rejects.toMatchObject({ code: ErrorCode.ABORTED });
     const sent = here.write({ metadata: "sent", tensors: [{ buffer: new Uint8Array([9, 9, 9, 9]), targetDevice: CPU_DEVICE }] });
@@ -233,7 +285,9 @@ describe("misuse of listen(), accept() and connect()", () => {
     const listener = await server.listen("uv://127.0.0.1:0");
     expect(listener.url()).toBe(listener.addresses()[0]);
     expect(listener.url("uv")).toBe(listener.addresses()[0]);
-    expect(() => listener.url("shm")).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: 'this listener does not listen on transport "shm" (it listens on uv)' }));
+    expect(() => listener.url("shm")).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: 'this listener does not listen on transport "shm" (it listens on uv)' }),
+    );
     expect(listener.url("UV")).toBe(listener.addresses()[0]);
     expect(() => listener.url(null as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/got null/) }));
     listener.close();
@@ -279,7 +333,9 @@ describe("misuse of listen(), accept() and connect()", () => {
       const [here, there] = await Promise.all([bare.connect(listener.addresses()[0]!), listener.accept()]);
       await expect(here.write({ tensors: [{ buffer: new Uint8Array(4), targetDevice: CPU_DEVICE }] })).rejects.toMatchObject({
         code: ErrorCode.NEGOTIATION,
-        message: expect.stringMatching(/no channel was negotiated from cpu:0 here to cpu:0 at the peer \(channels: none\): register a channel for it on both ends \(for CPU tensors, basic works everywhere\)/),
+        message: expect.stringMatching(
+          /no channel was negotiated from cpu:0 here to cpu:0 at the peer \(channels: none\): register a channel for it on both ends \(for CPU tensors, basic works everywhere\)/,
+        ),
       });
       await here.write({ metadata: "payloads and metadata need none" });
       expect((await there.readMessage()).metadata).toBe("payloads and metadata need none");
@@ -295,11 +351,16 @@ describe("misuse of listen(), accept() and connect()", () => {
       const listener = await bare.listen("uv://127.0.0.1:0");
       const dropped: Error[] = [];
       listener.on("connectionError", (e) => dropped.push(e));
-      await expect(client.connect(listener.url())).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/no channel for CPU tensors in common with the listener/) });
+      await expect(client.connect(listener.url())).rejects.toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(/no channel for CPU tensors in common with the listener/),
+      });
       await expect.poll(() => dropped.length).toBe(1);
       expect(dropped[0]).toMatchObject({
         code: ErrorCode.NEGOTIATION,
-        message: expect.stringMatching(/^the peer hung up on this listener's answer, which had no channel for CPU tensors in common with it \(it offered basic; here: none registered, or none viable\): register one both ends have/),
+        message: expect.stringMatching(
+          /^the peer hung up on this listener's answer, which had no channel for CPU tensors in common with it \(it offered basic; here: none registered, or none viable\): register one both ends have/,
+        ),
       });
     } finally {
       await bare.close();
@@ -313,7 +374,10 @@ describe("misuse of listen(), accept() and connect()", () => {
       const [gone, left] = await Promise.all([ctx.connect(listener.url()), listener.accept()]);
       gone.close();
       await left.closed;
-      await expect(left.write({ metadata: "to nobody" })).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/^the peer closed the pipe \(/) });
+      await expect(left.write({ metadata: "to nobody" })).rejects.toMatchObject({
+        code: ErrorCode.PEER_CLOSED,
+        message: expect.stringMatching(/^the peer closed the pipe \(/),
+      });
     } finally {
       await ctx.close();
     }
@@ -327,7 +391,9 @@ describe("misuse of listen(), accept() and connect()", () => {
       // The test-style script: await the write, then read. 16 MiB does not fit the socket's buffers.
       await expect(a.write({ tensors: [{ buffer: new Uint8Array(16 << 20), targetDevice: CPU_DEVICE }] }, { timeout: 500 })).rejects.toMatchObject({
         code: ErrorCode.TIMEOUT,
-        message: expect.stringMatching(/^pipe write \(a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write\?\) timed out/),
+        message: expect.stringMatching(
+          /^pipe write \(a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write\?\) timed out/,
+        ),
       });
     } finally {
       await ctx.close();

@@ -32,7 +32,9 @@ describe.skipIf(why !== null)("multi-host", () => {
 
   beforeAll(() => {
     net = TestNetwork.create(5, { lossPercent: 1, delayMs: 1 });
-    console.log(`test network: ${net.applied.join(", ") || "no loss or delay available"}${TestNetwork.canDelay() ? "" : " (this kernel has no netem: no delay)"}`);
+    console.log(
+      `test network: ${net.applied.join(", ") || "no loss or delay available"}${TestNetwork.canDelay() ? "" : " (this kernel has no netem: no delay)"}`,
+    );
   });
 
   afterAll(async () => {
@@ -68,29 +70,29 @@ describe.skipIf(why !== null)("multi-host", () => {
     const port = peer.url.split(":").at(-1);
     const url = `uv://[${address}%${net.host("b").device}]:${port}`;
     const out = await runClient(net, "b", { url, transports: ["uv"], channels: ["basic"], scenario: "roundtrip", messages: 3 });
-    expect(out).toEqual([{ transport: "uv", channel: "basic" }, { ok: true, messages: 3 }]);
+    expect(out).toEqual([
+      { transport: "uv", channel: "basic" },
+      { ok: true, messages: 3 },
+    ]);
   });
 
   it("a link cut mid-transfer fails both sides within their timeouts, no hang", async () => {
     const peer = await peerOn("a", ["--channels", "basic", "--timeout", "1500"]);
     let cutAt = 0;
-    const out = await runClient(
-      net,
-      "c",
-      { url: peer.url, transports: ["uv"], channels: ["basic"], scenario: "stream", timeout: 1500 },
-      (o) => {
-        if (o.transferring) {
-          net.cut("c");
-          cutAt = Date.now();
-        }
-      },
-    );
+    const out = await runClient(net, "c", { url: peer.url, transports: ["uv"], channels: ["basic"], scenario: "stream", timeout: 1500 }, (o) => {
+      if (o.transferring) {
+        net.cut("c");
+        cutAt = Date.now();
+      }
+    });
     const ended = out.find((o) => "ended" in o)!;
     expect(ended.ended).toBe("ERR_TP_TIMEOUT");
     expect(Date.now() - cutAt).toBeLessThan(5000);
-    await expect.poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 5000 }).toMatchObject({
-      code: "ERR_TP_TIMEOUT",
-    });
+    await expect
+      .poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 5000 })
+      .toMatchObject({
+        code: "ERR_TP_TIMEOUT",
+      });
   });
 
   // No operation has a timeout: only the transport's peer timeout (3 s
@@ -117,8 +119,10 @@ describe.skipIf(why !== null)("multi-host", () => {
     const ended = out.find((o) => "ended" in o)!;
     expect(ended).toMatchObject({ ended: "ERR_TP_CONNECTION_RESET", message: expect.stringMatching(/timed out|unreachable/) });
     expect(endedAt - cutAt).toBeLessThan(peerTimeout + 3000);
-    await expect.poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 2 * peerTimeout }).toMatchObject({
-      code: "ERR_TP_CONNECTION_RESET",
-    });
+    await expect
+      .poll(() => peer.events.find((e) => e.event === "pipe-ended"), { timeout: 2 * peerTimeout })
+      .toMatchObject({
+        code: "ERR_TP_CONNECTION_RESET",
+      });
   });
 });

@@ -3,7 +3,16 @@ import diagnostics_channel from "node:diagnostics_channel";
 import { connect } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { type Context, CPU_DEVICE, ErrorCode, type ListenerErrorMessage, type MessageSizesMessage, type Pipe, type PipeCloseMessage, type PipeOpenMessage } from "@tensorpipe/core";
+import {
+  type Context,
+  CPU_DEVICE,
+  ErrorCode,
+  type ListenerErrorMessage,
+  type MessageSizesMessage,
+  type Pipe,
+  type PipeCloseMessage,
+  type PipeOpenMessage,
+} from "@tensorpipe/core";
 import { createContext } from "@tensorpipe/bench";
 import { afterEach, describe, expect, it } from "vitest";
 
@@ -44,7 +53,9 @@ describe("debug logs (NODE_DEBUG)", () => {
 
   it("tell, with NODE_DEBUG=tensorpipe:negotiation, what each side offered and why each backend was or was not chosen", async () => {
     const out = await runWithDebug("tensorpipe:negotiation");
-    expect(out).toMatch(/TENSORPIPE:NEGOTIATION \d+: connect to uv:\/\/127\.0\.0\.1:\d+ over uv: offering transports uv "[^"]+"; channels cma \[cpu:0 "cma:[^"]+"\], basic \[cpu:0 "any"\]/);
+    expect(out).toMatch(
+      /TENSORPIPE:NEGOTIATION \d+: connect to uv:\/\/127\.0\.0\.1:\d+ over uv: offering transports uv "[^"]+"; channels cma \[cpu:0 "cma:[^"]+"\], basic \[cpu:0 "any"\]/,
+    );
     expect(out).toMatch(/offers transports shm "shm:[^"]+"/);
     expect(out).toMatch(/: shm: chosen \(priority 10\)/);
     expect(out).toMatch(/: cma: cpu:0->cpu:0: chosen \(priority \d+\)/);

@@ -83,9 +83,11 @@ describe("the path a pipe may take", () => {
     });
     await expect(client.connect(uv, { path: { transports: ["shm"] } })).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION });
     // The listener saw the first dialler go once it had read the answer, and the second offer nothing it has.
-    await expect.poll(() => errors.find((e) => e.code === ErrorCode.NEGOTIATION)).toMatchObject({
-      message: expect.stringMatching(/no transport in common \(peer has: shm; here: uv: the peer does not offer it\)/),
-    });
+    await expect
+      .poll(() => errors.find((e) => e.code === ErrorCode.NEGOTIATION))
+      .toMatchObject({
+        message: expect.stringMatching(/no transport in common \(peer has: shm; here: uv: the peer does not offer it\)/),
+      });
   });
 
   it("a listener whose path a peer cannot meet drops it with ERR_TP_NEGOTIATION saying why", async () => {
@@ -104,7 +106,9 @@ describe("the path a pipe may take", () => {
     const { uv, errors } = await listener(server, { path: { channels: ["cma"] } }, ["uv://127.0.0.1:0"]);
     await expect(client.connect(uv, { path: { forbid: ["cma"] } })).rejects.toMatchObject({
       code: ErrorCode.NEGOTIATION,
-      message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: [^)]*\bbasic: not allowed by the peer's path \(channels cma\)\); this side's path: never cma \(uv:/),
+      message: expect.stringMatching(
+        /^the listener refused the pipe: no channel for CPU tensors \(there: [^)]*\bbasic: not allowed by the peer's path \(channels cma\)\); this side's path: never cma \(uv:/,
+      ),
     });
     await expect(client.connect(uv, { path: { transports: ["shm"] } })).rejects.toMatchObject({
       code: ErrorCode.NEGOTIATION,
@@ -128,7 +132,9 @@ describe("the path a pipe may take", () => {
   it("a listener whose path allows none of the transports it listens on is refused at listen(), saying how to fix it", async () => {
     await expect(server.listen("uv://127.0.0.1:0", { path: { transports: ["shm"] } })).rejects.toMatchObject({
       code: ErrorCode.INVALID_ARG,
-      message: expect.stringMatching(/path \(transports shm\) allows none of the transports this listener listens on \(uv\): listen on a URL of an allowed transport \(shm\) too/),
+      message: expect.stringMatching(
+        /path \(transports shm\) allows none of the transports this listener listens on \(uv\): listen on a URL of an allowed transport \(shm\) too/,
+      ),
     });
     await expect(server.listen("uv://127.0.0.1:0", { path: { forbid: ["uv"] } })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
     const both = await server.listen(["uv://127.0.0.1:0", "shm://"], { path: { transports: ["shm"] } });

@@ -42,7 +42,11 @@ describe("pipe.path", () => {
     }
     expect(there.side).toBe("listen");
     expect(verdict(there, "transport", "shm")).toMatchObject({ by: "here", outcome: "chosen" });
-    expect(verdict(there, "transport", "uv")).toMatchObject({ by: "here", outcome: "lower priority", reason: expect.stringMatching(/shm has a higher priority/) });
+    expect(verdict(there, "transport", "uv")).toMatchObject({
+      by: "here",
+      outcome: "lower priority",
+      reason: expect.stringMatching(/shm has a higher priority/),
+    });
     expect(verdict(there, "channel", "basic", "cpu:0->cpu:0")).toMatchObject({ outcome: "lower priority", reason: expect.stringMatching(/taken by cma/) });
     // The dialling end learns the listener's reasons, as the listener's.
     expect(here.side).toBe("connect");
@@ -61,13 +65,21 @@ describe("pipe.path", () => {
   });
 
   it("a channel that cannot run at the listener: the dialling end gets the listener's reason", async () => {
-    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) }, { setup: (c) => registerUnrunnable(c, "fast", "its device is gone") });
+    const { here, there } = await both(
+      ["uv://127.0.0.1:0"],
+      { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) },
+      { setup: (c) => registerUnrunnable(c, "fast", "its device is gone") },
+    );
     expect(verdict(there, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: its device is gone" });
     expect(verdict(here, "channel", "fast")).toMatchObject({ by: "there", outcome: "not viable", reason: "not viable there: its device is gone" });
   });
 
   it("a channel that cannot run at the dialling end: the listener gets its reason instead of 'not offered'", async () => {
-    const { here, there } = await both(["uv://127.0.0.1:0"], { setup: (c) => registerUnrunnable(c, "fast", "no such device here") }, { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) });
+    const { here, there } = await both(
+      ["uv://127.0.0.1:0"],
+      { setup: (c) => registerUnrunnable(c, "fast", "no such device here") },
+      { setup: (c) => c.registerChannel(5000, "fast", fastChannel()) },
+    );
     expect(verdict(here, "channel", "fast")).toMatchObject({ by: "here", outcome: "not viable", reason: "not viable here: no such device here" });
     expect(there.verdicts.filter((v) => v.name === "fast")).toEqual([
       { kind: "channel", name: "fast", by: "there", outcome: "not viable", reason: "not viable there: no such device here" },
@@ -129,7 +141,12 @@ describe("a hostile peer's brochure", () => {
     const channels = new Map<string, Map<string, { device: { type: string; index: number }; descriptor: string }>>([
       ["basic", devices],
       ...many("c", 300).map((n) => [n, new Map()] as [string, Map<string, never>]),
-      ["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify({ offered: { transports: [], channels: [] }, verdicts: [] }) }]])],
+      [
+        "tensorpipe-js.path-report",
+        new Map([
+          ["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify({ offered: { transports: [], channels: [] }, verdicts: [] }) }],
+        ]),
+      ],
     ]);
     const brochure = protocol.encodeBrochure({ transportDomainDescriptors: transports, channelDeviceDescriptors: channels });
     expect(brochure.length).toBeLessThan(1 << 20);

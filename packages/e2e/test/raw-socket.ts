@@ -75,7 +75,10 @@ export function offerByHand(extra: ChannelEntries = new Map()): Buffer {
 }
 
 /** A new pipe's first connection opened by hand, offering uv + basic (and `extra`) as a foreign peer would, and the listener's BrochureAnswer. */
-export async function brochureByHand(port: number, extra?: ChannelEntries): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
+export async function brochureByHand(
+  port: number,
+  extra?: ChannelEntries,
+): Promise<{ main: RawSocket; answer: ReturnType<typeof protocol.decodeBrochureAnswer> }> {
   const main = await RawSocket.connect(port);
   main.write(offerByHand(extra));
   return { main, answer: protocol.decodeBrochureAnswer(await main.readFrame()) };

@@ -155,7 +155,10 @@ describe("the published packages", () => {
       // Tools that report versions resolve it.
       expect((m.exports as Record<string, unknown>)["./package.json"], name).toBe("./package.json");
       // Measurement lives in the private bench package.
-      expect(files.filter((f) => /baseline|zmq|svg-plot|progress-bar/.test(f)), name).toEqual([]);
+      expect(
+        files.filter((f) => /baseline|zmq|svg-plot|progress-bar/.test(f)),
+        name,
+      ).toEqual([]);
       expect(JSON.stringify(m.dependencies ?? {})).not.toContain("workspace:");
       expect(JSON.stringify(m.peerDependencies ?? {})).not.toContain("workspace:");
       expect(files.some((f) => f.includes("/test/") || f.startsWith("package/build/"))).toBe(false);
@@ -214,7 +217,8 @@ describe("the published packages", () => {
       expect(b, b.name).toMatchObject({ installed: true });
       // A GPU channel on a machine without one says so (its prebuilt addon
       // loaded and probed: no "did not load"); everything else works.
-      if (b.name === "cuda-gdr" && !b.viable) expect(b.reason).toMatch(/^no RDMA: |no InfiniBand or RoCE device|no RDMA device has an active port|no CUDA driver|no GPU|nvidia-peermem/);
+      if (b.name === "cuda-gdr" && !b.viable)
+        expect(b.reason).toMatch(/^no RDMA: |no InfiniBand or RoCE device|no RDMA device has an active port|no CUDA driver|no GPU|nvidia-peermem/);
       else if (b.name.startsWith("cuda-") && !b.viable) expect(b.reason).toMatch(/no CUDA driver|no GPU|did not start/);
       else expect(b, b.name).toMatchObject({ viable: true });
     }
@@ -238,26 +242,31 @@ console.log((await server.readMessage()).metadata);
   it("run `tensorpipe bench` as installed: every pair here and node:net, timed against its own peer", () => {
     const out = runInApp(process.execPath, [join(app, "node_modules/@tensorpipe/cli/dist/main.js"), "bench", "--quick", "--sizes", "8,64K"]);
     expect(out).toMatch(/negotiation picks shm\+cma/);
-    for (const series of ["uv+basic", "uv+mpt", "shm+cma", "default pair", "node:net"]) expect(out).toMatch(new RegExp(`^(64 KiB|8 B)? +${series.replace("+", "\\+")} +\\d+\\.\\d`, "m"));
+    for (const series of ["uv+basic", "uv+mpt", "shm+cma", "default pair", "node:net"])
+      expect(out).toMatch(new RegExp(`^(64 KiB|8 B)? +${series.replace("+", "\\+")} +\\d+\\.\\d`, "m"));
     expect(out).toMatch(/^ {2}shm\+cma +\d+\.\d\dx GB\/s, \d+\.\d\dx round trip$/m);
   }, 120_000);
 
   // An arm64 machine, emulated: Debian's own arm64 Node (18) under
   // qemu-user loads the linux-arm64 prebuilds from the same install.
-  it.skipIf(skipArm64)("load the linux-arm64 prebuilds with Debian's arm64 Node under qemu-user and move tensors", () => {
-    expect(arm64, "run scripts/cross-prebuilds.sh and scripts/arm64-node.sh first").toBe(true);
-    // qemu-user has no process_vm_readv: shm goes with basic there.
-    expectTransfers(arm64Node, "arm64", "basic", 1);
-    for (const b of doctorOn(arm64Node).backends) {
-      expect(b, b.name).toMatchObject({ installed: true });
-      // Every addon loaded ("did not load" would name a bad binary). qemu-user
-      // lacks process_vm_readv, and there is no GPU.
-      expect(b.reason ?? "", b.name).not.toMatch(/did not load|no prebuilt binary/);
-      if (b.name === "cma") expect(b.reason).toMatch(/not implemented here \(ENOSYS\)/);
-      else if (b.name.startsWith("cuda-")) expect(b.viable).toBe(false);
-      else expect(b, b.name).toMatchObject({ viable: true });
-    }
-  }, 240_000);
+  it.skipIf(skipArm64)(
+    "load the linux-arm64 prebuilds with Debian's arm64 Node under qemu-user and move tensors",
+    () => {
+      expect(arm64, "run scripts/cross-prebuilds.sh and scripts/arm64-node.sh first").toBe(true);
+      // qemu-user has no process_vm_readv: shm goes with basic there.
+      expectTransfers(arm64Node, "arm64", "basic", 1);
+      for (const b of doctorOn(arm64Node).backends) {
+        expect(b, b.name).toMatchObject({ installed: true });
+        // Every addon loaded ("did not load" would name a bad binary). qemu-user
+        // lacks process_vm_readv, and there is no GPU.
+        expect(b.reason ?? "", b.name).not.toMatch(/did not load|no prebuilt binary/);
+        if (b.name === "cma") expect(b.reason).toMatch(/not implemented here \(ENOSYS\)/);
+        else if (b.name.startsWith("cuda-")) expect(b.viable).toBe(false);
+        else expect(b, b.name).toMatchObject({ viable: true });
+      }
+    },
+    240_000,
+  );
 
   it("say how to build the addon where no prebuilt binary fits", () => {
     const prebuilds = join(app, "node_modules/@tensorpipe/transport-uv/prebuilds");

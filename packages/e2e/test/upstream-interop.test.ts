@@ -227,7 +227,10 @@ describe("interoperability with upstream C++ TensorPipe (captured bytes)", () =>
     channel.write(onTheWire([edge.serverChannel[0]!]));
     const echo1 = await pipe.readMessage();
     expect(echo1.metadata).toBe("Z");
-    expect(echo1.payloads.map((p) => [p.metadata, hex(p.data)])).toEqual([["p0", ""], ["p1", "078a0d"]]);
+    expect(echo1.payloads.map((p) => [p.metadata, hex(p.data)])).toEqual([
+      ["p0", ""],
+      ["p1", "078a0d"],
+    ]);
     expect(echo1.tensors.map((t) => [t.metadata, hex(t.buffer as Uint8Array)])).toEqual([
       ["t2", ""],
       ["t3", "15981b9e21"],

@@ -44,9 +44,30 @@ async function expectEcho(pipe: Pipe, sent: Message, seed: number): Promise<void
 const SHAPES: [string, number, number[], { size: number; targeted: boolean }[], string?][] = [
   ["an empty message", 1, [], [], ""],
   ["metadata alone", 2, [], [], "x".repeat(10_000)],
-  ["zero-length payloads and tensors", 3, [0, 0], [{ size: 0, targeted: true }, { size: 0, targeted: false }]],
-  ["tensors without target devices", 4, [], [{ size: 100, targeted: false }, { size: 70_000, targeted: false }]],
-  ["many payloads and tensors", 5, Array.from({ length: 16 }, (_, i) => i * 33), Array.from({ length: 64 }, (_, i) => ({ size: i * 517, targeted: i % 3 !== 0 }))],
+  [
+    "zero-length payloads and tensors",
+    3,
+    [0, 0],
+    [
+      { size: 0, targeted: true },
+      { size: 0, targeted: false },
+    ],
+  ],
+  [
+    "tensors without target devices",
+    4,
+    [],
+    [
+      { size: 100, targeted: false },
+      { size: 70_000, targeted: false },
+    ],
+  ],
+  [
+    "many payloads and tensors",
+    5,
+    Array.from({ length: 16 }, (_, i) => i * 33),
+    Array.from({ length: 64 }, (_, i) => ({ size: i * 517, targeted: i % 3 !== 0 })),
+  ],
 ];
 
 /** The exchanges every direction runs, over `pipe` to an echoing tp_peer. */
@@ -115,10 +136,22 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
     it("reports its path, with the listener's part inferred and marked so", () => {
       const path = pipe.path;
       expect(path).toMatchObject({ side: "connect", transport: "uv", peerReported: false, offeredThere: undefined });
-      expect(path.verdicts).toContainEqual({ kind: "channel", name: expected, pair: "cpu:0->cpu:0", by: "there", outcome: "chosen", reason: "chosen by the listener" });
+      expect(path.verdicts).toContainEqual({
+        kind: "channel",
+        name: expected,
+        pair: "cpu:0->cpu:0",
+        by: "there",
+        outcome: "chosen",
+        reason: "chosen by the listener",
+      });
       const others = path.verdicts.filter((v) => v.kind === "channel" && v.name !== expected && v.by !== "here");
       expect(others.length).toBeGreaterThan(0);
-      for (const v of others) expect(v).toMatchObject({ by: "inferred", outcome: "not chosen", reason: expect.stringMatching(/it did not say which: an upstream listener never does/) });
+      for (const v of others)
+        expect(v).toMatchObject({
+          by: "inferred",
+          outcome: "not chosen",
+          reason: expect.stringMatching(/it did not say which: an upstream listener never does/),
+        });
     });
     exchanges(() => pipe);
   });
@@ -145,7 +178,12 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
     });
 
     it("reports its path: what the upstream peer offered, and this side's reasons", () => {
-      expect(pipe.path).toMatchObject({ side: "listen", transport: "uv", peerReported: false, offeredThere: { transports: ["uv"], channels: expect.arrayContaining(channels.split(",")) } });
+      expect(pipe.path).toMatchObject({
+        side: "listen",
+        transport: "uv",
+        peerReported: false,
+        offeredThere: { transports: ["uv"], channels: expect.arrayContaining(channels.split(",")) },
+      });
       expect(pipe.path.verdicts).toContainEqual(expect.objectContaining({ kind: "channel", name: "mpt", by: "there", outcome: "not offered" }));
     });
     exchanges(() => pipe);
@@ -158,7 +196,8 @@ describe.skipIf(missing !== undefined && !required)("a live C++ TensorPipe peer"
       for await (const pipe of listener) {
         void (async () => {
           try {
-            for await (const m of pipe) await pipe.write({ metadata: m.metadata, tensors: m.tensors.map((t) => ({ buffer: t.buffer, targetDevice: CPU_DEVICE })) });
+            for await (const m of pipe)
+              await pipe.write({ metadata: m.metadata, tensors: m.tensors.map((t) => ({ buffer: t.buffer, targetDevice: CPU_DEVICE })) });
           } catch (e) {
             failures.push({ main: `uv connection to ${pipe.peer}`, where: ((e as Error).cause as TensorPipeError | undefined)?.where });
           }

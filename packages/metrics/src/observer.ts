@@ -19,7 +19,9 @@ export interface MetricsOptions {
 /** Tensor sizes: 64 B, 1 KiB, 16 KiB, 256 KiB, 4 MiB, 64 MiB, 1 GiB. */
 export const DEFAULT_SIZE_BUCKETS: readonly number[] = [64, 1024, 16384, 262144, 4194304, 67108864, 1073741824];
 /** Message durations, from a small message over shm to a large one over TCP. */
-export const DEFAULT_DURATION_BUCKETS: readonly number[] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+export const DEFAULT_DURATION_BUCKETS: readonly number[] = [
+  1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
 
 /** The histograms' bounds: the user's, checked (a bad list would only fail later, in the metrics library, or skew every figure), or the defaults. */
 export function histogramBuckets(options: MetricsOptions): { sizes: readonly number[]; durations: readonly number[] } {

@@ -57,7 +57,8 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Op
   });
   for (const m of STATS_METRICS) {
     const described = { description: m.help, unit: m.unit };
-    const instrument = m.kind === "counter" ? meter.createObservableCounter(m.opentelemetry, described) : meter.createObservableUpDownCounter(m.opentelemetry, described);
+    const instrument =
+      m.kind === "counter" ? meter.createObservableCounter(m.opentelemetry, described) : meter.createObservableUpDownCounter(m.opentelemetry, described);
     instrument.addCallback((r) => {
       if (!open) return;
       for (const point of m.read(context.stats())) r.observe(point.value, attributesOf(point));
@@ -69,7 +70,8 @@ export function openTelemetryMetrics(context: Context, meter: Meter, options: Op
   const durations = histogram(HISTOGRAMS.duration, buckets.durations);
   const observer = new MessageObserver(context, {
     tensor: (direction, channel, bytes) => sizes.record(bytes, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
-    message: (direction, channel, seconds) => durations.record(seconds, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
+    message: (direction, channel, seconds) =>
+      durations.record(seconds, { ...own, "tensorpipe.channel": channelLabel(channel), "network.io.direction": IO[direction] }),
   });
   return {
     close() {

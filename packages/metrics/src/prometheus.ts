@@ -55,14 +55,26 @@ export function prometheusMetrics(context: Context, options: PrometheusOptions =
     names.push(p + m.prometheus);
     const labelNames = [...m.labels];
     if (m.kind === "gauge") {
-      new Gauge({ name: p + m.prometheus, help: m.help, labelNames, registers, collect() {
-        for (const point of m.read(context.stats())) this.set(labelsOf(point), point.value);
-      } });
+      new Gauge({
+        name: p + m.prometheus,
+        help: m.help,
+        labelNames,
+        registers,
+        collect() {
+          for (const point of m.read(context.stats())) this.set(labelsOf(point), point.value);
+        },
+      });
     } else {
-      new Counter({ name: p + m.prometheus, help: m.help, labelNames, registers, collect() {
-        this.reset();
-        for (const point of m.read(context.stats())) this.inc(labelsOf(point), point.value);
-      } });
+      new Counter({
+        name: p + m.prometheus,
+        help: m.help,
+        labelNames,
+        registers,
+        collect() {
+          this.reset();
+          for (const point of m.read(context.stats())) this.inc(labelsOf(point), point.value);
+        },
+      });
     }
   }
   const histogram = (h: (typeof HISTOGRAMS)[keyof typeof HISTOGRAMS], buckets: readonly number[]) => {

@@ -57,7 +57,13 @@ describe("metrics of a context", () => {
     const text = await response.text();
     http.close();
     expect(response.headers.get("content-type")).toMatch(/^text\/plain/);
-    const value = (line: string) => Number(text.split("\n").find((l) => l.startsWith(`${line} `))?.slice(line.length + 1));
+    const value = (line: string) =>
+      Number(
+        text
+          .split("\n")
+          .find((l) => l.startsWith(`${line} `))
+          ?.slice(line.length + 1),
+      );
     expect(value("tensorpipe_pipes_opened_total")).toBeGreaterThanOrEqual(1);
     expect(value('tensorpipe_messages_total{direction="received"}')).toBe(3);
     expect(value('tensorpipe_bytes_total{direction="received"}')).toBe(1024 + (1 << 20) + 10);
@@ -90,7 +96,9 @@ describe("metrics of a context", () => {
     const point = (name: string, attributes: Record<string, string>) =>
       points(name)?.find((p) => Object.entries(attributes).every(([k, v]) => p.attributes[k] === v))?.value;
     expect(point("tensorpipe.messages", { "network.io.direction": "receive" })).toBe(before.messagesReceived + 3);
-    expect(point("tensorpipe.channel.io", { "tensorpipe.channel": "basic", "network.io.direction": "receive" })).toBe(before.channels.basic!.bytesReceived + 1024 + (1 << 20));
+    expect(point("tensorpipe.channel.io", { "tensorpipe.channel": "basic", "network.io.direction": "receive" })).toBe(
+      before.channels.basic!.bytesReceived + 1024 + (1 << 20),
+    );
     expect(point("tensorpipe.listener.dropped_connections", { "error.type": ErrorCode.PROTOCOL })).toBe((before.connectionErrors[ErrorCode.PROTOCOL] ?? 0) + 1);
     const sizes = point("tensorpipe.tensor.size", { "tensorpipe.channel": "basic", "network.io.direction": "receive" }) as OtelHistogram;
     expect(sizes.count).toBe(2);
@@ -117,9 +125,16 @@ describe("metrics of a context", () => {
     const registry = new Registry();
     for (const options of [{ sizeBuckets: bad }, { durationBuckets: bad }] as never[]) {
       expect(() => prometheusMetrics(server, { registry, ...(options as object) })).toThrow(
-        expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/Buckets must be a non-empty array of finite upper bounds above 0, each larger than the one before .*; got (\[[^\]]{0,80}\]|string)$/) }),
+        expect.objectContaining({
+          code: ErrorCode.INVALID_ARG,
+          message: expect.stringMatching(
+            /Buckets must be a non-empty array of finite upper bounds above 0, each larger than the one before .*; got (\[[^\]]{0,80}\]|string)$/,
+          ),
+        }),
       );
-      expect(() => openTelemetryMetrics(server, new MeterProvider().getMeter("bad"), options)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
+      expect(() => openTelemetryMetrics(server, new MeterProvider().getMeter("bad"), options)).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_ARG }),
+      );
     }
     expect(registry.getMetricsAsArray()).toEqual([]);
   });

@@ -21,9 +21,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -75,7 +75,8 @@ struct Endpoint {
     if (p != port) return false;
     if (f == family) return std::memcmp(a, addr, family == AF_INET ? 4 : 16) == 0;
     const auto* bytes = reinterpret_cast<const in6_addr*>(a);
-    return f == AF_INET6 && family == AF_INET && IN6_IS_ADDR_V4MAPPED(bytes) && std::memcmp(&bytes->s6_addr[12], addr, 4) == 0;
+    return f == AF_INET6 && family == AF_INET && IN6_IS_ADDR_V4MAPPED(bytes) &&
+           std::memcmp(&bytes->s6_addr[12], addr, 4) == 0;
   }
 
   std::string ToString() const {
@@ -183,7 +184,7 @@ bool FindTcpSocketInode(const Endpoint& self, const Endpoint& other, uint64_t* i
 // from NETLINK_SOCK_DIAG (UNIX_DIAG_PEER): the socket the peer holds,
 // whichever process holds it now.
 bool FindUnixPeerInode(int sockfd, uint64_t* inode, std::string* why) {
-  struct stat st{};
+  struct stat st {};
   if (fstat(sockfd, &st) != 0) {
     *why = Errno("fstat", errno);
     return false;
@@ -288,8 +289,10 @@ bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& what, std::string
   DescriptorTable& table = TableOf(pid);
   auto look = [&](int fd) {
     int64_t now = SocketInodeAt(fdDir, fd);
-    if (now >= 0) table.inodeOf[fd] = static_cast<uint64_t>(now);
-    else table.inodeOf.erase(fd);
+    if (now >= 0)
+      table.inodeOf[fd] = static_cast<uint64_t>(now);
+    else
+      table.inodeOf.erase(fd);
     return now;
   };
   bool found = false;

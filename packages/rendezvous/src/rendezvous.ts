@@ -1,4 +1,17 @@
-import { CPU_DEVICE, type Deadline, ErrorCode, type OperationOptions, OptionChecks, type Pipe, TensorPipeError, asBytes, closedError, isTensorPipeError, operationDeadline, peerExcerpt } from "@tensorpipe/core/backend";
+import {
+  CPU_DEVICE,
+  type Deadline,
+  ErrorCode,
+  type OperationOptions,
+  OptionChecks,
+  type Pipe,
+  TensorPipeError,
+  asBytes,
+  closedError,
+  isTensorPipeError,
+  operationDeadline,
+  peerExcerpt,
+} from "@tensorpipe/core/backend";
 import { type RendezvousValue, decodeHeader, typeOf, viewOf } from "./value-codec.js";
 
 /** Options of recv(): a signal or a timeout, and where to receive. */

@@ -11,21 +11,23 @@ function typed(C: { new (b: ArrayBufferLike, o: number, n: number): ArrayBufferV
 
 // Each type by the name it travels under; the receiver rebuilds the same kind of view.
 // A Map: a peer's "__proto__" or "toString" names none.
-const VIEW_TYPES = new Map<string, ViewType>(Object.entries({
-  Int8Array: typed(Int8Array),
-  Uint8Array: typed(Uint8Array),
-  Uint8ClampedArray: typed(Uint8ClampedArray),
-  Int16Array: typed(Int16Array),
-  Uint16Array: typed(Uint16Array),
-  Int32Array: typed(Int32Array),
-  Uint32Array: typed(Uint32Array),
-  Float32Array: typed(Float32Array),
-  Float64Array: typed(Float64Array),
-  BigInt64Array: typed(BigInt64Array),
-  BigUint64Array: typed(BigUint64Array),
-  DataView: { make: (b, o, n) => new DataView(b, o, n), elementSize: 1 },
-  Buffer: { make: (b: ArrayBufferLike, o: number, n: number) => Buffer.from(b, o, n), elementSize: 1 },
-} satisfies Record<string, ViewType>));
+const VIEW_TYPES = new Map<string, ViewType>(
+  Object.entries({
+    Int8Array: typed(Int8Array),
+    Uint8Array: typed(Uint8Array),
+    Uint8ClampedArray: typed(Uint8ClampedArray),
+    Int16Array: typed(Int16Array),
+    Uint16Array: typed(Uint16Array),
+    Int32Array: typed(Int32Array),
+    Uint32Array: typed(Uint32Array),
+    Float32Array: typed(Float32Array),
+    Float64Array: typed(Float64Array),
+    BigInt64Array: typed(BigInt64Array),
+    BigUint64Array: typed(BigUint64Array),
+    DataView: { make: (b, o, n) => new DataView(b, o, n), elementSize: 1 },
+    Buffer: { make: (b: ArrayBufferLike, o: number, n: number) => Buffer.from(b, o, n), elementSize: 1 },
+  } satisfies Record<string, ViewType>),
+);
 
 /** What travels in a message's metadata next to the value's bytes. */
 export interface ValueHeader {

@@ -25,8 +25,8 @@ describe("a local rendezvous", () => {
     const r = Rendezvous.local();
     r.send("k", new Uint8Array([1]));
     r.send("k", new Uint8Array([2]));
-    expect([...(await r.recv("k")) as Uint8Array]).toEqual([1]);
-    expect([...(await r.recv("k")) as Uint8Array]).toEqual([2]);
+    expect([...((await r.recv("k")) as Uint8Array)]).toEqual([1]);
+    expect([...((await r.recv("k")) as Uint8Array)]).toEqual([2]);
   });
 
   it("times out a recv with ERR_TP_TIMEOUT and keeps a later value for the next recv", async () => {
@@ -60,7 +60,10 @@ describe("a local rendezvous", () => {
   it("keeps a value for the next recv when memory given for it does not fit, whether it came before or after", async () => {
     const r = Rendezvous.local();
     r.send("before", new Float64Array([1]));
-    await expect(r.recv("before", { into: new Float64Array(2) })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining("stays for the next") });
+    await expect(r.recv("before", { into: new Float64Array(2) })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringContaining("stays for the next"),
+    });
     expect(r.pendingKeys().arrived).toEqual(["before"]);
     expect([...((await r.recv("before")) as Float64Array)]).toEqual([1]);
 
@@ -160,9 +163,17 @@ describe("a rendezvous over a pipe", () => {
     const left = Rendezvous.over(a);
     const right = Rendezvous.over(b);
     const keys = Array.from({ length: 1000 }, (_, i) => `k${i}`);
-    const received = [...keys].reverse().slice(0, 500).map((k) => right.recv(k));
+    const received = [...keys]
+      .reverse()
+      .slice(0, 500)
+      .map((k) => right.recv(k));
     for (const k of keys) left.send(k, new Uint32Array([Number(k.slice(1))]));
-    received.push(...[...keys].reverse().slice(500).map((k) => right.recv(k)));
+    received.push(
+      ...[...keys]
+        .reverse()
+        .slice(500)
+        .map((k) => right.recv(k)),
+    );
     const values = await Promise.all(received);
     expect(values.map((v) => (v as Uint32Array)[0])).toEqual([...keys].reverse().map((k) => Number(k.slice(1))));
   });
@@ -193,7 +204,10 @@ describe("a rendezvous over a pipe", () => {
     expect([...((await waited) as Uint8Array)]).toEqual([1]);
     left.send("one too many", new Uint8Array(0));
     const ended = await Promise.race([right.closed, new Promise((r) => setTimeout(() => r("still open after 10 s"), 10_000))]);
-    expect(ended).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/100 values no recv\(\) has taken.*RendezvousOptions\.maxUnclaimed/) });
+    expect(ended).toMatchObject({
+      code: ErrorCode.PROTOCOL,
+      message: expect.stringMatching(/100 values no recv\(\) has taken.*RendezvousOptions\.maxUnclaimed/),
+    });
     // What came before the end is still there for the taking.
     expect(right.pendingKeys().arrived).toHaveLength(100);
     expect(await right.recv("junk7")).toHaveLength(0);

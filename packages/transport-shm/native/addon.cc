@@ -1,7 +1,7 @@
 // The shm transport's native half: abstract Unix sockets to meet, memfd
 // rings to move bytes, the sockets to wake up, all on Node's own loop.
-#include <napi.h>
 #include <fcntl.h>
+#include <napi.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,9 +11,9 @@
 #include <cerrno>
 #include <string>
 
-#include "tensorpipe/addon_data.h"
 #include "shm_connection.h"
 #include "shm_listener.h"
+#include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 
 namespace tensorpipe_js {

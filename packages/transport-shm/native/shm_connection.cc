@@ -65,8 +65,10 @@ ssize_t ReceiveWithDescriptor(int sock, void* data, size_t size, int* fd, int* c
     for (size_t i = 0; i < nfds; i++) {
       int passed;
       std::memcpy(&passed, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-      if (*count == 0) *fd = passed;
-      else ::close(passed);
+      if (*count == 0)
+        *fd = passed;
+      else
+        ::close(passed);
       (*count)++;
     }
   }
@@ -190,8 +192,10 @@ void ShmConnection::OnSocketEvent(uv_poll_t* handle, int status, int events) {
 
 void ShmConnection::OnSocket() {
   Napi::HandleScope scope(Env());
-  if (state_ == State::kStarting) ReceiveHello();
-  else ReceiveWakeUps();
+  if (state_ == State::kStarting)
+    ReceiveHello();
+  else
+    ReceiveWakeUps();
 }
 
 // The peer's hello: the size of its ring and, passed with it, the memfd
@@ -216,7 +220,8 @@ void ShmConnection::ReceiveHello() {
       return;
     }
   }
-  std::string problem = n == 0 ? "peer closed the connection during the shm handshake" : HelloProblem(hello, n, count, flags, received);
+  std::string problem =
+      n == 0 ? "peer closed the connection during the shm handshake" : HelloProblem(hello, n, count, flags, received);
   if (problem.empty()) problem = MapOutbox(received, hello.ringSize);
   CloseFd(&received);
   if (!problem.empty()) {
@@ -520,9 +525,7 @@ void ShmConnection::EndWait(bool bytesCame) {
 // peer's death too): a wait costs no epoll_ctl calls (taking a wake-up
 // descriptor out and putting it back at every wait once cost two a
 // wake-up, five a message for a 16 MiB cma stream's sender).
-void ShmConnection::StopSleeping() {
-  readablePolling_ = false;
-}
+void ShmConnection::StopSleeping() { readablePolling_ = false; }
 
 thread_local std::vector<ShmConnection*> ShmConnection::spinningOnThisThread_;
 thread_local ShmConnection* ShmConnection::loopHolder_ = nullptr;
@@ -615,7 +618,8 @@ void ShmConnection::CloseAll() {
   onReady_.Reset();
   StopSpinning();
   int closing = 0;
-  for (bool later : {socketPoll_.Close(OnHandleClosed, this), spinIdle_.Close(OnHandleClosed, this), selfWake_.Close(OnHandleClosed, this)}) {
+  for (bool later : {socketPoll_.Close(OnHandleClosed, this), spinIdle_.Close(OnHandleClosed, this),
+                     selfWake_.Close(OnHandleClosed, this)}) {
     closing += later ? 1 : 0;
   }
   openHandles_ = closing;

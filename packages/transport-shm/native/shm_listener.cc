@@ -52,7 +52,8 @@ ShmOptions OptionsFrom(Napi::Value value) {
   Napi::Object obj = value.As<Napi::Object>();
   if (obj.Has("ringSize")) o.ringSize = static_cast<uint64_t>(obj.Get("ringSize").As<Napi::Number>().DoubleValue());
   if (obj.Has("allowOtherUsers")) o.allowOtherUsers = obj.Get("allowOtherUsers").ToBoolean();
-  if (obj.Has("spinMicros")) o.spinMicros = static_cast<uint64_t>(obj.Get("spinMicros").As<Napi::Number>().DoubleValue());
+  if (obj.Has("spinMicros"))
+    o.spinMicros = static_cast<uint64_t>(obj.Get("spinMicros").As<Napi::Number>().DoubleValue());
   return o;
 }
 
@@ -155,14 +156,17 @@ void ShmListener::Accept(Napi::Env env) {
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EMFILE || err == ENFILE) {
         // Silent peers hold the descriptors: they go first. Else the backlog goes.
-        if (DropSilent(env)) PauseAccepting();
-        else ShedBacklog(env);
+        if (DropSilent(env))
+          PauseAccepting();
+        else
+          ShedBacklog(env);
         if (!closed_ && CanCallIntoJs(env)) {
           Napi::HandleScope scope(env);
           Napi::Error e = UvError(env, uv_translate_sys_error(err), "accept");
-          e.Set("message", Napi::String::New(env, std::string("this process is out of file descriptors (") +
-                                                      (err == EMFILE ? "EMFILE" : "ENFILE") +
-                                                      "): connections are turned away until some close; raise `ulimit -n`"));
+          e.Set("message",
+                Napi::String::New(env, std::string("this process is out of file descriptors (") +
+                                           (err == EMFILE ? "EMFILE" : "ENFILE") +
+                                           "): connections are turned away until some close; raise `ulimit -n`"));
           Report(e.Value());
         }
       } else {

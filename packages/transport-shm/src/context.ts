@@ -1,5 +1,21 @@
 import { randomBytes } from "node:crypto";
-import { type Connection, type ListenOptions, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, OptionChecks, VIABLE, type Viability, describeValue, fromNativeError, hostIdentity, notViable } from "@tensorpipe/core/backend";
+import {
+  type Connection,
+  type ListenOptions,
+  ErrorCode,
+  NativeConnection,
+  TensorPipeError,
+  connectNative,
+  type TransportContext,
+  type TransportListener,
+  OptionChecks,
+  VIABLE,
+  type Viability,
+  describeValue,
+  fromNativeError,
+  hostIdentity,
+  notViable,
+} from "@tensorpipe/core/backend";
 import { type NativeHandshakeBounds, type NativeShmOptions, loadAddon } from "./native.js";
 
 /** How long a listener's connection may take over the shm handshake when the listener is not told (ms). */

@@ -48,8 +48,7 @@ async function silentPeers(name: string, count: number): Promise<{ closed: Promi
 }
 
 /** Settles with every time, or null when one is not there within `ms`. */
-const within = (times: Promise<number>[], ms: number) =>
-  Promise.race([Promise.all(times), new Promise<null>((r) => setTimeout(() => r(null), ms))]);
+const within = (times: Promise<number>[], ms: number) => Promise.race([Promise.all(times), new Promise<null>((r) => setTimeout(() => r(null), ms))]);
 
 describe("shm handshake bounds", () => {
   const closers: (() => unknown)[] = [];
@@ -61,8 +60,16 @@ describe("shm handshake bounds", () => {
     const transport = new ShmTransport();
     const accepted: Connection[] = [];
     const errors: (Error & { code?: string })[] = [];
-    const listener = await transport.listen("*", (c) => accepted.push(c), (e) => errors.push(e), options);
-    closers.push(() => listener.close(), () => accepted.forEach((c) => c.close()));
+    const listener = await transport.listen(
+      "*",
+      (c) => accepted.push(c),
+      (e) => errors.push(e),
+      options,
+    );
+    closers.push(
+      () => listener.close(),
+      () => accepted.forEach((c) => c.close()),
+    );
     return { transport, listener, accepted, errors };
   }
 
@@ -88,7 +95,10 @@ describe("shm handshake bounds", () => {
     // 46 went as the others came; each of those was closed, its descriptors with it.
     await expect.poll(() => errors.length).toBe(46);
     for (const e of errors) {
-      expect(e).toMatchObject({ code: ErrorCode.TIMEOUT, message: expect.stringMatching(/dropped for a newer connection, with maxPendingHandshakes \(4\) under way/) });
+      expect(e).toMatchObject({
+        code: ErrorCode.TIMEOUT,
+        message: expect.stringMatching(/dropped for a newer connection, with maxPendingHandshakes \(4\) under way/),
+      });
     }
     expect(await within(closed.slice(0, 46), 2000), "the dropped peers saw their connection closed").not.toBeNull();
     // Here: the listener's two, and 4 handshakes of 1 (the socket) each.
@@ -145,7 +155,10 @@ describe("shm handshake bounds", () => {
       { handshakeTimeout: 100, maxPendingHandshakes: 0 },
       { handshakeTimeout: 100, maxPendingHandshakes: 1.5 },
     ]) {
-      await expect(transport.listen("*", () => undefined, undefined, options), JSON.stringify(options)).rejects.toMatchObject({
+      await expect(
+        transport.listen("*", () => undefined, undefined, options),
+        JSON.stringify(options),
+      ).rejects.toMatchObject({
         code: ErrorCode.INVALID_ARG,
       });
     }
@@ -257,7 +270,10 @@ describe("shm out of file descriptors", () => {
     const transport = new ShmTransport();
     const accepted: Connection[] = [];
     const listener = await transport.listen("*", (conn) => accepted.push(conn));
-    closers.push(() => listener.close(), () => accepted.forEach((conn) => conn.close()));
+    closers.push(
+      () => listener.close(),
+      () => accepted.forEach((conn) => conn.close()),
+    );
     const c = spawnChild();
     // Room for the socket alone: its ring's memfd finds none.
     await c.ask("fill 1");

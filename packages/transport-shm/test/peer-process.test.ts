@@ -46,7 +46,10 @@ describe("shm provePeerProcess", () => {
     closers.push(() => transport.close());
     const accepted: Connection[] = [];
     const listener = await transport.listen("*", (c) => accepted.push(c));
-    closers.push(() => listener.close(), () => accepted.forEach((c) => c.close()));
+    closers.push(
+      () => listener.close(),
+      () => accepted.forEach((c) => c.close()),
+    );
     return { transport, address: listener.address(), accepted };
   }
 
@@ -68,7 +71,16 @@ describe("shm provePeerProcess", () => {
     forked.stdout!.on("data", (d) => (out += d));
     await expect.poll(() => out.includes("\n") && accepted.length === 1, { timeout: 10_000 }).toBe(true);
     const [connected, holder] = out.trim().split(" ").map(Number) as [number, number];
-    await expect.poll(() => { try { process.kill(connected, 0); return true; } catch { return false; } }).toBe(false);
+    await expect
+      .poll(() => {
+        try {
+          process.kill(connected, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      })
+      .toBe(false);
     // The pid the kernel recorded at connect() could be any process's by now.
     expect(() => accepted[0]!.provePeerProcess!(connected)).toThrow(denied(/no process|holds no descriptor/));
     expect(accepted[0]!.provePeerProcess!(holder)).toEqual({ pid: holder, uids: [uid, uid, uid, uid] });

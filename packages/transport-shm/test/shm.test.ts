@@ -14,7 +14,10 @@ function runHostile(name: string, mode: string): Promise<number> {
 }
 
 const openFds = () => readdirSync("/proc/self/fd").length;
-const shmMappings = () => readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("tensorpipe-js-shm")).length;
+const shmMappings = () =>
+  readFileSync("/proc/self/maps", "utf8")
+    .split("\n")
+    .filter((l) => l.includes("tensorpipe-js-shm")).length;
 const settle = () => new Promise((r) => setTimeout(r, 20));
 
 describe("shm transport against a hostile peer", () => {
@@ -27,8 +30,15 @@ describe("shm transport against a hostile peer", () => {
     const transport = new ShmTransport();
     const accepted: Connection[] = [];
     const errors: Error[] = [];
-    const listener = await transport.listen("*", (c) => accepted.push(c), (e) => errors.push(e));
-    closers.push(() => listener.close(), () => accepted.forEach((c) => c.close()));
+    const listener = await transport.listen(
+      "*",
+      (c) => accepted.push(c),
+      (e) => errors.push(e),
+    );
+    closers.push(
+      () => listener.close(),
+      () => accepted.forEach((c) => c.close()),
+    );
     return { transport, listener, accepted, errors };
   }
 
@@ -101,20 +111,23 @@ describe("shm transport against a hostile peer", () => {
     accepted[0]!.close();
   });
 
-  it.each(["unsealed", "file"])("a ring that is not sealed against shrinking is refused (%s): one cut short would kill its writer with SIGBUS", async (mode) => {
-    const listening = await listen();
-    const { listener, accepted, errors } = listening;
-    const hostile = runHostile(listener.address(), mode);
-    await expect.poll(() => errors.length + accepted.length).toBe(1);
-    // Had it been taken, this write would land where the peer cut its ring.
-    for (const c of accepted) {
-      await new Promise((r) => setTimeout(r, 100));
-      await c.write([patterned(100, 1)]);
-    }
-    expect(errors[0]).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/not sealed/) });
-    await hostile;
-    await expectListenerGoesOn(listening);
-  });
+  it.each(["unsealed", "file"])(
+    "a ring that is not sealed against shrinking is refused (%s): one cut short would kill its writer with SIGBUS",
+    async (mode) => {
+      const listening = await listen();
+      const { listener, accepted, errors } = listening;
+      const hostile = runHostile(listener.address(), mode);
+      await expect.poll(() => errors.length + accepted.length).toBe(1);
+      // Had it been taken, this write would land where the peer cut its ring.
+      for (const c of accepted) {
+        await new Promise((r) => setTimeout(r, 100));
+        await c.write([patterned(100, 1)]);
+      }
+      expect(errors[0]).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/not sealed/) });
+      await hostile;
+      await expectListenerGoesOn(listening);
+    },
+  );
 });
 
 describe("shm ring pages", () => {
@@ -302,7 +315,11 @@ describe("shm peer credentials", () => {
   it.skipIf(!isRoot)("refuses a peer of another user unless allowed (needs root to start one)", async () => {
     const strict = new ShmTransport();
     const errors: Error[] = [];
-    const refusing = await strict.listen("*", (c) => c.close(), (e) => errors.push(e));
+    const refusing = await strict.listen(
+      "*",
+      (c) => c.close(),
+      (e) => errors.push(e),
+    );
     expect(await connectAsNobody(refusing.address(), false)).toMatch(/ERR_TP_(PERMISSION_DENIED|PEER_CLOSED)/);
     await expect.poll(() => errors.length).toBe(1);
     expect(errors[0]).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(/uid 65534/) });
@@ -331,7 +348,7 @@ describe("shm transport options", () => {
     ["allowOtherUsers", 0, "ShmTransportOptions.allowOtherUsers must be true or false, got number 0"],
     ["spinMicros", "10", 'ShmTransportOptions.spinMicros must be a number from 0 to 1000000, got the string "10"'],
     ["ringSize", "4096", 'ShmTransportOptions.ringSize must be a power of two from 4 KiB to 1 GiB, got the string "4096"'],
-  ])("refuses %s %s, saying what it takes (a string \"false\" once turned the uid check off)", (name, value, message) => {
+  ])('refuses %s %s, saying what it takes (a string "false" once turned the uid check off)', (name, value, message) => {
     expect(() => new ShmTransport({ [name]: value } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
   });
 });
@@ -408,7 +425,6 @@ describe("shm wake-ups", () => {
       expect(got).toBe(40);
       // Polling each 5 ms pause for its 2 ms spell took 60 ms or more.
       expect((cpu.user + cpu.system) / 1000).toBeLessThan(25);
-
     } finally {
       a.close();
       accepted.forEach((c) => c.close());

@@ -2,9 +2,9 @@
 
 #include <fcntl.h>
 #include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -103,7 +103,8 @@ void UvConnection::OnWatchdog(uv_timer_t* timer) {
   auto* c = static_cast<UvConnection*>(timer->data);
   int fd = c->SocketFd();
   int queued = 0;
-  if (c->state_ != State::kOpen || fd < 0 || ioctl(fd, SIOCOUTQ, &queued) != 0 || (queued == 0 && c->writesInFlight_ == 0)) {
+  if (c->state_ != State::kOpen || fd < 0 || ioctl(fd, SIOCOUTQ, &queued) != 0 ||
+      (queued == 0 && c->writesInFlight_ == 0)) {
     uv_timer_stop(timer);
     return;
   }
@@ -154,8 +155,8 @@ Napi::Value UvConnection::Write(const Napi::CallbackInfo& info) {
   op->connection = this;
   op->callback = Napi::Persistent(info[1].As<Napi::Function>());
   op->req.data = op.get();
-  int r = uv_write(&op->req, stream, f.bufs.data() + f.first, static_cast<unsigned int>(f.bufs.size() - f.first),
-                   OnWrite);
+  int r =
+      uv_write(&op->req, stream, f.bufs.data() + f.first, static_cast<unsigned int>(f.bufs.size() - f.first), OnWrite);
   if (r < 0) throw UvError(env, r, "write");
   op.release();
   writesInFlight_++;
@@ -234,8 +235,10 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   if (c->state_ != State::kOpen || nread == 0) return;
   FromLoop(c->Env(), [&] {
     if (nread > 0) {
-      if (c->direct_) c->reads_.front()->bodyGot += static_cast<uint64_t>(nread);
-      else c->stagingEnd_ += static_cast<size_t>(nread);
+      if (c->direct_)
+        c->reads_.front()->bodyGot += static_cast<uint64_t>(nread);
+      else
+        c->stagingEnd_ += static_cast<size_t>(nread);
       c->PumpReads();
       return;
     }

@@ -68,9 +68,10 @@ void UvListener::OnConnection(uv_stream_t* server, int status) {
     InvokeCallback(self->onConnection_, *self->asyncContext_, {env.Null(), object});
     if (announce && CanCallIntoJs(env)) {
       Napi::Error err = UvError(env, uv_translate_sys_error(shortage), "accept");
-      err.Set("message", Napi::String::New(env, std::string("this process is out of file descriptors (") +
-                                                    (shortage == EMFILE ? "EMFILE" : "ENFILE") +
-                                                    "): connections are turned away until some close; raise `ulimit -n`"));
+      err.Set("message",
+              Napi::String::New(env, std::string("this process is out of file descriptors (") +
+                                         (shortage == EMFILE ? "EMFILE" : "ENFILE") +
+                                         "): connections are turned away until some close; raise `ulimit -n`"));
       InvokeCallback(self->onConnection_, *self->asyncContext_, {err.Value()});
     }
   });

@@ -1,7 +1,21 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import { type Connection, ErrorCode, NativeConnection, TensorPipeError, connectNative, type TransportContext, type TransportListener, OptionChecks, type Viability, VIABLE, fromNativeError, notViable, splitHostPort } from "@tensorpipe/core/backend";
+import {
+  type Connection,
+  ErrorCode,
+  NativeConnection,
+  TensorPipeError,
+  connectNative,
+  type TransportContext,
+  type TransportListener,
+  OptionChecks,
+  type Viability,
+  VIABLE,
+  fromNativeError,
+  notViable,
+  splitHostPort,
+} from "@tensorpipe/core/backend";
 import { loadAddon } from "./native.js";
 
 const check = new OptionChecks("UvTransportOptions");
@@ -107,11 +121,7 @@ export class UvTransport implements TransportContext {
     return addon;
   }
 
-  async listen(
-    address: string,
-    onConnection: (c: Connection) => void,
-    onError?: (e: Error) => void,
-  ): Promise<TransportListener> {
+  async listen(address: string, onConnection: (c: Connection) => void, onError?: (e: Error) => void): Promise<TransportListener> {
     const addon = this.addon();
     let { host, port } = splitHostPort(address);
     if (host === "*" && this.options.interface) host = interfaceAddress(this.options.interface, this.options.family);
@@ -139,12 +149,7 @@ export class UvTransport implements TransportContext {
     const { host, port } = splitHostPort(address);
     const ip = await resolveHost(host);
     const bindHost = this.options.interface ? interfaceAddress(this.options.interface, this.options.family) : null;
-    return connectNative(
-      (cb) => addon.connect(ip, port, bindHost, this.peerTimeout, cb),
-      "uv",
-      `uv://${address}`,
-      options?.signal,
-    );
+    return connectNative((cb) => addon.connect(ip, port, bindHost, this.peerTimeout, cb), "uv", `uv://${address}`, options?.signal);
   }
 
   /** Refuses new listeners and connections; those open stay open. */

@@ -53,7 +53,10 @@ describe.each([
     closers.push(() => transport.close());
     const accepted: Connection[] = [];
     const listener = await transport.listen(listenAddress, (c) => accepted.push(c));
-    closers.push(() => listener.close(), () => accepted.forEach((c) => c.close()));
+    closers.push(
+      () => listener.close(),
+      () => accepted.forEach((c) => c.close()),
+    );
     return { transport, address: connectTo(listener.address()), accepted };
   }
 

@@ -156,7 +156,9 @@ describe("uv peer timeout", () => {
     ["family", 5, "family must be one of 4, 6, got number 5"],
     ["interface", 10, "interface must be a non-empty string, got number 10"],
   ])("refuses %s %s, saying what it takes and got", (name, bad, said) => {
-    expect(() => new UvTransport({ [name]: bad } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: `UvTransportOptions.${said}` }));
+    expect(() => new UvTransport({ [name]: bad } as never)).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: `UvTransportOptions.${said}` }),
+    );
   });
 
   /** A connected pair of connections of transports with `peerTimeout`. */
@@ -166,12 +168,16 @@ describe("uv peer timeout", () => {
     const listener = await transport.listen("127.0.0.1:0", (c) => (accepted = c));
     const here = await transport.connect(listener.address());
     await expect.poll(() => accepted).toBeDefined();
-    return [here, accepted!, () => {
-      here.close();
-      accepted!.close();
-      listener.close();
-      void transport.close();
-    }];
+    return [
+      here,
+      accepted!,
+      () => {
+        here.close();
+        accepted!.close();
+        listener.close();
+        void transport.close();
+      },
+    ];
   }
 
   it("waits for a reader that is alive but busy far longer than the timeout: its kernel answers for it", async () => {

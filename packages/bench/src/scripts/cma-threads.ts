@@ -19,7 +19,19 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
-import { CBaseline, C_SERIES, ParallelMemcpy, type PeerProcess, createContext, fmt, median, parseSize, sinkThroughput, sizeLabel, spawnPeer } from "../index.js";
+import {
+  CBaseline,
+  C_SERIES,
+  ParallelMemcpy,
+  type PeerProcess,
+  createContext,
+  fmt,
+  median,
+  parseSize,
+  sinkThroughput,
+  sizeLabel,
+  spawnPeer,
+} from "../index.js";
 import { scriptArgs } from "./script.js";
 
 /** One number of threads: GB/s of each, medians over the rounds. */
@@ -159,10 +171,14 @@ if (args) {
   if (args.has("--json")) console.log(JSON.stringify(result));
   else {
     console.log(`cma by copier threads at ${sizeLabel(result.size)}, ${cores} cores, GB/s (medians of ${result.rounds} rounds)`);
-    console.log(`${"threads".padEnd(9)}${"copiers".padStart(8)}${"memcpy".padStart(9)}${"memcpy (C)".padStart(12)}${"cma (C)".padStart(9)}${"shm+cma".padStart(9)}`);
+    console.log(
+      `${"threads".padEnd(9)}${"copiers".padStart(8)}${"memcpy".padStart(9)}${"memcpy (C)".padStart(12)}${"cma (C)".padStart(9)}${"shm+cma".padStart(9)}`,
+    );
     for (const r of result.rows) {
       const cell = (v: number | undefined, width = 9) => (v === undefined ? "" : fmt(v, 2)).padStart(width);
-      console.log(`${(r.threads === undefined ? "default" : String(r.threads)).padEnd(9)}${String(r.copiers).padStart(8)}${cell(r.memcpy)}${cell(r.memcpyC, 12)}${cell(r.cmaC)}${cell(r.shmCma)}`);
+      console.log(
+        `${(r.threads === undefined ? "default" : String(r.threads)).padEnd(9)}${String(r.copiers).padStart(8)}${cell(r.memcpy)}${cell(r.memcpyC, 12)}${cell(r.cmaC)}${cell(r.shmCma)}`,
+      );
     }
     for (const [k, v] of Object.entries(result.ratios)) console.log(`  ${k.padEnd(32)} ${fmt(v, 2)}x`);
   }

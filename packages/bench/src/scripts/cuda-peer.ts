@@ -43,8 +43,8 @@ async function ends(buffer: TensorBuffer, length: number): Promise<Uint8Array[]>
 async function sink(pipe: Pipe): Promise<void> {
   for (;;) {
     const d = await pipe.readDescriptor();
-    const buffers = d.tensors.map((t): TensorBuffer =>
-      t.targetDevice?.type === "cpu" ? host.subarray(0, t.length) : cudaBuffer(target.ptr, t.length, { device: target.device.index }),
+    const buffers = d.tensors.map(
+      (t): TensorBuffer => (t.targetDevice?.type === "cpu" ? host.subarray(0, t.length) : cudaBuffer(target.ptr, t.length, { device: target.device.index })),
     );
     await pipe.read({ payloads: [], tensors: buffers.map((buffer) => ({ buffer })) });
     let answer = "ack";

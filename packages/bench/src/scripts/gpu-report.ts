@@ -43,7 +43,11 @@ const missing = (step: string) => [`(missing: the ${step} step left no output in
 
 /** The last line of a step's output that is JSON, parsed. */
 function lastJson<T>(name: string): T | undefined {
-  const line = read(name)?.trim().split("\n").reverse().find((l) => l.startsWith("{"));
+  const line = read(name)
+    ?.trim()
+    .split("\n")
+    .reverse()
+    .find((l) => l.startsWith("{"));
   return line ? (JSON.parse(line) as T) : undefined;
 }
 
@@ -75,14 +79,30 @@ const steps = read("steps.txt");
 if (steps === undefined) lines.push(...missing("steps"));
 else {
   // device-gpu-checks.sh's lines: name, state, exit status, seconds taken, seconds allowed.
-  const rows = steps.trim().split("\n").map((l) => l.split(" "));
-  lines.push(`Within the run's deadline (\`TP_DEVICE_SECONDS\`); a step skipped or timed out left its figures missing or partial.`, "", ...table(["step", "state", "exit", "seconds", "allowed"], rows));
+  const rows = steps
+    .trim()
+    .split("\n")
+    .map((l) => l.split(" "));
+  lines.push(
+    `Within the run's deadline (\`TP_DEVICE_SECONDS\`); a step skipped or timed out left its figures missing or partial.`,
+    "",
+    ...table(["step", "state", "exit", "seconds", "allowed"], rows),
+  );
 }
 
 lines.push("## The CUDA packages' tests against the real driver", "");
 const tests = read("tests.txt");
 if (tests === undefined) lines.push(...missing("tests"));
-else lines.push("```", ...plain(tests).split("\n").filter((l) => /^\s*(Test Files|Tests|Errors)\s/.test(l)).map((l) => l.trim()), "```", "");
+else
+  lines.push(
+    "```",
+    ...plain(tests)
+      .split("\n")
+      .filter((l) => /^\s*(Test Files|Tests|Errors)\s/.test(l))
+      .map((l) => l.trim()),
+    "```",
+    "",
+  );
 
 lines.push("## The C exchange of CUDA IPC handles (`cuda_ipc_baseline SIZE 100 MODE`, median us)", "");
 const baseline = read("ipc-baseline.txt");
@@ -97,7 +117,12 @@ else {
     cells.get(m[2]!)!.set(m[1]!, fmt(median(us), 1));
   }
   const modes = ["event", "sender-sync", "local"];
-  lines.push(...table(["bytes", ...modes], [...cells].map(([size, byMode]) => [size, ...modes.map((m) => byMode.get(m) ?? "")])));
+  lines.push(
+    ...table(
+      ["bytes", ...modes],
+      [...cells].map(([size, byMode]) => [size, ...modes.map((m) => byMode.get(m) ?? "")]),
+    ),
+  );
 }
 
 lines.push(`## bench-cuda (\`bench-cuda.js --json\`${cuda?.rounds ? `, medians of ${cuda.rounds} rounds` : ""})`, "");
@@ -105,10 +130,31 @@ if (!cuda) lines.push(...missing("bench-cuda"));
 else if (cuda.skipped) lines.push(`Skipped: ${cuda.skipped}`, "");
 else {
   const names = Object.keys(cuda.rows[0]?.us ?? {});
-  lines.push("GB/s (us per transfer):", "", ...table(["size", ...names], cuda.rows.map((r) => [r.size, ...names.map((n) => `${fmt(r.gbps[n]!, 2)} (${fmt(r.us[n]!, 1)})`)])));
+  lines.push(
+    "GB/s (us per transfer):",
+    "",
+    ...table(
+      ["size", ...names],
+      cuda.rows.map((r) => [r.size, ...names.map((n) => `${fmt(r.gbps[n]!, 2)} (${fmt(r.us[n]!, 1)})`)]),
+    ),
+  );
   const ratios = Object.keys(cuda.rows[0]?.ratios ?? {});
-  lines.push("Ratios of speed (higher is better):", "", ...table(["size", ...ratios], cuda.rows.map((r) => [r.size, ...ratios.map((k) => `${fmt(r.ratios[k]!, 2)}x`)])));
-  lines.push("Targets:", "", ...table(["what", "this run", "target", ""], cuda.targets.map((t) => [t.what, `${fmt(t.value, 2)}x`, t.target, t.met ? "met" : "NOT MET"])));
+  lines.push(
+    "Ratios of speed (higher is better):",
+    "",
+    ...table(
+      ["size", ...ratios],
+      cuda.rows.map((r) => [r.size, ...ratios.map((k) => `${fmt(r.ratios[k]!, 2)}x`)]),
+    ),
+  );
+  lines.push(
+    "Targets:",
+    "",
+    ...table(
+      ["what", "this run", "target", ""],
+      cuda.targets.map((t) => [t.what, `${fmt(t.value, 2)}x`, t.target, t.met ? "met" : "NOT MET"]),
+    ),
+  );
 }
 
 lines.push(`## tensorpipe bench on ${cpus().length} cores (\`main.js --rounds 3 --json\`)`, "");
@@ -120,10 +166,25 @@ else {
   const label = `${big / 2 ** 20} MiB`;
   const wanted = [`shm+cma ${label} GB/s / memcpy`, `cma (C) ${label} GB/s / memcpy`];
   const shown = wanted.filter((k) => result.ratios[k] !== undefined);
-  lines.push(...table(["ratio", "this run"], shown.map((k) => [k, `${fmt(result.ratios[k]!, 2)}x`])));
+  lines.push(
+    ...table(
+      ["ratio", "this run"],
+      shown.map((k) => [k, `${fmt(result.ratios[k]!, 2)}x`]),
+    ),
+  );
   const own = result.ratios[wanted[0]!];
-  if (own !== undefined) lines.push(`Target: shm+cma >= 0.8x memcpy at 64 MiB: ${own >= 0.8 ? "met" : "NOT MET"}. The C program's ratio is the kernel's part of the gap.`, "");
-  lines.push("<details><summary>every ratio of the run</summary>", "", ...table(["ratio", "this run"], Object.entries(result.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`])), "</details>", "");
+  if (own !== undefined)
+    lines.push(`Target: shm+cma >= 0.8x memcpy at 64 MiB: ${own >= 0.8 ? "met" : "NOT MET"}. The C program's ratio is the kernel's part of the gap.`, "");
+  lines.push(
+    "<details><summary>every ratio of the run</summary>",
+    "",
+    ...table(
+      ["ratio", "this run"],
+      Object.entries(result.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`]),
+    ),
+    "</details>",
+    "",
+  );
 }
 
 lines.push("## cma by copier threads (`cma-threads.js --rounds 3 --json`, GB/s)", "");
@@ -136,15 +197,33 @@ else {
     "",
     ...table(
       ["threads", "copiers", "memcpy", "memcpy (C)", "cma (C)", "shm+cma"],
-      threads.rows.map((r) => [r.threads === undefined ? "default" : String(r.threads), String(r.copiers), cell(r.memcpy), cell(r.memcpyC), cell(r.cmaC), cell(r.shmCma)]),
+      threads.rows.map((r) => [
+        r.threads === undefined ? "default" : String(r.threads),
+        String(r.copiers),
+        cell(r.memcpy),
+        cell(r.memcpyC),
+        cell(r.cmaC),
+        cell(r.shmCma),
+      ]),
     ),
-    ...table(["ratio", "this run"], Object.entries(threads.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`])),
+    ...table(
+      ["ratio", "this run"],
+      Object.entries(threads.ratios).map(([k, v]) => [k, `${fmt(v, 2)}x`]),
+    ),
     `The kernel's copy ${threads.ratios["cma (C) best / memcpy best"] < 0.8 ? "is" : "is not"} the limit: cma (C) at its best is ${fmt(threads.ratios["cma (C) best / memcpy best"], 2)}x memcpy at its best (0.8x wanted).`,
     "",
   );
 }
 
-const slug = gpu === "no GPU" ? "no-gpu" : (gpu.toLowerCase().replace(/^nvidia\s+/, "").split(/\s+/)[0] ?? "gpu").replace(/[^a-z0-9-]/g, "");
+const slug =
+  gpu === "no GPU"
+    ? "no-gpu"
+    : (
+        gpu
+          .toLowerCase()
+          .replace(/^nvidia\s+/, "")
+          .split(/\s+/)[0] ?? "gpu"
+      ).replace(/[^a-z0-9-]/g, "");
 const name = `${date}-${slug}.md`;
 const text = `${lines.join("\n").trimEnd()}\n`;
 for (const to of into ? [dir, into] : [dir]) {

@@ -45,7 +45,8 @@ async function victim(mode: "hold" | "echo"): Promise<void> {
       for await (const pipe of listener) {
         void (async () => {
           try {
-            for await (const m of pipe) await pipe.write({ metadata: m.metadata, tensors: m.tensors.map((t) => ({ buffer: t.buffer, targetDevice: CPU_DEVICE })) });
+            for await (const m of pipe)
+              await pipe.write({ metadata: m.metadata, tensors: m.tensors.map((t) => ({ buffer: t.buffer, targetDevice: CPU_DEVICE })) });
           } catch {
             // The attack's pipes fail; the victim goes on.
           }
@@ -134,7 +135,13 @@ async function rawPipe(port: number, bytes: Buffer): Promise<Socket[]> {
 }
 
 async function unacceptedWithReports(): Promise<HostileFigure[]> {
-  const verdicts = Array.from({ length: 470 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `not viable here: ${"why ".repeat(500)}` }));
+  const verdicts = Array.from({ length: 470 }, (_, i) => ({
+    kind: "channel",
+    name: `c${i}`,
+    by: "here",
+    outcome: "not viable",
+    reason: `not viable here: ${"why ".repeat(500)}`,
+  }));
   const report = JSON.stringify({ offered: { transports: ["uv"], channels: ["basic"] }, verdicts });
   const withReport = offer(new Map([["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: report }]])]]));
   const out: HostileFigure[] = [];
@@ -148,7 +155,10 @@ async function unacceptedWithReports(): Promise<HostileFigure[]> {
     for (let i = 0; i < 1024; i++) held.push(...(await rawPipe(v.port, bytes)));
     await new Promise((r) => setTimeout(r, 500));
     const after = await v.measure();
-    out.push({ attack: `1024 unaccepted pipes ${what}`, figure: `RSS +${((after.rss - before.rss) / MiB).toFixed(0)} MiB, ${((after.rss - before.rss) / 1024 / 1024).toFixed(0)} KiB a pipe` });
+    out.push({
+      attack: `1024 unaccepted pipes ${what}`,
+      figure: `RSS +${((after.rss - before.rss) / MiB).toFixed(0)} MiB, ${((after.rss - before.rss) / 1024 / 1024).toFixed(0)} KiB a pipe`,
+    });
     for (const s of held) s.destroy();
     v.stop();
   }
@@ -240,7 +250,10 @@ async function deadlineAfterGc(): Promise<HostileFigure[]> {
       ),
       new Promise<string>((r) => setTimeout(() => r("still pending"), 20_000)),
     ]);
-    out.push({ attack: `connect(${timeout === undefined ? "default 10 s" : `timeout ${timeout} ms`}) to a silent listener, GC every 10 ms`, figure: `${outcome} after ${((performance.now() - started) / 1000).toFixed(2)} s` });
+    out.push({
+      attack: `connect(${timeout === undefined ? "default 10 s" : `timeout ${timeout} ms`}) to a silent listener, GC every 10 ms`,
+      figure: `${outcome} after ${((performance.now() - started) / 1000).toFixed(2)} s`,
+    });
   }
   clearInterval(collecting);
   await client.close();

@@ -44,10 +44,7 @@ export async function largeTensors(size: number, count: number): Promise<LargeTe
     const ms: number[] = [];
     for (let i = 0; i < count; i++) {
       const t0 = performance.now();
-      await Promise.all([
-        pipe.write({ metadata: "sink", tensors: [{ buffer: data }] }),
-        pipe.readDescriptor().then(() => pipe.read(ack)),
-      ]);
+      await Promise.all([pipe.write({ metadata: "sink", tensors: [{ buffer: data }] }), pipe.readDescriptor().then(() => pipe.read(ack))]);
       ms.push(performance.now() - t0);
     }
     const steady = ms.slice(2).sort((a, b) => a - b);

@@ -135,32 +135,45 @@ async function netRow(count: number, port: number, peerPid: number): Promise<Sca
   const before = processState(peerPid);
   const t0 = performance.now();
   const sockets = await Promise.all(
-    Array.from({ length: count }, () => new Promise<Socket>((resolve, reject) => {
-      const s = connect(port, "127.0.0.1", () => resolve(s));
-      s.setNoDelay(true);
-      s.once("error", reject);
-    })),
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Socket>((resolve, reject) => {
+          const s = connect(port, "127.0.0.1", () => resolve(s));
+          s.setNoDelay(true);
+          s.once("error", reject);
+        }),
+    ),
   );
   const setupPerSecond = count / ((performance.now() - t0) / 1000);
   await settle(500);
   const idle = processState(peerPid);
-  const ends = sockets.map((s) => (data: Uint8Array) =>
-    new Promise<void>((resolve) => {
-      let got = 0;
-      const onData = (chunk: Buffer) => {
-        got += chunk.length;
-        if (got < data.length) return;
-        s.off("data", onData);
-        resolve();
-      };
-      s.on("data", onData);
-      s.write(data);
-    }),
+  const ends = sockets.map(
+    (s) => (data: Uint8Array) =>
+      new Promise<void>((resolve) => {
+        let got = 0;
+        const onData = (chunk: Buffer) => {
+          got += chunk.length;
+          if (got < data.length) return;
+          s.off("data", onData);
+          resolve();
+        };
+        s.on("data", onData);
+        s.write(data);
+      }),
   );
   try {
     const small = await exchange(ends, 4 * KiB, rounds(count, 4 * KiB), peerPid);
     const large = await exchange(ends, MiB, rounds(count, MiB), peerPid);
-    return { series: "node:net", pipes: count, setupPerSecond, idleKiBPerPipe: (idle.rssKiB - before.rssKiB) / count, fdsPerPipe: (idle.fds - before.fds) / count, small, large };
+    return {
+      series: "node:net",
+      pipes: count,
+      setupPerSecond,
+      idleKiBPerPipe: (idle.rssKiB - before.rssKiB) / count,
+      fdsPerPipe: (idle.fds - before.fds) / count,
+      small,
+      large,
+    };
   } finally {
     sockets.forEach((s) => s.destroy());
   }

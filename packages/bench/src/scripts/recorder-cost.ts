@@ -77,7 +77,15 @@ export async function recorderCost(transport: string, channel: string, blocks: n
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   const onP50 = summarize(samples.on).p50;
   const offP50 = summarize(samples.off).p50;
-  return { pair: `${transport}+${channel}`, onP50, offP50, onMean: mean(samples.on), offMean: mean(samples.off), p50Ratio: onP50 / offP50, meanRatio: mean(samples.on) / mean(samples.off) };
+  return {
+    pair: `${transport}+${channel}`,
+    onP50,
+    offP50,
+    onMean: mean(samples.on),
+    offMean: mean(samples.off),
+    p50Ratio: onP50 / offP50,
+    meanRatio: mean(samples.on) / mean(samples.off),
+  };
 }
 
 const args = scriptArgs(import.meta.url);
@@ -86,7 +94,11 @@ if (args) {
   const trips = Number(args.value("--trips", "2000"));
   const rows: RecorderCost[] = [];
   const control = args.has("--control");
-  for (const [t, c] of [["shm", "cma"], ["uv", "basic"]] as const) rows.push(await recorderCost(t, c, blocks, trips, control));
+  for (const [t, c] of [
+    ["shm", "cma"],
+    ["uv", "basic"],
+  ] as const)
+    rows.push(await recorderCost(t, c, blocks, trips, control));
   const what = control ? "on (64 events) against on again (control)" : "on (64 events) and off";
   printResults(args, `8 B round trips (README loop, in one process), flight recorder ${what}, ${blocks} alternating blocks of ${trips} (us)`, rows, [
     { header: "pair", width: 11, left: true, cell: (r) => r.pair },

@@ -46,7 +46,11 @@ export function printResults<T>(args: ScriptArgs, title: string, rows: readonly 
     console.log(JSON.stringify(rows));
     return;
   }
-  const line = (text: (c: Column<T>) => string) => columns.map((c) => (c.left ? text(c).padEnd(c.width) : text(c).padStart(c.width))).join("").trimEnd();
+  const line = (text: (c: Column<T>) => string) =>
+    columns
+      .map((c) => (c.left ? text(c).padEnd(c.width) : text(c).padStart(c.width)))
+      .join("")
+      .trimEnd();
   console.log(title);
   console.log(line((c) => c.header));
   rows.forEach((row, i) => console.log(line((c) => c.cell(row, i))));

@@ -70,12 +70,17 @@ export async function sparseRoundTrips(gapsMs: readonly number[], count: number)
 const args = scriptArgs(import.meta.url);
 if (args) {
   const gaps = args.value("--gaps", "1,5").split(",").map(Number);
-  printResults(args, "README round trips over shm with a pause between them (microseconds)", await sparseRoundTrips(gaps, Number(args.value("--count", "1000"))), [
-    { header: "pause ms", width: 10, left: true, cell: (r) => String(r.gapMs) },
-    { header: "count", width: 7, cell: (r) => String(r.count) },
-    { header: "p50", width: 9, cell: (r) => fmt(r.p50) },
-    { header: "p90", width: 9, cell: (r) => fmt(r.p90) },
-    { header: "client CPU/msg", width: 16, cell: (r) => fmt(r.clientCpu, 0) },
-    { header: "peer CPU/msg", width: 14, cell: (r) => fmt(r.peerCpu, 0) },
-  ]);
+  printResults(
+    args,
+    "README round trips over shm with a pause between them (microseconds)",
+    await sparseRoundTrips(gaps, Number(args.value("--count", "1000"))),
+    [
+      { header: "pause ms", width: 10, left: true, cell: (r) => String(r.gapMs) },
+      { header: "count", width: 7, cell: (r) => String(r.count) },
+      { header: "p50", width: 9, cell: (r) => fmt(r.p50) },
+      { header: "p90", width: 9, cell: (r) => fmt(r.p90) },
+      { header: "client CPU/msg", width: 16, cell: (r) => fmt(r.clientCpu, 0) },
+      { header: "peer CPU/msg", width: 14, cell: (r) => fmt(r.peerCpu, 0) },
+    ],
+  );
 }

@@ -51,8 +51,12 @@ export async function upstreamInterop(rounds: number, largeRounds: number): Prom
       const cppUrl = cpp.info.urls[0]!;
       const toCpp = await context.connect(cppUrl);
       const toNode = await context.connect(node.urls.find((u) => u.startsWith(`${transport}://`))!);
-      for (const [bytes, n] of [[8, rounds], [64 * MiB, largeRounds]] as const) {
-        const row = (between: string, r: { p50Us: number; seconds: number }) => rows.push({ pair, between, bytes, p50Us: r.p50Us, gbps: (2 * bytes * n) / r.seconds / 1e9 });
+      for (const [bytes, n] of [
+        [8, rounds],
+        [64 * MiB, largeRounds],
+      ] as const) {
+        const row = (between: string, r: { p50Us: number; seconds: number }) =>
+          rows.push({ pair, between, bytes, p50Us: r.p50Us, gbps: (2 * bytes * n) / r.seconds / 1e9 });
         row("node -> c++", await nodeRoundTrips(toCpp, bytes, n));
         row("c++ -> c++", await upstreamRoundTrips(transport, channel, cppUrl, bytes, n));
         row("node -> node", await nodeRoundTrips(toNode, bytes, n));

@@ -66,7 +66,10 @@ export function followUpAddress(
 function hostOf(address: string): string | undefined {
   try {
     // An IPv4 peer of a dual-stack socket is an IPv4 host.
-    return splitHostPort(address).host.split("%")[0]!.toLowerCase().replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/, "");
+    return splitHostPort(address)
+      .host.split("%")[0]!
+      .toLowerCase()
+      .replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/, "");
   } catch {
     return undefined;
   }

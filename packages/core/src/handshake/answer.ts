@@ -8,7 +8,17 @@ import type { AuthSession } from "../auth.js";
 import { ErrorCode, TensorPipeError, closedError } from "../errors.js";
 import { HandshakeEvents } from "../flight-recorder.js";
 import { type ChannelChoice, type Registered, byPriority, carriesCpuTensors, chooseChannels, chooseTransport } from "../negotiation.js";
-import { MAX_VERDICTS, type OfferedBackends, type PathReport, type PathVerdict, boundedVerdicts, fromPeer, pathHeadline, peerReport, reportJson } from "../path-report.js";
+import {
+  MAX_VERDICTS,
+  type OfferedBackends,
+  type PathReport,
+  type PathVerdict,
+  boundedVerdicts,
+  fromPeer,
+  pathHeadline,
+  peerReport,
+  reportJson,
+} from "../path-report.js";
 import type { PipeParts } from "../pipe/parts.js";
 import { ConnectionKind, decodeBrochure, encodeBrochureAnswer } from "../protocol/handshake.js";
 import type { Registration, Registrations } from "../registrations.js";
@@ -64,7 +74,13 @@ interface AnswerChoice {
 }
 
 /** Reads the peer's offer (after its proof, under authentication) and chooses, or refuses it. */
-async function chooseForOffer(all: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide, events: HandshakeEvents): Promise<AnswerChoice> {
+async function chooseForOffer(
+  all: HandshakeSettings,
+  main: Connection,
+  cameOn: string,
+  listening: ListeningSide,
+  events: HandshakeEvents,
+): Promise<AnswerChoice> {
   const settings = restricted(all);
   const { auth } = settings;
   let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
@@ -109,14 +125,24 @@ async function chooseForOffer(all: HandshakeSettings, main: Connection, cameOn: 
   const transport = chooseTransport(byPriority(settings.transports.values()), listening.transports, brochure, note);
   if (!transport) {
     const why = choiceVerdicts(verdicts, "transport");
-    return refuse("transport", `no transport in common (peer has: ${offeredThere.transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`);
+    return refuse(
+      "transport",
+      `no transport in common (peer has: ${offeredThere.transports.join(", ") || "none"}; here: ${why || "none allowed"})${pathNote(settings)}`,
+    );
   }
   const choice = chooseChannels(byPriority(settings.channels.values()), brochure, note);
   if (settings.path && !carriesCpuTensors(choice.pairs)) {
     const why = choiceVerdicts(verdicts, "channel");
     return refuse("channel", `no channel for CPU tensors (here: ${why || "none allowed"})${pathNote(settings)}`);
   }
-  if (uncounted > 0) verdicts.push({ kind: "channel", name: `(${uncounted} more)`, by: "here", outcome: "descriptors differ", reason: `${uncounted} more verdicts on the peer's devices, not kept` });
+  if (uncounted > 0)
+    verdicts.push({
+      kind: "channel",
+      name: `(${uncounted} more)`,
+      by: "here",
+      outcome: "descriptors differ",
+      reason: `${uncounted} more verdicts on the peer's devices, not kept`,
+    });
   const path: PathReport = {
     side: "listen",
     transport: transport.name,
@@ -191,7 +217,10 @@ async function awaitConnections(
   } catch (e) {
     for (const r of registrations) {
       r.cancel(e instanceof Error ? e : new Error(String(e)));
-      r.connection.then((c) => c.close(), () => undefined);
+      r.connection.then(
+        (c) => c.close(),
+        () => undefined,
+      );
     }
     throw hungUpOnAnswer(e, path);
   }

@@ -43,7 +43,10 @@ export function assemble(a: Assembly): PipeParts {
     const connections = a.channelConnections.slice(next, next + count);
     next += count;
     byChannel.set(name, connections);
-    channels.set(name, a.settings.channels.get(name)!.context.createChannel(connections, a.side, { transportMedium, peerWireExtension: a.peerExtensions.get(name) }));
+    channels.set(
+      name,
+      a.settings.channels.get(name)!.context.createChannel(connections, a.side, { transportMedium, peerWireExtension: a.peerExtensions.get(name) }),
+    );
   }
   return {
     transport: a.transport.name,

@@ -12,7 +12,15 @@ import { type Registered, buildBrochure, byPriority, carriesCpuTensors, checkAns
 import { type PathReport, type PathVerdict, boundedVerdicts, describePathReport, fromPeer, pathHeadline, peerReport, reportJson } from "../path-report.js";
 import { peerExcerpt } from "../peer-text.js";
 import type { PipeParts } from "../pipe/parts.js";
-import { type Brochure, type BrochureAnswer, ConnectionKind, type DevicePairChoice, decodeBrochureAnswer, encodeBrochure, encodePacket } from "../protocol/handshake.js";
+import {
+  type Brochure,
+  type BrochureAnswer,
+  ConnectionKind,
+  type DevicePairChoice,
+  decodeBrochureAnswer,
+  encodeBrochure,
+  encodePacket,
+} from "../protocol/handshake.js";
 import type { Connection, TransportContext } from "../transport.js";
 import { ListenerProof, checkAnsweredAddress, followUpAddress } from "./address-policy.js";
 import { assemble } from "./assembly.js";
@@ -125,7 +133,10 @@ class Dialling {
       const err = fromNativeError(e, this.url);
       if (err.code !== ErrorCode.PROTOCOL) throw duringHandshake(this.url, err, this.settings.auth !== undefined);
       // An HTTP server's "HTTP/1.1" read as a frame length, say.
-      throw new TensorPipeError(ErrorCode.PROTOCOL, `the answer is not a TensorPipe listener's: is this the address of one? (${err.message})`, { where: this.url, cause: err });
+      throw new TensorPipeError(ErrorCode.PROTOCOL, `the answer is not a TensorPipe listener's: is this the address of one? (${err.message})`, {
+        where: this.url,
+        cause: err,
+      });
     }
   }
 
@@ -133,7 +144,9 @@ class Dialling {
   private answered(answer: BrochureAnswer, brochure: Brochure, offer: { offeredHere: PathReport["offeredHere"]; ownVerdicts: PathVerdict[] }): PathReport {
     const { settings, url, events } = this;
     if (answer.transport === AUTH_ENTRY) {
-      throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, "listener requires authentication: set ContextOptions.auth with its shared secret", { where: url });
+      throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, "listener requires authentication: set ContextOptions.auth with its shared secret", {
+        where: url,
+      });
     }
     if (answer.transport === REFUSED) throw refused(answer, url, settings);
     checkAnsweredAddress(answer, url);
@@ -158,7 +171,11 @@ class Dialling {
     }
     const cpuChannels = [...viableChannels].filter(([, c]) => c.deviceDescriptors().some((d) => sameDevice(d.device, CPU_DEVICE)));
     if (cpuChannels.length > 0 && !carriesCpuTensors(pairs)) {
-      throw noCpuChannel(settings, cpuChannels.map(([name, c]) => ({ name, descriptor: localDeviceDescriptors(c).get(deviceKey(CPU_DEVICE))?.descriptor })), url);
+      throw noCpuChannel(
+        settings,
+        cpuChannels.map(([name, c]) => ({ name, descriptor: localDeviceDescriptors(c).get(deviceKey(CPU_DEVICE))?.descriptor })),
+        url,
+      );
     }
     return path;
   }

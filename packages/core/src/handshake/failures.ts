@@ -57,7 +57,11 @@ export function refused(answer: BrochureAnswer, url: string, settings: Handshake
   const kind = report?.refused ?? "transport";
   const why = report ? choiceVerdicts(fromPeer(report.verdicts), kind, true) : "";
   const what = kind === "transport" ? "no transport in common" : "no channel for CPU tensors";
-  return new TensorPipeError(ErrorCode.NEGOTIATION, `the listener refused the pipe: ${what} (there: ${why || (report ? "none allowed" : "it gave no reasons")})${pathNote(settings)}`, { where: url });
+  return new TensorPipeError(
+    ErrorCode.NEGOTIATION,
+    `the listener refused the pipe: ${what} (there: ${why || (report ? "none allowed" : "it gave no reasons")})${pathNote(settings)}`,
+    { where: url },
+  );
 }
 
 /** The dialling side's error for an answer with no channel for CPU tensors, where this side offered some (`offered`: name and descriptor of each). */

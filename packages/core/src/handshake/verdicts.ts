@@ -33,9 +33,17 @@ export function choiceVerdicts(verdicts: readonly PathVerdict[], kind: PathVerdi
     byReason.set(reason, [...(byReason.get(reason) ?? []), v.name]);
   }
   // A peer's devices may make hundreds of verdicts: an error names the first few.
-  const some = (all: readonly string[], max: number, sep: string) => [...all.slice(0, max), ...(all.length > max ? [`${all.length - max} more`] : [])].join(sep);
+  const some = (all: readonly string[], max: number, sep: string) =>
+    [...all.slice(0, max), ...(all.length > max ? [`${all.length - max} more`] : [])].join(sep);
   // Verdicts hold a peer's words made safe already: shown, they are only cut.
-  const lines = [...byReason].map(([reason, names]) => `${some(names.map((n) => safeText(n, IN_ERROR.name)), IN_ERROR.names, ", ")}: ${safeText(reason, IN_ERROR.reason)}`);
+  const lines = [...byReason].map(
+    ([reason, names]) =>
+      `${some(
+        names.map((n) => safeText(n, IN_ERROR.name)),
+        IN_ERROR.names,
+        ", ",
+      )}: ${safeText(reason, IN_ERROR.reason)}`,
+  );
   return some(lines, IN_ERROR.reasons, "; ");
 }
 
@@ -75,7 +83,13 @@ export function notRegistered(all: HandshakeSettings, b: Brochure): PathVerdict[
       out.push({ kind, name, by: "here", outcome: "not registered", reason: "the peer offers it; this side has none registered under that name" });
     }
     if (unknown.more > 0) {
-      out.push({ kind, name: `(${unknown.more} more)`, by: "here", outcome: "not registered", reason: `the peer offers ${unknown.more} more ${kind}s this side does not have` });
+      out.push({
+        kind,
+        name: `(${unknown.more} more)`,
+        by: "here",
+        outcome: "not registered",
+        reason: `the peer offers ${unknown.more} more ${kind}s this side does not have`,
+      });
     }
   };
   lacks("transport", b.transportDomainDescriptors.keys(), all.transports);
@@ -129,7 +143,8 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
         name,
         by: "inferred",
         outcome: "not chosen",
-        reason: "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)",
+        reason:
+          "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)",
       });
     }
   }

@@ -99,8 +99,7 @@ export class NopReader {
   }
 
   private unsignedWidth(prefix: number, bits: number): number {
-    const width =
-      prefix === Nop.U8 ? 8 : prefix === Nop.U16 ? 16 : prefix === Nop.U32 ? 32 : prefix === Nop.U64 ? 64 : 0;
+    const width = prefix === Nop.U8 ? 8 : prefix === Nop.U16 ? 16 : prefix === Nop.U32 ? 32 : prefix === Nop.U64 ? 64 : 0;
     if (width === 0) {
       this.pos--;
       this.fail(`expected an unsigned integer, got prefix 0x${prefix.toString(16)}`);

@@ -130,7 +130,11 @@ export class Landings {
           got = Promise.reject(e);
         }
         if (got === DONE) this.partLanded(landing, length, false);
-        else got.then(() => this.partLanded(landing, length, true), (e: unknown) => this.partFailed(landing, e));
+        else
+          got.then(
+            () => this.partLanded(landing, length, true),
+            (e: unknown) => this.partFailed(landing, e),
+          );
       }
       this.queue.shift();
       landing.issued();

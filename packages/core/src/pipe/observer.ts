@@ -122,7 +122,14 @@ export class PipeObserver {
     const pipe = this.pipe;
     if (log.enabled) log("pipe to %s open (%s side): transport %s, channels %s", pipe.peer, side, pipe.transport, describePairs(pipe.channelForDevicePair));
     if (diagnostics.pipeOpen.hasSubscribers) {
-      diagnostics.pipeOpen.publish({ pipe, side, peer: pipe.peer, transport: pipe.transport, channels: pipe.channelForDevicePair, path } satisfies PipeOpenMessage);
+      diagnostics.pipeOpen.publish({
+        pipe,
+        side,
+        peer: pipe.peer,
+        transport: pipe.transport,
+        channels: pipe.channelForDevicePair,
+        path,
+      } satisfies PipeOpenMessage);
     }
   }
 
@@ -203,10 +210,16 @@ export class PipeObserver {
     return target ? this.routes.name(this.routes.between(m.sources[i]!, target)) : "";
   }
 
-
   /** Publishes on `tensorpipe:message:done` once `settled` has, if it succeeds. */
   private publishDone(direction: "write" | "read", settled: Promise<unknown>, bytes: number, channel: string, started: number): void {
-    const publish = () => diagnostics.messageDone.publish({ pipe: this.pipe, direction, bytes, channel, seconds: (performance.now() - started) / 1000 } satisfies MessageDoneMessage);
+    const publish = () =>
+      diagnostics.messageDone.publish({
+        pipe: this.pipe,
+        direction,
+        bytes,
+        channel,
+        seconds: (performance.now() - started) / 1000,
+      } satisfies MessageDoneMessage);
     if (settled === DONE) publish();
     else settled.then(publish, noop);
   }

@@ -79,7 +79,10 @@ export class OutgoingMessage {
       }
       if (!target) {
         if (!routes.sendsFrom(source)) {
-          throw new TensorPipeError(ErrorCode.NEGOTIATION, `no channel was negotiated for tensors from ${deviceKey(source)} here (channels: ${routes.describe()}): register a channel for it on both ends`);
+          throw new TensorPipeError(
+            ErrorCode.NEGOTIATION,
+            `no channel was negotiated for tensors from ${deviceKey(source)} here (channels: ${routes.describe()}): register a channel for it on both ends`,
+          );
         }
         missing++;
       }

@@ -161,10 +161,14 @@ export class PeerEnd {
       return;
     }
     host.fail(
-      new TensorPipeError(ErrorCode.CONNECTION_RESET, `truncated message: the peer closed the pipe and the rest of the message did not come within ${END_GRACE_MS / 1000} s`, {
-        where: `pipe to ${host.peer}`,
-        cause: this.decision,
-      }),
+      new TensorPipeError(
+        ErrorCode.CONNECTION_RESET,
+        `truncated message: the peer closed the pipe and the rest of the message did not come within ${END_GRACE_MS / 1000} s`,
+        {
+          where: `pipe to ${host.peer}`,
+          cause: this.decision,
+        },
+      ),
     );
   }
 
@@ -195,7 +199,10 @@ export class PeerEnd {
         const err = host.describe(cause);
         host.fail(
           err.code === ErrorCode.PEER_CLOSED
-            ? new TensorPipeError(ErrorCode.CONNECTION_RESET, `the peer closed the pipe's ${what} connection while the pipe stayed open`, { where: `pipe to ${host.peer}`, cause: err })
+            ? new TensorPipeError(ErrorCode.CONNECTION_RESET, `the peer closed the pipe's ${what} connection while the pipe stayed open`, {
+                where: `pipe to ${host.peer}`,
+                cause: err,
+              })
             : err,
         );
         return;

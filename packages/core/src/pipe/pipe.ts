@@ -253,4 +253,3 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return deadline.race(p, what, (err) => this.engine.fail(err));
   }
 }
-

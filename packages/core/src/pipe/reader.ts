@@ -126,7 +126,11 @@ export class Reader implements ReadOwner {
     if (err.code === ErrorCode.PEER_CLOSED) this.host.mainEnded(err);
     else if (overLimit(err)) {
       // The transport knows the number; this side's option that sets it is named here.
-      this.host.fail(new TensorPipeError(ErrorCode.PROTOCOL, `descriptor ${err.message}: raise ContextOptions.maxControlFrameLength on this side if that is meant`, { cause: err }));
+      this.host.fail(
+        new TensorPipeError(ErrorCode.PROTOCOL, `descriptor ${err.message}: raise ContextOptions.maxControlFrameLength on this side if that is meant`, {
+          cause: err,
+        }),
+      );
     } else this.host.fail(err);
   };
 

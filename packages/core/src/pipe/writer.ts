@@ -167,7 +167,9 @@ export class Writer {
       const target = targetOf(t, source) ?? replyDevices![r++]!;
       const channel = this.host.routes.between(source, target);
       if (!channel) {
-        this.host.fail(new TensorPipeError(ErrorCode.NEGOTIATION, `peer asked for a tensor on ${deviceKey(target)} but no channel joins ${deviceKey(source)} to it`));
+        this.host.fail(
+          new TensorPipeError(ErrorCode.NEGOTIATION, `peer asked for a tensor on ${deviceKey(target)} but no channel joins ${deviceKey(source)} to it`),
+        );
         return undefined;
       }
       const length = tensorLength(t);

@@ -38,13 +38,7 @@ export function writeTensorCount(w: NopWriter, count: number): void {
 }
 
 /** One tensor's length, devices and metadata. */
-export function writeTensorDescriptor(
-  w: NopWriter,
-  length: number,
-  sourceDevice: Device,
-  targetDevice: Device | undefined,
-  metadata: string,
-): void {
+export function writeTensorDescriptor(w: NopWriter, length: number, sourceDevice: Device, targetDevice: Device | undefined, metadata: string): void {
   w.structure(4).uint(length);
   writeDevice(w, sourceDevice);
   if (targetDevice) writeDevice(w, targetDevice);

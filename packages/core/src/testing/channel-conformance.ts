@@ -130,7 +130,14 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
     it(`keeps ${inFlight} messages in flight in both directions`, async () => {
       const n = inFlight;
       const send = (side: ConformanceSide, base: number) =>
-        Array.from({ length: n }, (_, i) => side.write({ tensors: [{ length: 100 + i, seed: base + i }, { length: 3, seed: i }] }));
+        Array.from({ length: n }, (_, i) =>
+          side.write({
+            tensors: [
+              { length: 100 + i, seed: base + i },
+              { length: 3, seed: i },
+            ],
+          }),
+        );
       const writes = [...send(client, 0), ...send(server, 10_000)];
       const receiveAll = async (side: ConformanceSide, base: number) => {
         for (let i = 0; i < n; i++) {

@@ -192,8 +192,13 @@ export class MemoryConnection implements Connection {
       const frame = this.frames.shift()!;
       if (frame.byteLength > r.maxLength || (r.target && frame.byteLength !== r.target.byteLength)) {
         const err = r.target
-          ? new TensorPipeError(ErrorCode.PROTOCOL, `frame of ${frame.byteLength} bytes where ${r.target.byteLength} were expected`, { where: this.remoteAddress })
-          : new TensorPipeError(ErrorCode.PROTOCOL, `frame length ${frame.byteLength} exceeds the limit of ${r.maxLength} bytes`, { where: this.remoteAddress, cause: { overLimit: true } });
+          ? new TensorPipeError(ErrorCode.PROTOCOL, `frame of ${frame.byteLength} bytes where ${r.target.byteLength} were expected`, {
+              where: this.remoteAddress,
+            })
+          : new TensorPipeError(ErrorCode.PROTOCOL, `frame length ${frame.byteLength} exceeds the limit of ${r.maxLength} bytes`, {
+              where: this.remoteAddress,
+              cause: { overLimit: true },
+            });
         settle(r, err);
         this.fail(err);
         this.closedDeferred.resolve(err);

@@ -71,8 +71,7 @@ class InlineChannelContext implements ChannelContext {
 /** `context` as registered, but not viable here. */
 function unviable<T extends { isViable(): Viability }>(context: T): T {
   return new Proxy(context, {
-    get: (target, key, receiver) =>
-      key === "isViable" ? () => notViable("made not viable by the negotiation suite") : Reflect.get(target, key, receiver),
+    get: (target, key, receiver) => (key === "isViable" ? () => notViable("made not viable by the negotiation suite") : Reflect.get(target, key, receiver)),
   });
 }
 

@@ -162,7 +162,9 @@ export function describeTransportConformance(options: TransportConformanceOption
       const [a, b] = await pair();
       const wrote = a.write([patterned(40, 6), patterned(40, 7)]);
       const moved = await new Promise<ArrayBuffer>((resolve, reject) =>
-        b.readFrame!(64, (err, frame) => (err ? reject(err) : resolve(structuredClone(frame!.buffer as ArrayBuffer, { transfer: [frame!.buffer as ArrayBuffer] })))),
+        b.readFrame!(64, (err, frame) =>
+          err ? reject(err) : resolve(structuredClone(frame!.buffer as ArrayBuffer, { transfer: [frame!.buffer as ArrayBuffer] })),
+        ),
       );
       const next = await nextFrame(b, 64, 7);
       expect(next.intact).toBe(true);

@@ -10,9 +10,13 @@ type Vitest = typeof import("vitest");
 const loaded: Vitest | undefined = await import("vitest").catch(() => undefined);
 
 function absent(): never {
-  throw new TensorPipeError(ErrorCode.NOT_VIABLE, "the conformance suites of @tensorpipe/core/testing run under vitest: npm install -D vitest, and run them with it");
+  throw new TensorPipeError(
+    ErrorCode.NOT_VIABLE,
+    "the conformance suites of @tensorpipe/core/testing run under vitest: npm install -D vitest, and run them with it",
+  );
 }
 
-const vitest = loaded ?? ({ afterAll: absent, afterEach: absent, beforeAll: absent, beforeEach: absent, describe: absent, expect: absent, it: absent } as unknown as Vitest);
+const vitest =
+  loaded ?? ({ afterAll: absent, afterEach: absent, beforeAll: absent, beforeEach: absent, describe: absent, expect: absent, it: absent } as unknown as Vitest);
 
 export const { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } = vitest;

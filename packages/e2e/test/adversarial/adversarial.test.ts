@@ -33,16 +33,18 @@ async function victim(options: object = {}, fdLimit?: number): Promise<Victim> {
 /** `count` TCP connections to the victim, each sending `bytes` (if any) once connected, held until the test ends. */
 async function hold(port: number, count: number, bytes?: Uint8Array): Promise<Socket[]> {
   const held = await Promise.all(
-    Array.from({ length: count }, () =>
-      new Promise<Socket>((resolve) => {
-        const s = netConnect(port, "127.0.0.1");
-        s.on("error", () => undefined);
-        s.once("connect", () => {
-          if (bytes) s.write(bytes);
-          resolve(s);
-        });
-        s.once("close", () => resolve(s));
-      }),
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Socket>((resolve) => {
+          const s = netConnect(port, "127.0.0.1");
+          s.on("error", () => undefined);
+          s.once("connect", () => {
+            if (bytes) s.write(bytes);
+            resolve(s);
+          });
+          s.once("close", () => resolve(s));
+        }),
     ),
   );
   cleanup.push(() => held.forEach((s) => s.destroy()));
@@ -78,7 +80,10 @@ describe("hostile brochures", () => {
     const v = await victim();
     const before = await v.rss();
     const devices = new Map(Array.from({ length: 60_000 }, (_, i) => [`d${i}:0`, { device: { type: `d${i}`, index: 0 }, descriptor: "" }]));
-    const brochure = protocol.encodeBrochure({ transportDomainDescriptors: new Map([["uv", "uv:*"]]), channelDeviceDescriptors: new Map([["basic", devices]]) });
+    const brochure = protocol.encodeBrochure({
+      transportDomainDescriptors: new Map([["uv", "uv:*"]]),
+      channelDeviceDescriptors: new Map([["basic", devices]]),
+    });
     expect(brochure.byteLength).toBeLessThan(MiB);
     await hold(v.port, 20, onTheWire([protocol.encodePacket({ kind: "spontaneous", contextName: "" }), brochure]));
     for (let i = 0; i < 20; i++) {
@@ -97,7 +102,13 @@ describe("a dialler's path report", () => {
     const v = await victim();
     await stillServes(v.uvUrl);
     const before = await v.rss();
-    const verdicts = Array.from({ length: 470 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `not viable here: ${"why ".repeat(500)}` }));
+    const verdicts = Array.from({ length: 470 }, (_, i) => ({
+      kind: "channel",
+      name: `c${i}`,
+      by: "here",
+      outcome: "not viable",
+      reason: `not viable here: ${"why ".repeat(500)}`,
+    }));
     const report = JSON.stringify({ offered: { transports: ["uv"], channels: ["basic"] }, verdicts });
     expect(report.length).toBeGreaterThan(900_000);
     const entry = new Map([["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: report }]])]]);
@@ -144,7 +155,12 @@ describe("hostile descriptors", () => {
     cleanup.push(() => client.close());
     const real = await client.connect(v.uvUrl);
     const before = { rss: await v.rss(), cpu: await v.cpu() };
-    const announced = onTheWire([descriptorOf(0, Array.from({ length: 16_384 }, () => ({ length: 256 << 10 })))]);
+    const announced = onTheWire([
+      descriptorOf(
+        0,
+        Array.from({ length: 16_384 }, () => ({ length: 256 << 10 })),
+      ),
+    ]);
     const peers = await Promise.all(Array.from({ length: 32 }, () => rawPipe(v.port)));
     for (const p of peers) p.main.write(announced);
     const reading = () => v.events.filter((e) => e.event === "reading" && e.tensors === 16_384).length;
@@ -157,7 +173,9 @@ describe("hostile descriptors", () => {
     }
     const after = { rss: await v.rss(), cpu: await v.cpu() };
     const grown = after.rss - before.rss;
-    console.log(`32 announced-only descriptors of 4 GiB: RSS +${(grown / MiB).toFixed(1)} MiB, ${(after.cpu - before.cpu).toFixed(0)} ms of CPU, a real round trip at most ${slowest.toFixed(0)} ms`);
+    console.log(
+      `32 announced-only descriptors of 4 GiB: RSS +${(grown / MiB).toFixed(1)} MiB, ${(after.cpu - before.cpu).toFixed(0)} ms of CPU, a real round trip at most ${slowest.toFixed(0)} ms`,
+    );
     // Each had cost a read and memory for all of its tensors: +432 MiB and 9.3 s of the victim's main thread, a round trip up to 725 ms.
     expect(grown).toBeLessThan(150 * MiB);
     expect(after.cpu - before.cpu).toBeLessThan(3000);
@@ -200,26 +218,29 @@ describe("a forged cma pid", () => {
     { transport: "uv", register: (c: Context) => registerUvTransport(c), wire: "tensorpipe-js's" },
     { transport: "shm", register: (c: Context) => registerShmTransport(c), wire: "tensorpipe-js's" },
     { transport: "uv", register: (c: Context) => registerUvTransport(c), wire: "upstream's" },
-  ])("naming a bystander over $transport+cma, on $wire wire, is refused with ERR_TP_PERMISSION_DENIED before any copy", async ({ transport, register, wire }) => {
-    const v = await victim();
-    const target = await withBystander();
-    const attacker = new Context();
-    cleanup.push(() => attacker.close());
-    register(attacker);
-    attacker.registerChannel(20, "cma", new ForgedCmaContext(target, { upstreamWire: wire === "upstream's" }));
-    const pipe = await attacker.connect(transport === "uv" ? v.uvUrl : v.shmUrl);
-    expect(pipe.transport).toBe(transport);
-    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
-    // Over the inline size of both transports: announced by address.
-    const sent = pipe.write({ tensors: [{ buffer: new Uint8Array(8 * MiB), targetDevice: CPU_DEVICE }] });
-    await expect(sent).rejects.toBeTruthy();
-    const e = await v.next((e) => e.event === "pipe-error");
-    expect(e).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(new RegExp(`process ${target.pid} is not the peer`)) });
-    // Nothing of the bystander came back.
-    await expect(pipe.readMessage()).rejects.toBeTruthy();
-    // A real cma peer, its tensor announced by address, is still read.
-    await stillServes(transport === "uv" ? v.uvUrl : v.shmUrl, { transports: [transport], channels: ["cma"] });
-  });
+  ])(
+    "naming a bystander over $transport+cma, on $wire wire, is refused with ERR_TP_PERMISSION_DENIED before any copy",
+    async ({ transport, register, wire }) => {
+      const v = await victim();
+      const target = await withBystander();
+      const attacker = new Context();
+      cleanup.push(() => attacker.close());
+      register(attacker);
+      attacker.registerChannel(20, "cma", new ForgedCmaContext(target, { upstreamWire: wire === "upstream's" }));
+      const pipe = await attacker.connect(transport === "uv" ? v.uvUrl : v.shmUrl);
+      expect(pipe.transport).toBe(transport);
+      expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
+      // Over the inline size of both transports: announced by address.
+      const sent = pipe.write({ tensors: [{ buffer: new Uint8Array(8 * MiB), targetDevice: CPU_DEVICE }] });
+      await expect(sent).rejects.toBeTruthy();
+      const e = await v.next((e) => e.event === "pipe-error");
+      expect(e).toMatchObject({ code: ErrorCode.PERMISSION_DENIED, message: expect.stringMatching(new RegExp(`process ${target.pid} is not the peer`)) });
+      // Nothing of the bystander came back.
+      await expect(pipe.readMessage()).rejects.toBeTruthy();
+      // A real cma peer, its tensor announced by address, is still read.
+      await stillServes(transport === "uv" ? v.uvUrl : v.shmUrl, { transports: [transport], channels: ["cma"] });
+    },
+  );
 });
 
 describe("a peer of another user", () => {
@@ -434,7 +455,11 @@ describe("messages that cannot be read", () => {
     main.write(onTheWire([twoPayloads, Uint8Array.of(1, 2, 3, 4)]));
     main.socket.end();
     const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended");
-    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: .*middle of a message/) });
+    expect(e).toMatchObject({
+      event: "pipe-error",
+      code: ErrorCode.CONNECTION_RESET,
+      message: expect.stringMatching(/^truncated message: .*middle of a message/),
+    });
   });
 
   it("a peer that closes the pipe's first connection mid-message and keeps the tensor's open fails the read within seconds, not never", async () => {
@@ -443,7 +468,11 @@ describe("messages that cannot be read", () => {
     main.write(onTheWire([descriptorOf(0, [{ length: 16 }])]));
     main.socket.end();
     const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended", 10_000);
-    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(/^truncated message: the peer closed the pipe and the rest of the message did not come within 5 s/) });
+    expect(e).toMatchObject({
+      event: "pipe-error",
+      code: ErrorCode.CONNECTION_RESET,
+      message: expect.stringMatching(/^truncated message: the peer closed the pipe and the rest of the message did not come within 5 s/),
+    });
     // The pipe's failure closed the connection the peer kept open.
     await channel.closed;
     await stillServes(v.uvUrl);
@@ -452,15 +481,22 @@ describe("messages that cannot be read", () => {
   it.each([
     ["reply", "reply"],
     ["channel", "basic channel"],
-  ] as const)("a peer that cuts the pipe's %s connection and keeps its first open fails the pipe within seconds, and the listener goes on", async (which, named) => {
-    const v = await victim();
-    const connections = await rawPipe(v.port);
-    connections[which].socket.end();
-    const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended", 10_000);
-    expect(e).toMatchObject({ event: "pipe-error", code: ErrorCode.CONNECTION_RESET, message: expect.stringContaining(`the peer closed the pipe's ${named} connection while the pipe stayed open`) });
-    await connections.main.closed;
-    await stillServes(v.uvUrl);
-  });
+  ] as const)(
+    "a peer that cuts the pipe's %s connection and keeps its first open fails the pipe within seconds, and the listener goes on",
+    async (which, named) => {
+      const v = await victim();
+      const connections = await rawPipe(v.port);
+      connections[which].socket.end();
+      const e = await v.next((e) => e.event === "pipe-error" || e.event === "pipe-ended", 10_000);
+      expect(e).toMatchObject({
+        event: "pipe-error",
+        code: ErrorCode.CONNECTION_RESET,
+        message: expect.stringContaining(`the peer closed the pipe's ${named} connection while the pipe stayed open`),
+      });
+      await connections.main.closed;
+      await stillServes(v.uvUrl);
+    },
+  );
 
   it("a context with no channel in common is refused at connect with ERR_TP_NEGOTIATION", async () => {
     const v = await victim();

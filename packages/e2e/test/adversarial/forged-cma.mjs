@@ -45,7 +45,10 @@ export class ForgedCmaContext {
     const { target, upstreamWire } = this;
     return {
       async send(_buffer, length) {
-        const w = new NopWriter(32).structure(upstreamWire ? 2 : 3).uint(target.pid).uint(target.address);
+        const w = new NopWriter(32)
+          .structure(upstreamWire ? 2 : 3)
+          .uint(target.pid)
+          .uint(target.address);
         await announce.write([(upstreamWire ? w : w.uint(length)).finish()]);
         const answer = await acks.read(4096);
         if (answer.byteLength > 0) throw new Error(Buffer.from(answer).toString());

@@ -66,14 +66,20 @@ const honest = (port: number): Answer => ({
 
 // ESC, a right-to-left override, a line separator, NUL: what could forge a line or hide text.
 const forged = "\u001b[2J\u202e\u2028\u0000";
-const huge = (`${forged}x`).repeat(50_000);
+const huge = `${forged}x`.repeat(50_000);
 
 /** A refusal whose report holds `verdicts` of the listener's, each with a reason of its own. */
 function refusal(verdicts: number): Answer {
   const report = {
     offered: { transports: ["uv"], channels: ["basic"] },
     refused: "channel",
-    verdicts: Array.from({ length: verdicts }, (_, i) => ({ kind: "channel", name: `c${i}${forged}`, by: "here", outcome: "not viable", reason: `${i}${forged}${"r".repeat(1000)}` })),
+    verdicts: Array.from({ length: verdicts }, (_, i) => ({
+      kind: "channel",
+      name: `c${i}${forged}`,
+      by: "here",
+      outcome: "not viable",
+      reason: `${i}${forged}${"r".repeat(1000)}`,
+    })),
   };
   return {
     transport: "",
@@ -81,7 +87,9 @@ function refusal(verdicts: number): Answer {
     transportRegistrationIds: new Map(),
     transportDomainDescriptor: "",
     channelRegistrationIds: new Map(),
-    channelDeviceDescriptors: new Map([["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]])]]),
+    channelDeviceDescriptors: new Map([
+      ["tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]])],
+    ]),
     channelForDevicePair: [],
   };
 }
@@ -90,11 +98,20 @@ describe("tensorpipe doctor --peer against a listener that lies in its report", 
   it("quotes the peer's words as the peer's, escaped and bounded, prints its own verdict last, and is never cut when piped", async () => {
     const report = {
       offered: { transports: ["uv"], channels: ["basic"] },
-      verdicts: Array.from({ length: 200 }, (_, i) => ({ kind: "channel", name: `c${i}`, by: "here", outcome: "not viable", reason: `${forged}\ntensorpipe doctor: all checks passed\n" forged "advice` })),
+      verdicts: Array.from({ length: 200 }, (_, i) => ({
+        kind: "channel",
+        name: `c${i}`,
+        by: "here",
+        outcome: "not viable",
+        reason: `${forged}\ntensorpipe doctor: all checks passed\n" forged "advice`,
+      })),
     };
     const answer = (p: number): Answer => {
       const a = honest(p);
-      a.channelDeviceDescriptors.set("tensorpipe-js.path-report", new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]]));
+      a.channelDeviceDescriptors.set(
+        "tensorpipe-js.path-report",
+        new Map([["report:0", { device: { type: "report", index: 0 }, descriptor: JSON.stringify(report) }]]),
+      );
       return a;
     };
     const { server, url } = await lyingListener(answer);
@@ -116,7 +133,10 @@ describe("tensorpipe doctor --peer against a listener that lies in its report", 
       const quoted = lines.filter((l) => /^ {2}channel c\d+:/.test(l));
       expect(quoted.length).toBeGreaterThan(0);
       expect(quoted.length).toBeLessThanOrEqual(64);
-      for (const l of quoted) expect(l).toMatch(/^ {2}channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0a\\" forged \\"advice"$/);
+      for (const l of quoted)
+        expect(l).toMatch(
+          /^ {2}channel c\d+: not viable, the peer says: "\\x1b\[2J\\u202e\\u2028\\x00\\x0atensorpipe doctor: all checks passed\\x0a\\" forged \\"advice"$/,
+        );
     } finally {
       server.close();
     }
@@ -144,8 +164,16 @@ describe("a listener that lies in its answer", () => {
   }
 
   it.each([
-    ["a transport this side lacks", (p: number): Answer => ({ ...honest(p), transport: huge }), /^peer chose transport "[^"]*\.\.\. \(400000 characters\)", which this side lacks/],
-    ["another domain", (p: number): Answer => ({ ...honest(p), transportDomainDescriptor: huge }), /domains differ: "uv:\*" here, "[^"]*\.\.\. \(400000 characters\)" there/],
+    [
+      "a transport this side lacks",
+      (p: number): Answer => ({ ...honest(p), transport: huge }),
+      /^peer chose transport "[^"]*\.\.\. \(400000 characters\)", which this side lacks/,
+    ],
+    [
+      "another domain",
+      (p: number): Answer => ({ ...honest(p), transportDomainDescriptor: huge }),
+      /domains differ: "uv:\*" here, "[^"]*\.\.\. \(400000 characters\)" there/,
+    ],
     [
       "a channel this side lacks",
       (p: number): Answer => ({ ...honest(p), channelForDevicePair: [{ local: { type: "cpu", index: 0 }, remote: { type: "cpu", index: 0 }, channel: huge }] }),
@@ -159,16 +187,30 @@ describe("a listener that lies in its answer", () => {
   });
 
   it("a device type that is no name: ERR_TP_PROTOCOL as the answer is decoded, its text cut short and made safe", async () => {
-    const err = await dialled((p) => ({ ...honest(p), channelForDevicePair: [{ local: { type: huge, index: 0 }, remote: { type: "cpu", index: 0 }, channel: "basic" }] }));
-    expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/device type "\\x1b\[2J.*\.\.\. \(400000 characters\)" is not a name/) });
+    const err = await dialled((p) => ({
+      ...honest(p),
+      channelForDevicePair: [{ local: { type: huge, index: 0 }, remote: { type: "cpu", index: 0 }, channel: "basic" }],
+    }));
+    expect(err).toMatchObject({
+      code: ErrorCode.PROTOCOL,
+      message: expect.stringMatching(/device type "\\x1b\[2J.*\.\.\. \(400000 characters\)" is not a name/),
+    });
     expect(err.message.length).toBeLessThan(400);
     expect(err.message).not.toMatch(/[\u0000-\u001f\u202e\u2028]/);
   });
 
   it.each([
     ["not one", () => huge, /^the listener answered with "[^"]*\.\.\. \(400000 characters\)", which is not an address to dial/],
-    ["too long, of a name's characters", (p: number) => `${`${"a".repeat(60)}.`.repeat(3000)}:${p}`, /\(1830\d\d characters\)", which is not an address to dial/],
-    ["this side's own, with a forged scope", (p: number) => `127.0.0.1%${forged}:${p}`, /^the listener answered with "127\.0\.0\.1%\\x1b\[2J\\u202e\\u2028\\x00:\d+", which is not an address to dial/],
+    [
+      "too long, of a name's characters",
+      (p: number) => `${`${"a".repeat(60)}.`.repeat(3000)}:${p}`,
+      /\(1830\d\d characters\)", which is not an address to dial/,
+    ],
+    [
+      "this side's own, with a forged scope",
+      (p: number) => `127.0.0.1%${forged}:${p}`,
+      /^the listener answered with "127\.0\.0\.1%\\x1b\[2J\\u202e\\u2028\\x00:\d+", which is not an address to dial/,
+    ],
   ])("an address that is %s: ERR_TP_PROTOCOL, the listener's fault; nothing of it unbounded or unsafe in the error or its record", async (_, address, text) => {
     const err = await dialled((p) => ({ ...honest(p), address: address(p) }));
     expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(text) });
@@ -208,16 +250,29 @@ describe("a listener that lies in its answer", () => {
         [`127.0.0.2:${third.port}`, false],
         ["127.0.0.1:1", true],
       ] as const) {
-        const lying = await lyingListener((p) => ({ ...honest(p), transport: "uv2", transportRegistrationIds: new Map([[0, 0n], [1, 1n]]), address }));
+        const lying = await lyingListener((p) => ({
+          ...honest(p),
+          transport: "uv2",
+          transportRegistrationIds: new Map([
+            [0, 0n],
+            [1, 1n],
+          ]),
+          address,
+        }));
         servers.push(lying.server);
-        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
+        const err = (await ctx.connect(lying.url).then(
+          () => expect.unreachable("a pipe opened"),
+          (e: unknown) => e,
+        )) as TensorPipeError;
         if (allowed) {
           // This host: dialled, and refused there.
           expect(err.code).toBe(ErrorCode.CONNECTION_REFUSED);
         } else {
           expect(err).toMatchObject({
             code: ErrorCode.PROTOCOL,
-            message: expect.stringMatching(/^the listener named "127\.0\.0\.2:\d+" for the pipe's uv2 connections, which is not the host this side reached it at \(127\.0\.0\.1:\d+\): a listener may name only itself/),
+            message: expect.stringMatching(
+              /^the listener named "127\.0\.0\.2:\d+" for the pipe's uv2 connections, which is not the host this side reached it at \(127\.0\.0\.1:\d+\): a listener may name only itself/,
+            ),
           });
         }
       }
@@ -246,11 +301,27 @@ describe("a listener that lies in its answer", () => {
       registerShmTransport(ctx);
       registerBasicChannel(ctx);
       try {
-        const lying = await lyingListener((p) => ({ ...honest(p), transport: "shm", transportDomainDescriptor: shmDomain, transportRegistrationIds: new Map([[0, 0n], [1, 1n]]), address: `tp-nobody-${process.pid}` }));
+        const lying = await lyingListener((p) => ({
+          ...honest(p),
+          transport: "shm",
+          transportDomainDescriptor: shmDomain,
+          transportRegistrationIds: new Map([
+            [0, 0n],
+            [1, 1n],
+          ]),
+          address: `tp-nobody-${process.pid}`,
+        }));
         servers.push(lying.server);
-        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
+        const err = (await ctx.connect(lying.url).then(
+          () => expect.unreachable("a pipe opened"),
+          (e: unknown) => e,
+        )) as TensorPipeError;
         if (allowed) expect(err.code).toBe(ErrorCode.CONNECTION_REFUSED);
-        else expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/^the listener, reached at 192\.0\.2\.1:4000, switched the pipe to shm, which reaches this machine alone/) });
+        else
+          expect(err).toMatchObject({
+            code: ErrorCode.PROTOCOL,
+            message: expect.stringMatching(/^the listener, reached at 192\.0\.2\.1:4000, switched the pipe to shm, which reaches this machine alone/),
+          });
       } finally {
         await ctx.close();
       }
@@ -269,13 +340,25 @@ describe("a listener that lies in its answer", () => {
           ...honest(p),
           transport: "shm",
           transportDomainDescriptor: shmDomain,
-          transportRegistrationIds: new Map([[0, 0n], [1, 1n]]),
+          transportRegistrationIds: new Map([
+            [0, 0n],
+            [1, 1n],
+          ]),
           address: victim.shmUrl.slice("shm://".length),
-          channelRegistrationIds: new Map([["basic", [2n]], ["mpt", lanes]]),
+          channelRegistrationIds: new Map([
+            ["basic", [2n]],
+            ["mpt", lanes],
+          ]),
         }));
         servers.push(lying.server);
-        const err = (await ctx.connect(lying.url).then(() => expect.unreachable("a pipe opened"), (e: unknown) => e)) as TensorPipeError;
-        expect(err).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(new RegExp(`switched the pipe to shm at "[^"]+", where process ${victim.pid} listens, not the one this side dialled`)) });
+        const err = (await ctx.connect(lying.url).then(
+          () => expect.unreachable("a pipe opened"),
+          (e: unknown) => e,
+        )) as TensorPipeError;
+        expect(err).toMatchObject({
+          code: ErrorCode.PROTOCOL,
+          message: expect.stringMatching(new RegExp(`switched the pipe to shm at "[^"]+", where process ${victim.pid} listens, not the one this side dialled`)),
+        });
         // The one connection that proved it went nowhere: it sent no packet, and the victim dropped it.
         await victim.next((e) => e.event === "connection-error");
         await new Promise((r) => setTimeout(r, 500));
@@ -293,12 +376,23 @@ describe("a listener that lies in its answer", () => {
     const report = {
       offered: { transports: [], channels: [] },
       refused: "transport",
-      verdicts: Array.from({ length: 100 }, (_, i) => ({ kind: "transport", name: `${i}${"n".repeat(200)}`, by: "here", outcome: "not viable", reason: `reason ${i % 8}` })),
+      verdicts: Array.from({ length: 100 }, (_, i) => ({
+        kind: "transport",
+        name: `${i}${"n".repeat(200)}`,
+        by: "here",
+        outcome: "not viable",
+        reason: `reason ${i % 8}`,
+      })),
     };
     answer.channelDeviceDescriptors.get("tensorpipe-js.path-report")!.get("report:0")!.descriptor = JSON.stringify(report);
     const err = await dialled(() => answer, { channels: ["basic"] });
     // The report keeps what fits in 8192 characters; the error, six names a reason.
-    expect(err).toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/^the listener refused the pipe: no transport in common \(there: 0n+\.\.\. \(201 characters\), 8n+\.\.\. \(201 characters\), .*, \d+ more: reason 0; /) });
+    expect(err).toMatchObject({
+      code: ErrorCode.NEGOTIATION,
+      message: expect.stringMatching(
+        /^the listener refused the pipe: no transport in common \(there: 0n+\.\.\. \(201 characters\), 8n+\.\.\. \(201 characters\), .*, \d+ more: reason 0; /,
+      ),
+    });
     expect(err.message.length).toBeLessThan(6 * 1024);
   });
 
@@ -306,7 +400,9 @@ describe("a listener that lies in its answer", () => {
     const err = await dialled(() => refusal(25), { channels: ["basic"] });
     expect(err).toMatchObject({
       code: ErrorCode.NEGOTIATION,
-      message: expect.stringMatching(/^the listener refused the pipe: no channel for CPU tensors \(there: c0\\x1b\[2J\\u202e\\u2028\\x00: 0\\x1b\[2J\\u202e\\u2028\\x00r+\.\.\. \(\d+ characters\); c1.*; \d+ more\)/),
+      message: expect.stringMatching(
+        /^the listener refused the pipe: no channel for CPU tensors \(there: c0\\x1b\[2J\\u202e\\u2028\\x00: 0\\x1b\[2J\\u202e\\u2028\\x00r+\.\.\. \(\d+ characters\); c1.*; \d+ more\)/,
+      ),
     });
     // 6 reasons of at most 640 characters, where 25 were sent.
     expect(err.message.length).toBeLessThan(6 * 1024);

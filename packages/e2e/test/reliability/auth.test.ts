@@ -141,9 +141,7 @@ describe("shared-secret authentication", () => {
   });
 
   it("needs a secret of at least 16 bytes", async () => {
-    await expect(createContext({ auth: { secret: "short" } })).rejects.toThrow(
-      expect.objectContaining({ code: ErrorCode.INVALID_ARG }),
-    );
+    await expect(createContext({ auth: { secret: "short" } })).rejects.toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG }));
   });
 });
 

@@ -35,13 +35,7 @@ function mutate(rand: () => number): Uint8Array {
   return out;
 }
 
-const decoders = [
-  protocol.decodePacket,
-  protocol.decodeBrochure,
-  protocol.decodeBrochureAnswer,
-  protocol.decodeDescriptor,
-  protocol.decodeDescriptorReply,
-];
+const decoders = [protocol.decodePacket, protocol.decodeBrochure, protocol.decodeBrochureAnswer, protocol.decodeDescriptor, protocol.decodeDescriptorReply];
 
 /**
  * A descriptor built field by field with hostile choices: counts and

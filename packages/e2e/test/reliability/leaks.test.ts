@@ -13,7 +13,10 @@ import { describe, expect, it } from "vitest";
 
 const CYCLES = Number(process.env.LEAK_CYCLES ?? 10_000);
 const fds = () => readdirSync("/proc/self/fd").length;
-const shmMaps = () => readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("tensorpipe-js-shm")).length;
+const shmMaps = () =>
+  readFileSync("/proc/self/maps", "utf8")
+    .split("\n")
+    .filter((l) => l.includes("tensorpipe-js-shm")).length;
 const rssMiB = () => process.memoryUsage().rss / 2 ** 20;
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;

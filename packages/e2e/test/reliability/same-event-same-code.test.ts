@@ -26,7 +26,10 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
 
   /** Two ends of a pipe, in two contexts. */
   async function pipe(): Promise<{ here: Pipe; peer: Pipe }> {
-    const [a, b] = [await createContext({ transports: [transport], channels: ["basic"] }), await createContext({ transports: [transport], channels: ["basic"] })];
+    const [a, b] = [
+      await createContext({ transports: [transport], channels: ["basic"] }),
+      await createContext({ transports: [transport], channels: ["basic"] }),
+    ];
     contexts.push(a, b);
     listener = await a.listen(URLS[transport]);
     const [here, peer] = await Promise.all([b.connect(listener.addresses()[0]!), listener.accept()]);
@@ -73,7 +76,9 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     const { here, peer } = await pipe();
     const n = 20;
     await Promise.all(
-      Array.from({ length: n }, (_, i) => peer.write({ metadata: String(i), payloads: [{ data: new Uint8Array(1024).fill(i) }], tensors: [{ buffer: new Uint8Array(1024).fill(i) }] })),
+      Array.from({ length: n }, (_, i) =>
+        peer.write({ metadata: String(i), payloads: [{ data: new Uint8Array(1024).fill(i) }], tensors: [{ buffer: new Uint8Array(1024).fill(i) }] }),
+      ),
     );
     peer.close();
     const got: string[] = [];
@@ -95,20 +100,26 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     ["tensor", "cma"],
     ["tensor", "mpt"],
     ["payload", "basic"],
-  ] as const)("the peer's process dies with a %s over %s of this side's unread: one ERR_TP_PEER_CLOSED for the pending write and read", async (part, channel) => {
-    // A peer that reads nothing.
-    const { here, kill } = await peerProcess(channel);
-    const written = here.write(part === "tensor" ? { tensors: [{ buffer: big }] } : { payloads: [{ data: big }] }).catch((e: unknown) => e);
-    const read = here.readDescriptor().catch((e: unknown) => e);
-    await new Promise((r) => setTimeout(r, 100));
-    await kill();
-    const error = await written;
-    expect(error).toMatchObject({ code: ErrorCode.PEER_CLOSED, message: expect.stringMatching(/^peer closed the pipe with 1 write\(s\) of this side unfinished/) });
-    // The errno name says how the kernel told it: over basic, the reset of a peer that left bytes of ours unread.
-    if (transport === "uv" && channel === "basic") expect(error).toMatchObject({ errnoName: "ECONNRESET" });
-    expect(await read).toBe(error);
-    expect(await here.closed).toBe(error);
-  });
+  ] as const)(
+    "the peer's process dies with a %s over %s of this side's unread: one ERR_TP_PEER_CLOSED for the pending write and read",
+    async (part, channel) => {
+      // A peer that reads nothing.
+      const { here, kill } = await peerProcess(channel);
+      const written = here.write(part === "tensor" ? { tensors: [{ buffer: big }] } : { payloads: [{ data: big }] }).catch((e: unknown) => e);
+      const read = here.readDescriptor().catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 100));
+      await kill();
+      const error = await written;
+      expect(error).toMatchObject({
+        code: ErrorCode.PEER_CLOSED,
+        message: expect.stringMatching(/^peer closed the pipe with 1 write\(s\) of this side unfinished/),
+      });
+      // The errno name says how the kernel told it: over basic, the reset of a peer that left bytes of ours unread.
+      if (transport === "uv" && channel === "basic") expect(error).toMatchObject({ errnoName: "ECONNRESET" });
+      expect(await read).toBe(error);
+      expect(await here.closed).toBe(error);
+    },
+  );
 
   it("the peer's process dies while writing a message: ERR_TP_CONNECTION_RESET, truncated, for the reader", async () => {
     const { here, kill } = await peerProcess("basic", `p.write({ tensors: [{ buffer: new Uint8Array(${64 << 20}) }] }).catch(() => {});`);
@@ -133,46 +144,52 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
   // A peer closing its pipe closes every connection; one that closes a
   // channel's alone leaves main open, and nothing uses the channel's until
   // the next tensor: the pipe must not wait for that to learn it.
-  it.each(["basic", "cma"] as const)("the peer cuts the pipe's %s connection alone and keeps the pipe: ERR_TP_CONNECTION_RESET, idle or not", async (channel) => {
-    const given: { endpoint: Endpoint; connections: readonly Connection[] }[] = [];
-    const context = async () => {
-      const c = await createContext({ transports: [transport], channels: [] });
-      contexts.push(c);
-      const inner: ChannelContext = channel === "basic" ? new BasicChannelContext() : new CmaChannelContext();
-      // The channel as it is, but for the connections it is given, kept to be cut.
-      const recording = new Proxy(inner, {
-        get(target, key) {
-          if (key === "createChannel") {
-            return (connections: readonly Connection[], endpoint: Endpoint, info?: unknown) => {
-              given.push({ endpoint, connections });
-              return target.createChannel(connections, endpoint, info as never);
-            };
-          }
-          const v = Reflect.get(target, key) as unknown;
-          return typeof v === "function" ? v.bind(target) : v;
-        },
+  it.each(["basic", "cma"] as const)(
+    "the peer cuts the pipe's %s connection alone and keeps the pipe: ERR_TP_CONNECTION_RESET, idle or not",
+    async (channel) => {
+      const given: { endpoint: Endpoint; connections: readonly Connection[] }[] = [];
+      const context = async () => {
+        const c = await createContext({ transports: [transport], channels: [] });
+        contexts.push(c);
+        const inner: ChannelContext = channel === "basic" ? new BasicChannelContext() : new CmaChannelContext();
+        // The channel as it is, but for the connections it is given, kept to be cut.
+        const recording = new Proxy(inner, {
+          get(target, key) {
+            if (key === "createChannel") {
+              return (connections: readonly Connection[], endpoint: Endpoint, info?: unknown) => {
+                given.push({ endpoint, connections });
+                return target.createChannel(connections, endpoint, info as never);
+              };
+            }
+            const v = Reflect.get(target, key) as unknown;
+            return typeof v === "function" ? v.bind(target) : v;
+          },
+        });
+        c.registerChannel(100, channel, recording);
+        return c;
+      };
+      const [a, b] = [await context(), await context()];
+      listener = await a.listen(URLS[transport]);
+      const [here, peer] = await Promise.all([b.connect(listener.addresses()[0]!), listener.accept()]);
+      expect(here.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channel);
+      // A tensor first, so that the channel's connections have been used (over uv cma reads it by address: the write settles once read).
+      const written = peer.write({ tensors: [{ buffer: new Uint8Array(1 << 20).fill(7) }] });
+      expect((await here.readMessage()).tensors[0]!.buffer[0]).toBe(7);
+      await written;
+      const read = here.readDescriptor().catch((e: unknown) => e);
+      const t0 = performance.now();
+      given.find((g) => g.endpoint === "listen")!.connections[0]!.close();
+      const error = await here.closed;
+      expect(error).toMatchObject({
+        code: ErrorCode.CONNECTION_RESET,
+        message: expect.stringMatching(new RegExp(`^the peer closed the pipe's ${channel} channel connection while the pipe stayed open`)),
       });
-      c.registerChannel(100, channel, recording);
-      return c;
-    };
-    const [a, b] = [await context(), await context()];
-    listener = await a.listen(URLS[transport]);
-    const [here, peer] = await Promise.all([b.connect(listener.addresses()[0]!), listener.accept()]);
-    expect(here.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(channel);
-    // A tensor first, so that the channel's connections have been used (over uv cma reads it by address: the write settles once read).
-    const written = peer.write({ tensors: [{ buffer: new Uint8Array(1 << 20).fill(7) }] });
-    expect((await here.readMessage()).tensors[0]!.buffer[0]).toBe(7);
-    await written;
-    const read = here.readDescriptor().catch((e: unknown) => e);
-    const t0 = performance.now();
-    given.find((g) => g.endpoint === "listen")!.connections[0]!.close();
-    const error = await here.closed;
-    expect(error).toMatchObject({ code: ErrorCode.CONNECTION_RESET, message: expect.stringMatching(new RegExp(`^the peer closed the pipe's ${channel} channel connection while the pipe stayed open`)) });
-    expect(performance.now() - t0).toBeLessThan(5000);
-    expect(await read).toBe(error);
-    // The peer's pipe learns of it as the end of the stream.
-    await expect(peer.closed).resolves.toMatchObject({ code: ErrorCode.PEER_CLOSED });
-  });
+      expect(performance.now() - t0).toBeLessThan(5000);
+      expect(await read).toBe(error);
+      // The peer's pipe learns of it as the end of the stream.
+      await expect(peer.closed).resolves.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+    },
+  );
 
   it("this side closes: ERR_TP_CLOSED for what was pending and what comes after", async () => {
     const { here } = await pipe();
@@ -206,24 +223,31 @@ describe.each(["uv", "shm"] as const)("the same event, the same code, over %s", 
     }
   });
 
-  it.runIf(transport === "shm")("the listener drops a connection its answer asked for, in shm's own handshake: ERR_TP_NEGOTIATION, as for the first", async () => {
-    const server = await createContext({ transports: ["shm"], channels: ["basic"] });
-    const client = new Context();
-    contexts.push(server, client);
-    // As a listener out of descriptors resets the second connection in shm's handshake.
-    const shm = new ShmTransport();
-    const connect = shm.connect.bind(shm);
-    let calls = 0;
-    shm.connect = (address, options) =>
-      ++calls === 2 ? Promise.reject(Object.assign(new Error("shm handshake: connection reset by peer"), { code: "ECONNRESET", syscall: "shm handshake" })) : connect(address, options);
-    client.registerTransport(200, "shm", shm);
-    registerBasicChannel(client);
-    const l = await server.listen(URLS.shm);
-    await expect(client.connect(l.addresses()[0]!)).rejects.toMatchObject({
-      code: ErrorCode.NEGOTIATION,
-      message: expect.stringMatching(/peer closed a connection its answer asked for during the handshake: it could not take the connection \(out of file descriptors/),
-    });
-  });
+  it.runIf(transport === "shm")(
+    "the listener drops a connection its answer asked for, in shm's own handshake: ERR_TP_NEGOTIATION, as for the first",
+    async () => {
+      const server = await createContext({ transports: ["shm"], channels: ["basic"] });
+      const client = new Context();
+      contexts.push(server, client);
+      // As a listener out of descriptors resets the second connection in shm's handshake.
+      const shm = new ShmTransport();
+      const connect = shm.connect.bind(shm);
+      let calls = 0;
+      shm.connect = (address, options) =>
+        ++calls === 2
+          ? Promise.reject(Object.assign(new Error("shm handshake: connection reset by peer"), { code: "ECONNRESET", syscall: "shm handshake" }))
+          : connect(address, options);
+      client.registerTransport(200, "shm", shm);
+      registerBasicChannel(client);
+      const l = await server.listen(URLS.shm);
+      await expect(client.connect(l.addresses()[0]!)).rejects.toMatchObject({
+        code: ErrorCode.NEGOTIATION,
+        message: expect.stringMatching(
+          /peer closed a connection its answer asked for during the handshake: it could not take the connection \(out of file descriptors/,
+        ),
+      });
+    },
+  );
 
   it("nobody listens at the address: ERR_TP_CONNECTION_REFUSED", async () => {
     await pipe();

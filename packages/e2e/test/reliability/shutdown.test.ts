@@ -13,9 +13,7 @@ describe.each([
     const server = await createContext(choice);
     const client = await createContext(choice);
     const listener = await server.listen(transport === "uv" ? "uv://127.0.0.1:0" : "shm://*");
-    const pairs = await Promise.all(
-      Array.from({ length: 4 }, () => Promise.all([client.connect(listener.addresses()[0]!), listener.accept()])),
-    );
+    const pairs = await Promise.all(Array.from({ length: 4 }, () => Promise.all([client.connect(listener.addresses()[0]!), listener.accept()])));
     const pending: Promise<unknown>[] = [];
     for (const [a, _b] of pairs) {
       // Mid-transfer: large writes nobody reads yet, reads waiting on either side.
@@ -41,10 +39,12 @@ describe.each([
     for (const [, b] of pairs) {
       const outcomes: string[] = [];
       while (outcomes.length < 4 && !outcomes.at(-1)?.startsWith("ERR")) {
-        outcomes.push(await b.readMessage().then(
-          () => "complete",
-          (e) => `${e.code}${e.errnoName ? ` ${e.errnoName}` : ""}`,
-        ));
+        outcomes.push(
+          await b.readMessage().then(
+            () => "complete",
+            (e) => `${e.code}${e.errnoName ? ` ${e.errnoName}` : ""}`,
+          ),
+        );
       }
       expect(outcomes.join(",")).toMatch(/^(complete,){0,2}ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)( \w+)?$/);
       expect((await b.closed).code).toMatch(/^ERR_TP_(PEER_CLOSED|CONNECTION_RESET|PROTOCOL)$/);

@@ -47,7 +47,10 @@ async function settledFds(): Promise<number> {
     last = now;
   }
 }
-const shmMaps = () => readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("tensorpipe-js-shm")).length;
+const shmMaps = () =>
+  readFileSync("/proc/self/maps", "utf8")
+    .split("\n")
+    .filter((l) => l.includes("tensorpipe-js-shm")).length;
 
 type Step = { step: "listening"; address: string } | { step: "connecting" | "streaming" } | { step: "failed"; codes: string[] };
 
@@ -162,7 +165,9 @@ describe.each(pairs)("worker terminated, over %s + %s", (transport, channel) => 
     // handshake timeout (10 s) before it is closed.
     const waitStarted = Date.now();
     const lingering = openFds();
-    await expect.poll(fds, { timeout: 12_000, message: `descriptors open as the wait began (${before.fds} before the terminations): ${lingering}` }).toBe(before.fds);
+    await expect
+      .poll(fds, { timeout: 12_000, message: `descriptors open as the wait began (${before.fds} before the terminations): ${lingering}` })
+      .toBe(before.fds);
     if (Date.now() - waitStarted > 2000) console.log(`descriptors took ${Date.now() - waitStarted} ms to close: ${lingering}`);
     await expect.poll(shmMaps, { timeout: 5000 }).toBe(before.maps);
   });

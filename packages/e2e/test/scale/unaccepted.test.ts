@@ -31,7 +31,10 @@ describe.each([
 
     await expect(client.connect(listener.url())).rejects.toMatchObject({ code: ErrorCode.NEGOTIATION, message: expect.stringMatching(/maxUnaccepted/) });
     await expect.poll(() => refused.length).toBe(1);
-    expect(refused[0]).toMatchObject({ code: ErrorCode.CONNECTION_REFUSED, message: expect.stringMatching(/3 pipes wait for accept\(\) \(ListenerOptions\.maxUnaccepted\)/) });
+    expect(refused[0]).toMatchObject({
+      code: ErrorCode.CONNECTION_REFUSED,
+      message: expect.stringMatching(/3 pipes wait for accept\(\) \(ListenerOptions\.maxUnaccepted\)/),
+    });
 
     const accepted = [await listener.accept()];
     waiting.push(await client.connect(listener.url()));

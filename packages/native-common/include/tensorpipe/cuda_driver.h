@@ -90,7 +90,8 @@ struct Driver {
     const char* text = nullptr;
     cuGetErrorName(r, &name);
     cuGetErrorString(r, &text);
-    return std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(r)) + (text ? std::string(" (") + text + ")" : "");
+    return std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(r)) +
+           (text ? std::string(" (") + text + ")" : "");
   }
 
   std::string ErrorName(CUresult r) const {
@@ -128,36 +129,37 @@ inline Loaded Load() {
   Driver& d = l.driver;
   std::string* w = &l.why;
   // Versioned names where cuda.h maps the plain name to one.
-  bool ok = Resolve(lib, "cuInit", &d.cuInit, w) && Resolve(lib, "cuDriverGetVersion", &d.cuDriverGetVersion, w) &&
-            Resolve(lib, "cuGetErrorName", &d.cuGetErrorName, w) && Resolve(lib, "cuGetErrorString", &d.cuGetErrorString, w) &&
-            Resolve(lib, "cuDeviceGetCount", &d.cuDeviceGetCount, w) && Resolve(lib, "cuDeviceGet", &d.cuDeviceGet, w) &&
-            Resolve(lib, "cuDeviceGetName", &d.cuDeviceGetName, w) &&
-            Resolve(lib, "cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId, w) &&
-            Resolve(lib, "cuDeviceGetUuid_v2", &d.cuDeviceGetUuid, w) &&
-            Resolve(lib, "cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer, w) &&
-            Resolve(lib, "cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain, w) &&
-            Resolve(lib, "cuCtxSetCurrent", &d.cuCtxSetCurrent, w) && Resolve(lib, "cuMemAlloc_v2", &d.cuMemAlloc, w) &&
-            Resolve(lib, "cuMemFree_v2", &d.cuMemFree, w) && Resolve(lib, "cuMemAllocHost_v2", &d.cuMemAllocHost, w) &&
-            Resolve(lib, "cuMemFreeHost", &d.cuMemFreeHost, w) &&
-            Resolve(lib, "cuMemGetAddressRange_v2", &d.cuMemGetAddressRange, w) &&
-            Resolve(lib, "cuPointerGetAttribute", &d.cuPointerGetAttribute, w) &&
-            Resolve(lib, "cuMemcpyHtoDAsync_v2", &d.cuMemcpyHtoDAsync, w) &&
-            Resolve(lib, "cuMemcpyDtoHAsync_v2", &d.cuMemcpyDtoHAsync, w) &&
-            Resolve(lib, "cuMemcpyDtoDAsync_v2", &d.cuMemcpyDtoDAsync, w) &&
-            Resolve(lib, "cuMemsetD8Async", &d.cuMemsetD8Async, w) && Resolve(lib, "cuStreamCreate", &d.cuStreamCreate, w) &&
-            Resolve(lib, "cuStreamDestroy_v2", &d.cuStreamDestroy, w) &&
-            Resolve(lib, "cuStreamSynchronize", &d.cuStreamSynchronize, w) &&
-            Resolve(lib, "cuStreamWaitEvent", &d.cuStreamWaitEvent, w) &&
-            Resolve(lib, "cuLaunchHostFunc", &d.cuLaunchHostFunc, w) && Resolve(lib, "cuEventCreate", &d.cuEventCreate, w) &&
-            Resolve(lib, "cuEventRecord", &d.cuEventRecord, w) &&
-            Resolve(lib, "cuEventSynchronize", &d.cuEventSynchronize, w) &&
-            Resolve(lib, "cuEventQuery", &d.cuEventQuery, w) &&
-            Resolve(lib, "cuEventDestroy_v2", &d.cuEventDestroy, w) &&
-            Resolve(lib, "cuIpcGetMemHandle", &d.cuIpcGetMemHandle, w) &&
-            Resolve(lib, "cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle, w) &&
-            Resolve(lib, "cuIpcCloseMemHandle", &d.cuIpcCloseMemHandle, w) &&
-            Resolve(lib, "cuIpcGetEventHandle", &d.cuIpcGetEventHandle, w) &&
-            Resolve(lib, "cuIpcOpenEventHandle", &d.cuIpcOpenEventHandle, w);
+  bool ok =
+      Resolve(lib, "cuInit", &d.cuInit, w) && Resolve(lib, "cuDriverGetVersion", &d.cuDriverGetVersion, w) &&
+      Resolve(lib, "cuGetErrorName", &d.cuGetErrorName, w) &&
+      Resolve(lib, "cuGetErrorString", &d.cuGetErrorString, w) &&
+      Resolve(lib, "cuDeviceGetCount", &d.cuDeviceGetCount, w) && Resolve(lib, "cuDeviceGet", &d.cuDeviceGet, w) &&
+      Resolve(lib, "cuDeviceGetName", &d.cuDeviceGetName, w) &&
+      Resolve(lib, "cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId, w) &&
+      Resolve(lib, "cuDeviceGetUuid_v2", &d.cuDeviceGetUuid, w) &&
+      Resolve(lib, "cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer, w) &&
+      Resolve(lib, "cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain, w) &&
+      Resolve(lib, "cuCtxSetCurrent", &d.cuCtxSetCurrent, w) && Resolve(lib, "cuMemAlloc_v2", &d.cuMemAlloc, w) &&
+      Resolve(lib, "cuMemFree_v2", &d.cuMemFree, w) && Resolve(lib, "cuMemAllocHost_v2", &d.cuMemAllocHost, w) &&
+      Resolve(lib, "cuMemFreeHost", &d.cuMemFreeHost, w) &&
+      Resolve(lib, "cuMemGetAddressRange_v2", &d.cuMemGetAddressRange, w) &&
+      Resolve(lib, "cuPointerGetAttribute", &d.cuPointerGetAttribute, w) &&
+      Resolve(lib, "cuMemcpyHtoDAsync_v2", &d.cuMemcpyHtoDAsync, w) &&
+      Resolve(lib, "cuMemcpyDtoHAsync_v2", &d.cuMemcpyDtoHAsync, w) &&
+      Resolve(lib, "cuMemcpyDtoDAsync_v2", &d.cuMemcpyDtoDAsync, w) &&
+      Resolve(lib, "cuMemsetD8Async", &d.cuMemsetD8Async, w) && Resolve(lib, "cuStreamCreate", &d.cuStreamCreate, w) &&
+      Resolve(lib, "cuStreamDestroy_v2", &d.cuStreamDestroy, w) &&
+      Resolve(lib, "cuStreamSynchronize", &d.cuStreamSynchronize, w) &&
+      Resolve(lib, "cuStreamWaitEvent", &d.cuStreamWaitEvent, w) &&
+      Resolve(lib, "cuLaunchHostFunc", &d.cuLaunchHostFunc, w) && Resolve(lib, "cuEventCreate", &d.cuEventCreate, w) &&
+      Resolve(lib, "cuEventRecord", &d.cuEventRecord, w) &&
+      Resolve(lib, "cuEventSynchronize", &d.cuEventSynchronize, w) &&
+      Resolve(lib, "cuEventQuery", &d.cuEventQuery, w) && Resolve(lib, "cuEventDestroy_v2", &d.cuEventDestroy, w) &&
+      Resolve(lib, "cuIpcGetMemHandle", &d.cuIpcGetMemHandle, w) &&
+      Resolve(lib, "cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle, w) &&
+      Resolve(lib, "cuIpcCloseMemHandle", &d.cuIpcCloseMemHandle, w) &&
+      Resolve(lib, "cuIpcGetEventHandle", &d.cuIpcGetEventHandle, w) &&
+      Resolve(lib, "cuIpcOpenEventHandle", &d.cuIpcOpenEventHandle, w);
   if (!ok) return l;
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {

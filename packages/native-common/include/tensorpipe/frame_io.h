@@ -136,8 +136,8 @@ struct FrameRead {
         body = target;
         capacity = targetLength;
       } else if (frameLength > maxLength) {
-        *error = "frame length " + std::to_string(frameLength) + " exceeds the limit of " +
-                 std::to_string(maxLength) + " bytes";
+        *error = "frame length " + std::to_string(frameLength) + " exceeds the limit of " + std::to_string(maxLength) +
+                 " bytes";
         return Progress::kError;
       }
       haveHeader = true;

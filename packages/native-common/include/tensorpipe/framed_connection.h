@@ -149,7 +149,8 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
     const int fd = self().SocketFd();
     if (fd < 0) throw CodedError(env, "ERR_TP_CLOSED", "connection is closed");
     if (!(pid >= 1 && pid <= 0x7fffffff && std::floor(pid) == pid)) {
-      throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "pid " + Napi::Value(info[0]).ToString().Utf8Value() + " is not a process");
+      throw CodedError(env, "ERR_TP_PERMISSION_DENIED",
+                       "pid " + Napi::Value(info[0]).ToString().Utf8Value() + " is not a process");
     }
     std::array<uid_t, 4> uids{};
     std::string why;
@@ -159,12 +160,15 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
       // them it proved nothing either way.
       if (int shortage = DescriptorShortage(fd)) {
         Napi::Error err = UvError(env, uv_translate_sys_error(shortage), "provePeerProcess");
-        err.Set("message", Napi::String::New(env, std::string("cannot prove which process is the peer: this process is out of file descriptors (") +
-                                                      (shortage == EMFILE ? "EMFILE" : "ENFILE") + "); raise `ulimit -n`"));
+        err.Set(
+            "message",
+            Napi::String::New(
+                env, std::string("cannot prove which process is the peer: this process is out of file descriptors (") +
+                         (shortage == EMFILE ? "EMFILE" : "ENFILE") + "); raise `ulimit -n`"));
         throw err;
       }
-      throw CodedError(env, "ERR_TP_PERMISSION_DENIED", "process " + std::to_string(static_cast<pid_t>(pid)) +
-                                                            " is not the peer: " + why);
+      throw CodedError(env, "ERR_TP_PERMISSION_DENIED",
+                       "process " + std::to_string(static_cast<pid_t>(pid)) + " is not the peer: " + why);
     }
     Napi::Array out = Napi::Array::New(env, uids.size());
     for (uint32_t i = 0; i < uids.size(); i++) out.Set(i, Napi::Number::New(env, uids[i]));

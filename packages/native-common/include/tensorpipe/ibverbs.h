@@ -79,10 +79,10 @@ inline Loaded Load() {
   std::string* w = &l.why;
   l.ok = Resolve(lib, "ibv_get_device_list", &v.getDeviceList, w) &&
          Resolve(lib, "ibv_free_device_list", &v.freeDeviceList, w) &&
-         Resolve(lib, "ibv_get_device_name", &v.getDeviceName, w) && Resolve(lib, "ibv_open_device", &v.openDevice, w) &&
-         Resolve(lib, "ibv_close_device", &v.closeDevice, w) && Resolve(lib, "ibv_query_port", &v.queryPort, w) &&
-         Resolve(lib, "ibv_query_gid", &v.queryGid, w) && Resolve(lib, "ibv_alloc_pd", &v.allocPd, w) &&
-         Resolve(lib, "ibv_dealloc_pd", &v.deallocPd, w) &&
+         Resolve(lib, "ibv_get_device_name", &v.getDeviceName, w) &&
+         Resolve(lib, "ibv_open_device", &v.openDevice, w) && Resolve(lib, "ibv_close_device", &v.closeDevice, w) &&
+         Resolve(lib, "ibv_query_port", &v.queryPort, w) && Resolve(lib, "ibv_query_gid", &v.queryGid, w) &&
+         Resolve(lib, "ibv_alloc_pd", &v.allocPd, w) && Resolve(lib, "ibv_dealloc_pd", &v.deallocPd, w) &&
          Resolve(lib, "ibv_create_comp_channel", &v.createCompChannel, w) &&
          Resolve(lib, "ibv_destroy_comp_channel", &v.destroyCompChannel, w) &&
          Resolve(lib, "ibv_create_cq", &v.createCq, w) && Resolve(lib, "ibv_destroy_cq", &v.destroyCq, w) &&
