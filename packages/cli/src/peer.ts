@@ -126,6 +126,8 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
   // The baselines have no authentication: they serve this machine alone.
   const loopback = "127.0.0.1";
   const ops = options.timeout === undefined ? undefined : { timeout: options.timeout };
+  // Whoever reads its events has gone (EPIPE): there is nobody left to serve.
+  process.stdout.on("error", () => process.exit(0));
   const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
   const listener = await context.listen(listenUrls(found, host));

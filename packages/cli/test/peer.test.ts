@@ -73,6 +73,22 @@ describe("tensorpipe peer", () => {
     expect(await exited).toBe(0);
   });
 
+  it("exits quietly, with 0, when whoever reads its stdout has gone", async () => {
+    const child = spawn(process.execPath, [main, "peer", "--transports", "uv", "--channels", "basic"], { stdio: ["pipe", "pipe", "pipe"] });
+    running.push(child);
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const first = await new Promise<string>((resolve) => createInterface({ input: child.stdout! }).once("line", resolve));
+    // The reader goes; then a pipe ends, which the peer tells on stdout.
+    child.stdout!.destroy();
+    const context = await client();
+    await context.connect(JSON.parse(first).url);
+    const exited = new Promise<number | null>((r) => child.once("exit", r));
+    await context.close();
+    expect(await exited).toBe(0);
+    expect(stderr).toBe("");
+  });
+
   it("ends a node:net sink connection whose header asks for 2^40 bytes a message, and goes on", async () => {
     const { child, info, events } = await startPeer();
     const s = connect(info.sinkPort, "127.0.0.1");
