@@ -44,6 +44,11 @@ export interface TensorPipeErrorOptions {
    * "EOF", "CUDA_ERROR_OUT_OF_MEMORY"); `errno` is derived from it.
    */
   errnoName?: string | undefined;
+  /**
+   * The libuv number, where the system gave one that its name does not say
+   * (Node calls a DNS lookup's EAI_NONAME, -3008, ENOTFOUND).
+   */
+  errno?: number | undefined;
   /** The system call that failed, where one did. */
   syscall?: string | undefined;
   /** Where it happened: an address, a pipe or a backend name. */
@@ -95,7 +100,7 @@ export class TensorPipeError extends Error {
     this.code = code;
     if (options.errnoName !== undefined) {
       this.errnoName = options.errnoName;
-      const errno = errnoNumber(options.errnoName);
+      const errno = options.errno ?? errnoNumber(options.errnoName);
       if (errno !== undefined) this.errno = errno;
     }
     if (options.syscall !== undefined) this.syscall = options.syscall;

@@ -68,10 +68,8 @@ async function resolveHost(host: string): Promise<string> {
   try {
     return (await lookup(host)).address;
   } catch (e) {
-    throw new TensorPipeError(ErrorCode.CONNECTION_REFUSED, `cannot resolve host "${host}"`, {
-      cause: e,
-      errnoName: (e as { code?: string }).code,
-    });
+    const { code, errno, syscall } = e as NodeJS.ErrnoException;
+    throw new TensorPipeError(ErrorCode.CONNECTION_REFUSED, `cannot resolve host "${host}"`, { cause: e, errnoName: code, errno, syscall });
   }
 }
 

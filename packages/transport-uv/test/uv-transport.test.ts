@@ -1,3 +1,4 @@
+import { lookup } from "node:dns/promises";
 import { spawnSync } from "node:child_process";
 import { Socket } from "node:net";
 import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
@@ -57,6 +58,21 @@ describe("uv transport addressing", () => {
     await expect(t.listen(l.address(), () => undefined)).rejects.toMatchObject({
       code: ErrorCode.SYSTEM,
       errnoName: "EADDRINUSE",
+    });
+  });
+
+  it("reports a host that does not resolve with what Node's own lookup says: its errno, name and call", async () => {
+    const host = "no-such-host.invalid";
+    const node = await lookup(host).then(
+      () => undefined,
+      (e: NodeJS.ErrnoException) => e,
+    );
+    expect(node).toBeDefined();
+    await expect(new UvTransport().connect(`${host}:1`)).rejects.toMatchObject({
+      code: ErrorCode.CONNECTION_REFUSED,
+      errnoName: node!.code,
+      errno: node!.errno,
+      syscall: node!.syscall,
     });
   });
 
