@@ -18,9 +18,12 @@ function noBinaryError(packageRoot: string, name: string, failures: string[]): T
   } catch {
     // a source checkout has none
   }
+  const others = shipped.filter((p) => p !== platform);
   const tried = failures.length
     ? `the binary there did not load (${failures.join("; ")})`
-    : `there is no prebuilt binary for ${platform}${shipped.length ? ` (this package has ${shipped.join(", ")})` : ""}`;
+    : shipped.includes(platform)
+      ? `prebuilds/${platform} has no ${name}.node (the package was unpacked incompletely or changed since)`
+      : `there is no prebuilt binary for ${platform}${others.length ? ` (this package has ${others.join(", ")})` : ""}`;
   return new TensorPipeError(
     ErrorCode.NOT_VIABLE,
     `${name}.node: ${tried}. Build it from source (needs cmake and a C++17 compiler): ` +
