@@ -271,7 +271,7 @@ export function formatDoctor(r: DoctorReport): string[] {
     lines.push(
       `  open files: ${files.soft} (hard ${files.hard}): about ${pipes.join(", ") || "no pipe"}, less what the process holds otherwise; more with ulimit -n`,
     );
-    if (cpuChannels.length > 1) lines.push("    (a pipe takes the best channel both ends have: by default cma on one machine, mpt across machines)");
+    if (cpuChannels.length > 1) lines.push("    (a pipe takes the channel of highest priority that both ends have and can use)");
   }
   if (r.limits.availableMiB !== undefined) {
     const cgroup = r.limits.cgroupMiB !== undefined ? `, this cgroup's limit ${r.limits.cgroupMiB} MiB` : "";
