@@ -4,6 +4,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import {
   type ChannelContext,
   Context,
+  ErrorCode,
+  TensorPipeError,
   type ContextOptions,
   type DeviceDescriptor,
   type TransportContext,
@@ -191,8 +193,23 @@ export interface BackendChoice extends ContextOptions, BackendOptions {
   channels?: readonly string[];
 }
 
-/** The backends of `found` that `choice` asks for (all, where it names none of a kind). */
+/** Throws ERR_TP_INVALID_ARG for a name `choice` asks for that no backend of `found` has. */
+export function checkNames(found: readonly FoundBackend[], choice: BackendChoice): void {
+  for (const kind of ["transport", "channel"] as const) {
+    const known = found.filter((b) => b.spec.kind === kind).map((b) => b.spec.name);
+    const unknown = (kind === "transport" ? choice.transports : choice.channels)?.filter((name) => !known.includes(name)) ?? [];
+    if (unknown.length > 0) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `no ${kind} named ${unknown.map((n) => `"${n}"`).join(", ")}: the ${kind}s are ${known.join(", ")} (--backend MODULE adds another)`,
+      );
+    }
+  }
+}
+
+/** The backends of `found` that `choice` asks for (all, where it names none of a kind); a name none has is ERR_TP_INVALID_ARG. */
 export function chosen(found: readonly FoundBackend[], choice: BackendChoice): FoundBackend[] {
+  checkNames(found, choice);
   return found.filter((b) => {
     const wanted = b.spec.kind === "transport" ? choice.transports : choice.channels;
     return !wanted || wanted.includes(b.spec.name);

@@ -13,7 +13,7 @@ import { type Socket, connect } from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { CPU_DEVICE, type Context, ErrorCode, type Pipe, TensorPipeError } from "@tensorpipe/core";
-import { type BackendOptions, createContext, findBackends } from "./backends.js";
+import { type BackendOptions, checkNames, createContext, findBackends } from "./backends.js";
 import { type SizeFigures, sizeLabel, summarize } from "./figures.js";
 
 const MiB = 1024 * 1024;
@@ -62,15 +62,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchFigures
   const sizes = [...(options.sizes ?? DEFAULT_SIZES)].sort((a, b) => a - b);
   const figures: BenchFigures = { skipped: [], series: {} };
   const found = await findBackends(options);
+  checkNames(found, options);
   const usable = (kind: "transport" | "channel", wanted?: readonly string[]) => {
-    const known = found.filter((b) => b.spec.kind === kind).map((b) => b.spec.name);
-    const unknown = wanted?.filter((name) => !known.includes(name)) ?? [];
-    if (unknown.length > 0) {
-      throw new TensorPipeError(
-        ErrorCode.INVALID_ARG,
-        `no ${kind} named ${unknown.map((n) => `"${n}"`).join(", ")}: the ${kind}s are ${known.join(", ")} (--backend MODULE adds another)`,
-      );
-    }
     return found
       .filter((b) => b.spec.kind === kind && (!wanted || wanted.includes(b.spec.name)))
       .filter((b) => {

@@ -11,7 +11,7 @@
  *   them; the node:net sink server is described where it is made.
  */
 import { createServer } from "node:net";
-import { type Allocation, CPU_DEVICE, type Descriptor, type Message, type Pipe, allocateMessage } from "@tensorpipe/core";
+import { type Allocation, CPU_DEVICE, type Descriptor, ErrorCode, type Message, type Pipe, TensorPipeError, allocateMessage } from "@tensorpipe/core";
 import { type BackendChoice, chosen, createContext, findBackends, listenUrls } from "./backends.js";
 
 /** What `tensorpipe peer` listens with. */
@@ -130,7 +130,14 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
   process.stdout.on("error", () => process.exit(0));
   const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
-  const listener = await context.listen(listenUrls(found, host));
+  const urls = listenUrls(found, host);
+  if (urls.length === 0) {
+    const why = found
+      .filter((b) => b.spec.kind === "transport")
+      .map((b) => `${b.spec.name}: ${!b.installed ? "not installed" : b.viability.viable ? "it takes no address" : b.viability.reason}`);
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `no transport asked for can listen here (${why.join("; ") || "none installed"})`);
+  }
+  const listener = await context.listen(urls);
   listener.on("connectionError", (e) => process.stdout.write(`${JSON.stringify({ event: "connection-dropped", code: e.code, message: e.message })}\n`));
   (async () => {
     for await (const pipe of listener) void serve(pipe, ops);

@@ -73,6 +73,19 @@ describe("tensorpipe peer", () => {
     expect(await exited).toBe(0);
   });
 
+  it("refuses a backend name it does not know, saying which it has", async () => {
+    for (const args of [
+      ["--transports", "bogus"],
+      ["--channels", "basic,bogus"],
+    ]) {
+      const out = await run(process.execPath, [main, "peer", ...args]).catch((e: { code: number; stderr: string }) => e);
+      expect(out).toMatchObject({
+        code: 2,
+        stderr: expect.stringMatching(/^tensorpipe: no (transport|channel) named "bogus": the \w+s are [a-z-]+(, [a-z-]+)* \(--backend MODULE adds another\)/),
+      });
+    }
+  });
+
   it("exits quietly, with 0, when whoever reads its stdout has gone", async () => {
     const child = spawn(process.execPath, [main, "peer", "--transports", "uv", "--channels", "basic"], { stdio: ["pipe", "pipe", "pipe"] });
     running.push(child);
