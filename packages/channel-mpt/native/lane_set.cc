@@ -55,6 +55,7 @@ Napi::Function LaneSet::Define(Napi::Env env) {
 
 // new LaneSet(fds: number[], readAhead: Uint8Array[], maxChunk: number,
 //             unsentLimit: number, onEvent(id: number, err: Error | null))
+// The lanes run on duplicates of `fds`: the caller closes its own.
 // onEvent(id, null) says operation `id` is done; onEvent(-1, err) that the
 // lanes failed (every pending and later operation is then lost).
 LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(info) {
@@ -71,7 +72,8 @@ LaneSet::LaneSet(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LaneSet>(inf
   int unsentLimit = info[3].As<Napi::Number>().Int32Value();
   for (uint32_t i = 0; i < fds.Length(); i++) {
     auto lane = std::make_unique<Lane>();
-    lane->fd = fds.Get(i).As<Napi::Number>().Int32Value();
+    lane->fd = fcntl(fds.Get(i).As<Napi::Number>().Int32Value(), F_DUPFD_CLOEXEC, 0);
+    if (lane->fd < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
     ByteSpan bytes;
     if (!GetBytes(ahead.Get(i), &bytes)) throw Napi::TypeError::New(env, "readAhead must hold Uint8Arrays");
     lane->readAhead.assign(bytes.data, bytes.data + bytes.length);
@@ -404,6 +406,7 @@ void LaneSet::Stop() {
     if (lane->sender.joinable()) lane->sender.join();
     if (lane->receiver.joinable()) lane->receiver.join();
     close(lane->fd);
+    lane->fd = -1;
   }
 }
 

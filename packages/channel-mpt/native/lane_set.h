@@ -7,6 +7,7 @@
 #pragma once
 
 #include <napi.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -48,6 +49,13 @@ class LaneSet : public Napi::ObjectWrap<LaneSet>, public EnvResource {
   };
 
   struct Lane {
+    Lane() = default;
+    Lane(const Lane&) = delete;
+    Lane& operator=(const Lane&) = delete;
+    // A lane set whose constructor fails closes the duplicates it made.
+    ~Lane() {
+      if (fd >= 0) close(fd);
+    }
     int fd = -1;
     std::vector<char> readAhead;
     size_t readAheadUsed = 0;

@@ -1,5 +1,4 @@
 import { type Connection, ErrorCode, TensorPipeError, splitHostPort } from "@tensorpipe/core/backend";
-import { closeSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { FrameLanes } from "./frame-lanes.js";
 import type { BulkLanes } from "./lanes.js";
@@ -42,18 +41,21 @@ export async function openBulkLanes(
 ): Promise<BulkLanes> {
   const addon = threads ? loadAddon().addon : undefined;
   if (!addon || !connections.every((c) => c.detach)) return new FrameLanes(connections, maxChunk);
-  // Each lane's socket is this side's once handed over: where any lane
-  // fails to come (a peer gone mid-handshake), those that came are closed
-  // here, or they would stay open, unread, for the life of the process.
+  // The lane set keeps duplicates of the sockets handed over; the handed
+  // ones are closed here whatever happens, and where any lane fails to come
+  // (a peer gone mid-handshake) that is the end of the sockets that came.
   const settled = await Promise.allSettled(connections.map((c) => c.detach!()));
   const handed = settled.flatMap((r) => (r.status === "fulfilled" && r.value !== null ? [r.value] : []));
   const failed = settled.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (handed.length === 0 && !failed) return new FrameLanes(connections, maxChunk);
-  if (failed || handed.length < settled.length) {
-    for (const s of handed) closeSync(s.fd);
-    for (const c of connections) c.close();
-    if (failed) throw failed.reason;
-    throw new TensorPipeError(ErrorCode.INVALID_ARG, "the transport handed over the sockets of only some mpt lanes");
+  try {
+    if (failed || handed.length < settled.length) {
+      for (const c of connections) c.close();
+      if (failed) throw failed.reason;
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, "the transport handed over the sockets of only some mpt lanes");
+    }
+    return new NativeLanes(addon, handed, maxChunk, unsentLimit);
+  } finally {
+    for (const s of handed) s.close();
   }
-  return new NativeLanes(addon, handed, maxChunk, unsentLimit);
 }

@@ -154,7 +154,8 @@ export interface Connection {
    * Hands the underlying stream socket over to a channel that does its own
    * I/O on it (mpt's lanes on their own threads), once the writes in flight
    * are done; no read may be pending. The connection is closed for its own
-   * use, the socket stays open: the caller owns `fd` and must close it.
+   * use, the socket stays open, held by the DetachedSocket until the caller
+   * takes or closes it.
    * Resolves null, leaving the connection as it is, where there is no
    * socket to hand over (shared memory). Optional: a transport without it
    * is treated as returning null.
@@ -182,10 +183,22 @@ export interface Connection {
 /** Told of the next frame by Connection.readFrame(): an error, or the frame (lent: valid until this returns). */
 export type FrameCallback = (err: Error | null, frame?: Uint8Array) => void;
 
-/** A stream socket taken over from a Connection (see Connection.detach). */
+/**
+ * A stream socket taken over from a Connection (see Connection.detach). Its
+ * descriptor stays this object's until taken or closed, and is closed with
+ * the object's environment (a worker's end) or when the object is
+ * collected: a socket caught between two owners when a worker is
+ * terminated is not left open for the life of the process. A taker that
+ * keeps the socket duplicates `fd` in native code and then calls close(),
+ * or calls take().
+ */
 export interface DetachedSocket {
-  /** A file descriptor of a connected stream socket, owned by the caller. */
-  fd: number;
+  /** The descriptor of a connected stream socket, valid until take() or close(). */
+  readonly fd: number;
   /** Bytes the connection had read from the socket but not yet delivered: they come first. */
-  readAhead: Uint8Array;
+  readonly readAhead: Uint8Array;
+  /** Gives the descriptor up: the caller owns it from here and must close it. Throws ERR_TP_CLOSED once taken or closed. */
+  take(): number;
+  /** Closes the descriptor unless it was taken; a second call does nothing. */
+  close(): void;
 }

@@ -6,8 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "tensorpipe/addon_data.h"
+#include "handed_socket.h"
 #include "tensorpipe/napi_helpers.h"
+#include "uv_addon_data.h"
 #include "uv_connection.h"
 #include "uv_listener.h"
 
@@ -79,10 +80,11 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  AddonData* data = AddonEnv::Install<AddonData>(env);
+  UvAddonData* data = AddonEnv::Install<UvAddonData>(env);
   Napi::Function connection = UvConnection::Define(env);
   Napi::Function listener = UvListener::Define(env);
   data->connectionConstructor = Napi::Persistent(connection);
+  data->handedSocketConstructor = Napi::Persistent(HandedSocket::Define(env));
   exports.Set("UvConnection", connection);
   exports.Set("UvListener", listener);
   exports.Set("connect", Napi::Function::New(env, Connect, "connect"));

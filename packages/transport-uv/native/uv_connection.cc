@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "handed_socket.h"
 #include "tensorpipe/addon_data.h"
 #include "tensorpipe/napi_helpers.h"
 
@@ -246,10 +247,11 @@ void UvConnection::OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   });
 }
 
-// detach() -> { fd, readAhead }: hands the socket over to a caller that
-// does its own I/O on it (mpt's lanes on their own threads). The caller
-// owns a duplicate of the descriptor; the bytes already read ahead come
-// with it, and this connection is closed without touching the socket.
+// detach() -> HandedSocket { fd, readAhead, take(), close() }: hands the
+// socket over to a caller that does its own I/O on it (mpt's lanes on their
+// own threads). It gets a duplicate of the descriptor, owned by the
+// HandedSocket until taken; the bytes already read ahead come with it, and
+// this connection is closed without touching the socket.
 Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (state_ != State::kOpen) throw CodedError(env, "ERR_TP_CLOSED", "connection is closed or failed");
@@ -259,14 +261,12 @@ Napi::Value UvConnection::Detach(const Napi::CallbackInfo& info) {
   uv_os_fd_t fd;
   int r = uv_fileno(handle_.handle(), &fd);
   if (r < 0) throw UvError(env, r, "detach");
-  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
   size_t ahead = stagingEnd_ - stagingBegin_;
   Napi::Uint8Array readAhead = Napi::Uint8Array::New(env, ahead);
   if (ahead > 0) std::memcpy(readAhead.Data(), staging_.get() + stagingBegin_, ahead);
-  Napi::Object out = Napi::Object::New(env);
-  out.Set("fd", Napi::Number::New(env, copy));
-  out.Set("readAhead", readAhead);
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) throw UvError(env, uv_translate_sys_error(errno), "dup");
+  Napi::Object out = HandedSocket::New(env, copy, readAhead);
   CloseAll();
   return out;
 }

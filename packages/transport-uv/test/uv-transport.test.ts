@@ -1,6 +1,8 @@
 import { lookup } from "node:dns/promises";
 import { spawnSync } from "node:child_process";
+import { fstatSync, readdirSync } from "node:fs";
 import { Socket } from "node:net";
+import { Worker } from "node:worker_threads";
 import { CPU_DEVICE, type Connection, Context, ErrorCode } from "@tensorpipe/core/backend";
 import { afterEach, describe, expect, it } from "vitest";
 import { UvTransport, interfaceAddress, registerUvTransport } from "../src/index.js";
@@ -133,7 +135,8 @@ describe("uv connection hand-over (detach)", () => {
     await expect(b.read(10)).rejects.toMatchObject({ code: ErrorCode.CLOSED });
 
     // The socket itself is still connected, both ways.
-    const raw = new Socket({ fd: socket!.fd, readable: true, writable: true });
+    const raw = new Socket({ fd: socket!.take(), readable: true, writable: true });
+    expect(() => socket!.take()).toThrow(expect.objectContaining({ code: ErrorCode.CLOSED }));
     const got = new Promise<Buffer>((resolve) => raw.once("data", resolve));
     await a.write([new Uint8Array([9])]);
     expect(await got).toEqual(frame(new Uint8Array([9])));
@@ -158,6 +161,29 @@ describe("uv connection hand-over (detach)", () => {
     b.close();
     await expect(b.detach!()).rejects.toMatchObject({ code: ErrorCode.CLOSED });
     a.close();
+  });
+
+  it("closes a socket handed over once, and twice without harm", async () => {
+    const [a, b] = await pair();
+    const socket = (await b.detach!())!;
+    expect(fstatSync(socket.fd).isSocket()).toBe(true);
+    socket.close();
+    socket.close();
+    expect(() => fstatSync(socket.fd)).toThrow(expect.objectContaining({ code: "EBADF" }));
+    await expect(a.read(10)).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
+  });
+
+  it("closes a socket nobody took when its worker is terminated", async () => {
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    const worker = new Worker(new URL("./workers/detach-and-wait.mjs", import.meta.url));
+    const fd = await new Promise<number>((resolve, reject) => {
+      worker.once("message", (m: { detached: number }) => resolve(m.detached));
+      worker.once("error", reject);
+    });
+    expect(fstatSync(fd).isSocket()).toBe(true);
+    await worker.terminate();
+    await expect.poll(fds, { timeout: 2000 }).toBe(before);
   });
 });
 
