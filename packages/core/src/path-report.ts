@@ -289,7 +289,7 @@ export function describePathReport(report: PathReport): string {
     `offered here: transports ${report.offeredHere.transports.join(", ") || "none"}; channels ${report.offeredHere.channels.join(", ") || "none"}`,
     report.offeredThere
       ? `offered there: transports ${report.offeredThere.transports.join(", ") || "none"}; channels ${report.offeredThere.channels.join(", ") || "none"}`
-      : "offered there: not said (an upstream peer, or ours answering a brochure of upstream's backends alone); what it decided is inferred",
+      : "offered there: not said (an upstream peer); what it decided is inferred",
   ];
   for (const v of report.verdicts) {
     const said = v.reason.startsWith(v.outcome) ? v.reason : `${v.outcome}: ${v.reason}`;

@@ -93,17 +93,46 @@ describe("pipe.path", () => {
     expect(here.offeredHere.channels).not.toContain("mpt");
   });
 
-  it("a brochure upstream could have sent (uv + basic) stays upstream's: each end tells its own part and infers the rest", async () => {
+  it("a brochure of upstream's backends alone (uv + basic) trades reasons too: each end tells the other's part", async () => {
     const server = await context({ transports: ["uv"], channels: ["basic", "mpt"] });
     const client = await context({ transports: ["uv"], channels: ["basic"] });
     const l = await server.listen("uv://127.0.0.1:0");
     closeLater(() => l.close());
     const [a, b] = await Promise.all([client.connect(l.addresses()[0]!), l.accept()]);
     closeLater(() => a.close());
-    expect(a.path).toMatchObject({ peerReported: false, offeredThere: undefined });
+    expect(a.path).toMatchObject({ peerReported: true, offeredThere: { transports: ["uv"], channels: ["mpt", "basic"] } });
     expect(verdict(a.path, "channel", "basic")).toMatchObject({ by: "there", outcome: "chosen" });
-    expect(b.path).toMatchObject({ peerReported: false, offeredThere: { transports: ["uv"], channels: ["basic"] } });
-    expect(verdict(b.path, "channel", "mpt")).toMatchObject({ by: "there", outcome: "not offered" });
+    expect(b.path).toMatchObject({ peerReported: true, offeredThere: { transports: ["uv"], channels: ["basic"] } });
+  });
+
+  it("a third party's channel whose ends differ, with no wire extension offered: the dialling end gets the listener's reason", async () => {
+    const server = await context({ transports: ["uv"], channels: ["basic"] });
+    const client = await context({ transports: ["uv"], channels: ["basic"] });
+    server.registerChannel(5000, "chunked", chunkedChannel(64));
+    client.registerChannel(5000, "chunked", chunkedChannel(1024));
+    const l = await server.listen("uv://127.0.0.1:0");
+    closeLater(() => l.close());
+    const [a] = await Promise.all([client.connect(l.addresses()[0]!), l.accept()]);
+    closeLater(() => a.close());
+    expect(a.path.pairs.map((p) => p.channel)).toEqual(["basic"]);
+    expect(verdict(a.path, "channel", "chunked")).toMatchObject({
+      by: "there",
+      outcome: "descriptors differ",
+      reason: expect.stringMatching(/chunks of 64 KiB here, 1024 KiB at the peer/),
+    });
+  });
+
+  it("a connect whose path insists on that channel fails with the listener's reason", async () => {
+    const server = await context({ transports: ["uv"], channels: ["basic"] });
+    const client = await context({ transports: ["uv"], channels: ["basic"] });
+    server.registerChannel(5000, "chunked", chunkedChannel(64));
+    client.registerChannel(5000, "chunked", chunkedChannel(1024));
+    const l = await server.listen("uv://127.0.0.1:0");
+    closeLater(() => l.close());
+    await expect(client.connect(l.addresses()[0]!, { path: { channels: ["chunked"] } })).rejects.toMatchObject({
+      code: "ERR_TP_NEGOTIATION",
+      message: expect.stringMatching(/the listener's reasons: chunked: cpu:0->cpu:0: .*chunks of 64 KiB here, 1024 KiB at the peer/),
+    });
   });
 
   it("a backend only one end has is named on both", async () => {
@@ -112,6 +141,21 @@ describe("pipe.path", () => {
     expect(verdict(here, "channel", "only-here")).toMatchObject({ by: "there", outcome: "not registered" });
   });
 });
+
+/** A third party's channel that pairs only with ends cutting tensors into chunks of the same size, and says why not. */
+function chunkedChannel(chunkKiB: number) {
+  return {
+    isViable: () => ({ viable: true as const }),
+    deviceDescriptors: () => [{ device: { type: "cpu", index: 0 }, descriptor: `chunk=${chunkKiB}` }],
+    numConnectionsNeeded: () => 1,
+    canCommunicateWithRemote: (a: string, b: string) => a === b,
+    describeMismatch: (local: string, remote: string) => `chunks of ${local.slice(6)} KiB here, ${remote.slice(6)} KiB at the peer`,
+    createChannel: () => {
+      throw new Error("never chosen");
+    },
+    close: async () => {},
+  };
+}
 
 /** A channel that runs and matches nothing, so that it is offered but never chosen. */
 function fastChannel() {

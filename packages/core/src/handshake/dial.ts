@@ -24,7 +24,7 @@ import {
 import type { Connection, TransportContext } from "../transport.js";
 import { ListenerProof, checkAnsweredAddress, followUpAddress } from "./address-policy.js";
 import { assemble } from "./assembly.js";
-import { AUTH_ENTRY, WIRE_EXTENSIONS_ENTRY, putAuth, putReport, readExtensions } from "./extensions.js";
+import { AUTH_ENTRY, putAuth, putReport, readExtensions } from "./extensions.js";
 import { REFUSED, duringHandshake, noCpuChannel, refused } from "./failures.js";
 import { type HandshakeSettings, MAX_HANDSHAKE_FRAME, log, recording, restricted, viable } from "./settings.js";
 import { describeBrochure, describeOffer, inferredVerdicts, leftOut, offeredIn } from "./verdicts.js";
@@ -95,12 +95,10 @@ class Dialling {
     const brochure = buildBrochure(byPriority(settings.transports.values()), byPriority(settings.channels.values()));
     const offeredHere = offeredIn(brochure);
     const ownVerdicts = leftOut(this.all, settings, true);
-    // A brochure that upstream could have sent stays byte for byte upstream's:
-    // the reasons are traded only where it carries entries of ours already,
-    // or where a path makes a refusal likely and its reasons worth the bytes.
-    if (settings.auth || settings.path || brochure.channelDeviceDescriptors.has(WIRE_EXTENSIONS_ENTRY)) {
-      putReport(brochure.channelDeviceDescriptors, reportJson(offeredHere, ownVerdicts));
-    }
+    // Every brochure asks for the listener's reasons: upstream passes over the
+    // entry as over any channel it lacks, a listener of ours answers with its
+    // own, and each end then knows whether the other is ours.
+    putReport(brochure.channelDeviceDescriptors, reportJson(offeredHere, ownVerdicts));
     if (events.enabled) events.add("handshake", `connected; offering ${describeOffer(offeredHere)}`);
     if (log.enabled) {
       log("connect to %s over %s: offering %s", this.url, this.target.transport.name, describeBrochure(brochure));
@@ -175,6 +173,7 @@ class Dialling {
         settings,
         cpuChannels.map(([name, c]) => ({ name, descriptor: localDeviceDescriptors(c).get(deviceKey(CPU_DEVICE))?.descriptor })),
         url,
+        listenerSaid && fromPeer(listenerSaid.verdicts),
       );
     }
     return path;

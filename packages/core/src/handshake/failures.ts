@@ -64,14 +64,35 @@ export function refused(answer: BrochureAnswer, url: string, settings: Handshake
   );
 }
 
-/** The dialling side's error for an answer with no channel for CPU tensors, where this side offered some (`offered`: name and descriptor of each). */
-export function noCpuChannel(settings: HandshakeSettings, offered: readonly { name: string; descriptor: string | undefined }[], url: string): TensorPipeError {
+/**
+ * The dialling side's error for an answer with no channel for CPU tensors,
+ * where this side offered some (`offered`: name and descriptor of each):
+ * with the listener's own reasons where it gave them (`listenerSaid`),
+ * else what its answer lets this side infer.
+ */
+export function noCpuChannel(
+  settings: HandshakeSettings,
+  offered: readonly { name: string; descriptor: string | undefined }[],
+  url: string,
+  listenerSaid?: readonly PathVerdict[],
+): TensorPipeError {
   const described = offered.map((c) => `${c.name} "${c.descriptor}"`).join(", ");
+  const names = new Set(offered.map((c) => c.name));
+  const theirs =
+    listenerSaid &&
+    choiceVerdicts(
+      listenerSaid.filter((v) => names.has(v.name)),
+      "channel",
+      true,
+    );
+  const why = theirs
+    ? `the listener's reasons: ${theirs}`
+    : "inferred from its answer: it lacks them, cannot run them, forbids them, or describes them otherwise";
   return new TensorPipeError(
     ErrorCode.NEGOTIATION,
     settings.path
-      ? `the path (${describePath(settings.path)}) is not met: the listener chose no channel for CPU tensors among ${described} (inferred from its answer: it lacks them, cannot run them, forbids them, or describes them otherwise)`
-      : `no channel for CPU tensors in common with the listener: this side offers ${offered.map((c) => c.name).join(", ")}; register one that both ends have (basic works everywhere)`,
+      ? `the path (${describePath(settings.path)}) is not met: the listener chose no channel for CPU tensors among ${described} (${why})`
+      : `no channel for CPU tensors in common with the listener: this side offers ${offered.map((c) => c.name).join(", ")} (${why}); register one that both ends have (basic works everywhere)`,
     { where: url },
   );
 }

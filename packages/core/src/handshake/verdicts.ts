@@ -120,7 +120,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
             name,
             by: "inferred",
             outcome: "not chosen",
-            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)`,
+            reason: `the listener chose ${answer.transport}: it lacks this one, cannot run it, does not listen on it, has another domain, or ranks it lower (it did not say which: an upstream listener never does)`,
           },
     );
   }
@@ -144,7 +144,7 @@ export function inferredVerdicts(brochure: Brochure, answer: BrochureAnswer): Pa
         by: "inferred",
         outcome: "not chosen",
         reason:
-          "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does, nor does ours to a brochure of upstream's backends alone)",
+          "the listener chose no device pair for it: it lacks it, cannot run it, describes its devices otherwise, or gave every pair to a channel it ranks higher (it did not say which: an upstream listener never does)",
       });
     }
   }
