@@ -21,6 +21,8 @@ export interface DoctorBackend {
   installed: boolean;
   /** The package's version. */
   version?: string;
+  /** Its priority: the higher, the sooner a pipe takes it where both ends have it (absent where its module did not load). */
+  priority?: number;
   /** Whether it can work here. */
   viable: boolean;
   /** Why not, when not viable. */
@@ -65,8 +67,15 @@ export interface DoctorReport {
   platform: string;
   /** Logical CPUs. */
   cpus: number;
-  /** Every first-party backend. */
+  /** Every first-party backend, and those --backend named. */
   backends: DoctorBackend[];
+  /** Modules named with --backend that gave no backend (missing, failed to load, or no `backend` export): doctor then exits 1. */
+  unusableModules?: {
+    /** The module as given. */
+    module: string;
+    /** Why. */
+    reason: string;
+  }[];
   /** The network interfaces. */
   interfaces: DoctorInterface[];
   /** What a peer on another machine would dial by default: this host's name, resolved. */
@@ -135,7 +144,8 @@ function interfaceOf(address: string, interfaces: readonly DoctorInterface[]): s
 
 /** Probes this machine: the backends installed and whether each works, and the network. */
 export async function runDoctor(options: BackendOptions = {}): Promise<DoctorReport> {
-  const backends: DoctorBackend[] = (await findBackends(options)).map((b) => {
+  const found = await findBackends(options);
+  const backends: DoctorBackend[] = found.map((b) => {
     const entry: DoctorBackend = {
       kind: b.spec.kind,
       name: b.spec.name,
@@ -145,6 +155,7 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
       viable: b.viability.viable,
       reason: b.viability.viable ? undefined : b.viability.reason,
     };
+    if (b.create) entry.priority = b.spec.priority;
     if (b.domain !== undefined) entry.domain = b.domain;
     if (b.devices) entry.devices = b.devices.map((d) => ({ device: `${d.device.type}:${d.device.index}`, descriptor: d.descriptor }));
     if (b.lanes) entry.note = b.lanes;
@@ -169,6 +180,11 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
     host = { name, error: (e as { code?: string }).code ?? (e as Error).message };
   }
   const viable = (kind: string) => backends.some((b) => b.kind === kind && b.viable);
+  // A module named with --backend that gave no backend is the user's mistake to see, not a backend that cannot run here.
+  const unusable = (options.backends ?? []).flatMap((module) => {
+    const b = found.find((f) => f.spec.packageName === module);
+    return b && !b.create ? [{ module, reason: b.viability.viable ? "no backend" : b.viability.reason }] : [];
+  });
   return {
     node: process.version,
     platform: `${platform()}-${arch()}`,
@@ -179,6 +195,7 @@ export async function runDoctor(options: BackendOptions = {}): Promise<DoctorRep
     ptraceScope: readNumber("/proc/sys/kernel/yama/ptrace_scope"),
     limits: readLimits(),
     usable: viable("transport") && viable("channel"),
+    ...(unusable.length > 0 ? { unusableModules: unusable } : {}),
   };
 }
 
@@ -237,7 +254,8 @@ export function formatDoctor(r: DoctorReport): string[] {
     lines.push("", `${kind}s`);
     for (const b of r.backends.filter((x) => x.kind === kind)) {
       const what = !b.installed ? "not installed" : b.viable ? "viable" : "NOT VIABLE";
-      lines.push(`  ${b.name.padEnd(width)}${what.padEnd(15)}${b.packageName}${b.version ? `@${b.version}` : ""}`);
+      const priority = b.priority === undefined ? "" : `priority ${b.priority}`;
+      lines.push(`  ${b.name.padEnd(width)}${what.padEnd(15)}${priority.padEnd(15)}${b.packageName}${b.version ? `@${b.version}` : ""}`);
       if (b.reason && b.installed) lines.push(`${detail}why: ${b.reason}`);
       if (!b.installed) lines.push(`${detail}install: npm install ${b.packageName}`);
       if (b.domain) lines.push(`${detail}domain: ${b.domain}`);
@@ -282,6 +300,7 @@ export function formatDoctor(r: DoctorReport): string[] {
   if (r.peer) lines.push("", ...peerLines(r.peer));
   // The verdict comes last, and only from here: no line a peer sent can stand in for it.
   lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
+  for (const m of r.unusableModules ?? []) lines.push(`--backend ${m.module}: NOT USABLE: ${safeText(m.reason, 1024)}`);
   if (r.peer) lines.push(r.peer.path ? `pipe to ${r.peer.url}: opened over ${r.peer.path.transport}` : `pipe to ${r.peer.url}: FAILED (${r.peer.error!.code})`);
   return lines;
 }

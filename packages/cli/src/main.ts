@@ -130,7 +130,7 @@ async function main(argv: string[]): Promise<number> {
     if (values.peer !== undefined)
       report.peer = await tryPeer(values.peer, { interface: values.interface, backends: values.backend, ...auth(values["secret-file"]) });
     process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report).join("\n")}\n`);
-    return report.usable && report.peer?.error === undefined ? 0 : 1;
+    return report.usable && report.peer?.error === undefined && !report.unusableModules ? 0 : 1;
   }
   if (command === "bench") {
     const values = parse(rest, {

@@ -89,6 +89,32 @@ describe("tensorpipe doctor", () => {
     });
   });
 
+  it("exits 1, naming the module and why, when a --backend module fails to load, is missing, or exports no backend", async () => {
+    for (const [module, why] of [
+      [fixture("throws-on-load.mjs"), /failed to load: this module's native binary is missing/],
+      ["./no-such-backend.mjs", /failed to load: Cannot find module/],
+      ["@tensorpipe/core", /exports no `backend`/],
+    ] as const) {
+      const failed = await run(process.execPath, [main, "doctor", "--backend", module]).then(
+        () => undefined,
+        (e: { code: number; stdout: string }) => e,
+      );
+      expect(failed, module).toMatchObject({ code: 1 });
+      const last = failed!.stdout.trimEnd().split("\n").at(-1)!;
+      expect(last).toContain(`--backend ${module}: NOT USABLE`);
+      expect(last).toMatch(why);
+    }
+  });
+
+  it("shows each backend's priority, as JSON and as text", async () => {
+    const { stdout } = await run(process.execPath, [main, "doctor", "--backend", fixture("inline-channel.mjs"), "--json"]);
+    const report = JSON.parse(stdout) as DoctorReport;
+    const cma = (await import("@tensorpipe/channel-cma")).backend;
+    expect(report.backends.find((b) => b.name === "cma")?.priority).toBe(cma.priority);
+    expect(report.backends.find((b) => b.name === "inline")?.priority).toBeTypeOf("number");
+    expect(formatDoctor(report).join("\n")).toMatch(new RegExp(`^ {2}cma +viable +priority ${cma.priority} +@tensorpipe/channel-cma@`, "m"));
+  });
+
   it("takes --backend as a path from where the command runs, as a user types it", async () => {
     const cwd = fileURLToPath(new URL("fixtures/", import.meta.url));
     const { stdout } = await run(process.execPath, [main, "doctor", "--backend", "./inline-channel.mjs", "--json"], { cwd });
@@ -101,9 +127,9 @@ describe("tensorpipe doctor", () => {
     // Available memory moves between the two runs.
     const steady = (lines: string[]) => lines.map((l) => l.replace(/memory: \d+ MiB available/, "memory: N MiB available"));
     expect(steady(stdout.trim().split("\n"))).toEqual(steady(formatDoctor(report)));
-    expect(stdout).toMatch(/^ {2}uv {10}viable {9}@tensorpipe\/transport-uv@0\.1\.0$/m);
-    expect(stdout).toMatch(/^ {2}cuda-basic {2}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-basic@0\.1\.0$/m);
-    expect(stdout).toMatch(/^ {2}cuda-gdr {4}(viable {9}|NOT VIABLE {5})@tensorpipe\/channel-cuda-gdr@0\.1\.0$/m);
+    expect(stdout).toMatch(/^ {2}uv {10}viable {9}priority \d+ +@tensorpipe\/transport-uv@0\.1\.0$/m);
+    expect(stdout).toMatch(/^ {2}cuda-basic {2}(viable {9}|NOT VIABLE {5})priority \d+ +@tensorpipe\/channel-cuda-basic@0\.1\.0$/m);
+    expect(stdout).toMatch(/^ {2}cuda-gdr {4}(viable {9}|NOT VIABLE {5})priority \d+ +@tensorpipe\/channel-cuda-gdr@0\.1\.0$/m);
     const json = JSON.parse((await run(process.execPath, [main, "doctor", "--json"])).stdout) as DoctorReport;
     expect(json.backends).toEqual(report.backends);
     expect(json.usable).toBe(true);
