@@ -152,6 +152,9 @@ describe("the published packages", () => {
         expect(files).toContain("package/dist/index.js");
         expect(files).toContain("package/dist/index.d.ts");
       }
+      // A backend author's guide and the API report it promises are where the author is.
+      if (name === "core")
+        for (const f of ["docs/backends.md", "api/index.api.txt", "api/backend.api.txt", "api/testing.api.txt"]) expect(files).toContain(`package/${f}`);
       // Tools that report versions resolve it.
       expect((m.exports as Record<string, unknown>)["./package.json"], name).toBe("./package.json");
       // Measurement lives in the private bench package.
