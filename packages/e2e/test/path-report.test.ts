@@ -105,13 +105,19 @@ describe("pipe.path", () => {
     expect(b.path).toMatchObject({ peerReported: true, offeredThere: { transports: ["uv"], channels: ["basic"] } });
   });
 
-  it("a third party's channel whose ends differ, with no wire extension offered: the dialling end gets the listener's reason", async () => {
+  /** A listener over uv + basic whose "chunked" channel cuts 64 KiB chunks, and a client whose cuts 1024 KiB. */
+  async function chunkedEnds() {
     const server = await context({ transports: ["uv"], channels: ["basic"] });
     const client = await context({ transports: ["uv"], channels: ["basic"] });
     server.registerChannel(5000, "chunked", chunkedChannel(64));
     client.registerChannel(5000, "chunked", chunkedChannel(1024));
     const l = await server.listen("uv://127.0.0.1:0");
     closeLater(() => l.close());
+    return { client, l };
+  }
+
+  it("a third party's channel whose ends differ, with no wire extension offered: the dialling end gets the listener's reason", async () => {
+    const { client, l } = await chunkedEnds();
     const [a] = await Promise.all([client.connect(l.addresses()[0]!), l.accept()]);
     closeLater(() => a.close());
     expect(a.path.pairs.map((p) => p.channel)).toEqual(["basic"]);
@@ -123,12 +129,7 @@ describe("pipe.path", () => {
   });
 
   it("a connect whose path insists on that channel fails with the listener's reason", async () => {
-    const server = await context({ transports: ["uv"], channels: ["basic"] });
-    const client = await context({ transports: ["uv"], channels: ["basic"] });
-    server.registerChannel(5000, "chunked", chunkedChannel(64));
-    client.registerChannel(5000, "chunked", chunkedChannel(1024));
-    const l = await server.listen("uv://127.0.0.1:0");
-    closeLater(() => l.close());
+    const { client, l } = await chunkedEnds();
     await expect(client.connect(l.addresses()[0]!, { path: { channels: ["chunked"] } })).rejects.toMatchObject({
       code: "ERR_TP_NEGOTIATION",
       message: expect.stringMatching(/the listener's reasons: chunked: cpu:0->cpu:0: .*chunks of 64 KiB here, 1024 KiB at the peer/),
