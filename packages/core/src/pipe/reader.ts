@@ -19,6 +19,8 @@ import { Landings, type PartMemory } from "./landing.js";
 import { ReadOperation, type ReadOwner } from "./read-operation.js";
 import type { ChannelRoutes } from "./routes.js";
 
+const noop = (): void => undefined;
+
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
 }
@@ -69,6 +71,8 @@ export class Reader implements ReadOwner {
   /** The allocation of a read whose parts are all asked for at once, reused read after read. */
   private readonly given = new GivenMemory();
   private readonly fetchNext = (): void => this.fetch();
+  /** The last read taken that had not settled at once: the next one settles after it. */
+  private lastLanding?: Promise<void>;
   /** Once the peer's end is decided: the error a caller of readDescriptor() gets past what came before it. */
   private end?: TensorPipeError;
   private readonly onFrame = (err: Error | null, bytes?: Uint8Array): void => {
@@ -267,19 +271,24 @@ export class Reader implements ReadOwner {
     op.reading();
     // Counted before the next descriptor is asked for (land() asks once it
     // has asked for every part): the end of the stream may come at once.
+    // Reads settle in the order they were taken: one whose parts came first
+    // (no bytes, or no reply to write) waits for those before it.
+    const before = this.inFlight > 0 ? this.lastLanding : undefined;
     this.inFlight++;
     const replied = targets ? this.host.reply.write([encodeDescriptorReply({ targetDevices: targets })]) : DONE;
     const landed = this.landings.land(d, memory, bytes, this.fetchNext);
-    const settled = replied === DONE ? landed : landed === DONE ? replied : Promise.all([replied, landed]).then(() => undefined);
+    const settled = replied === DONE ? landed : landed === DONE ? replied : Promise.all([replied, landed]).then(noop);
     this.host.observer.reading(d, memory, bytes, settled, started);
-    if (settled === DONE) {
+    if (settled === DONE && before === undefined) {
       this.inFlight--;
       op.landed();
       this.recycle(op);
       this.host.readProgressed();
       return DONE;
     }
-    return settled.then(op.onLanded, op.onFailed);
+    const inOrder = before === undefined ? settled : settled === DONE ? before : Promise.all([before, settled]).then(noop);
+    this.lastLanding = inOrder.then(op.onLanded, op.onFailed);
+    return this.lastLanding;
   }
 
   /** The peer's end is decided: callers past what came before it hear `err`. */
