@@ -15,6 +15,8 @@ export const ErrorCode = {
   CONNECTION_RESET: "ERR_TP_CONNECTION_RESET",
   /** The peer sent bytes that violate the wire protocol. */
   PROTOCOL: "ERR_TP_PROTOCOL",
+  /** Bytes arrived other than they were sent: a check of a channel's (a checksum) found them changed. */
+  DATA_CORRUPTED: "ERR_TP_DATA_CORRUPTED",
   /** The two ends found no transport or channel in common. */
   NEGOTIATION: "ERR_TP_NEGOTIATION",
   /** A deadline passed. */

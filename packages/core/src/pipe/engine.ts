@@ -5,7 +5,8 @@
 import type { Channel } from "../channel.js";
 import { ErrorCode, TensorPipeError, fromNativeError } from "../errors.js";
 import type { DescriptorLimits } from "../protocol/message.js";
-import type { Connection } from "../transport.js";
+import { type FailureNotice, encodeFailureNotice } from "../protocol/failure-notice.js";
+import { type Connection, DONE } from "../transport.js";
 import { type FinalState, PipeLifecycle, type PipeState } from "./lifecycle.js";
 import { PipeObserver } from "./observer.js";
 import type { PipeParts } from "./parts.js";
@@ -14,6 +15,33 @@ import type { Pipe } from "./pipe.js";
 import { Reader, type ReaderHost } from "./reader.js";
 import { ChannelRoutes } from "./routes.js";
 import { Writer, type WriterHost } from "./writer.js";
+
+/**
+ * How long a pipe whose peer is of this library, having seen the peer go,
+ * waits for the reply connection to say why (a failure notice) before it
+ * fails with what it saw; and how long a failing end keeps the reply
+ * connection open for its notice to leave.
+ */
+export const NOTICE_WAIT_MS = 1000;
+
+/**
+ * What a peer of this library is told of: what this side found wrong (data,
+ * the peer's bytes, a system error, a proof). Not the peer's own end, nor
+ * what the caller here chose (a close, an abort, a deadline), which the
+ * peer sees as it always has: the pipe closed, a message cut short.
+ */
+const TOLD: ReadonlySet<string> = new Set<string>([
+  ErrorCode.DATA_CORRUPTED,
+  ErrorCode.PROTOCOL,
+  ErrorCode.SYSTEM,
+  ErrorCode.NEGOTIATION,
+  ErrorCode.PERMISSION_DENIED,
+  ErrorCode.NOT_VIABLE,
+]);
+
+function toBeTold(err: TensorPipeError): boolean {
+  return TOLD.has(err.code);
+}
 
 /** One pipe's state and operations. */
 export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
@@ -28,12 +56,18 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
   readonly reader: Reader;
   readonly writer: Writer;
   readonly end: PeerEnd;
+  readonly peerIsOurs: boolean;
   private readonly channels: Map<string, Channel>;
+  /** The peer's notice, once one came: this side does not tell it back. */
+  private notice?: TensorPipeError;
+  /** A peer gone, held while the reply connection may still say why. */
+  private held?: { err: TensorPipeError; to: FinalState; timer: NodeJS.Timeout };
 
   constructor(pipe: Pipe, parts: PipeParts) {
     this.main = parts.main;
     this.reply = parts.reply;
     this.peer = parts.peer;
+    this.peerIsOurs = parts.path.peerReported;
     this.channels = parts.channels;
     this.maxDescriptorLength = parts.options.maxDescriptorLength;
     this.limits = parts.options.limits;
@@ -51,8 +85,18 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     this.reader.fetch();
   }
 
+  /** The pipe's error: its final one, or, while a peer's end is held, that end (nothing goes on past it). */
   get failure(): TensorPipeError | undefined {
-    return this.lifecycle.error;
+    return this.lifecycle.error ?? this.held?.err;
+  }
+
+  /** Whether the pipe's end is held, its final error still to come (the peer's notice, or the end held). */
+  get holding(): boolean {
+    return this.held !== undefined && !this.over;
+  }
+
+  get closed(): Promise<TensorPipeError> {
+    return this.lifecycle.closed;
   }
 
   get over(): boolean {
@@ -81,7 +125,7 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
 
   /** Why a new operation cannot start: the pipe's end, or, draining, that the peer has gone. */
   get refusal(): TensorPipeError | undefined {
-    return this.lifecycle.error ?? (this.draining ? this.end.refusal : undefined);
+    return this.failure ?? (this.draining ? this.end.refusal : undefined);
   }
 
   describe(e: unknown): TensorPipeError {
@@ -96,7 +140,21 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     // However it was learnt (main's end, a channel's connection, a write), a
     // peer gone with writes of this side unfinished is one error, said once.
     if (to === "failed" && err.code === ErrorCode.PEER_CLOSED && this.writer.inFlight > 0 && !this.end.isDecision(err)) err = this.end.unfinishedWrites(err);
+    // Held, the first end waits for the peer's word: only a close here goes first.
+    if (this.held && to !== "closed") return;
+    if (to !== "closed" && this.holds(err, to)) return;
     this.lifecycle.finish(to, err);
+  }
+
+  /** The peer told why it failed the pipe: that is the error, whatever this side saw of its going. */
+  peerFailed(notice: FailureNotice): void {
+    if (this.over) return;
+    this.notice = new TensorPipeError(notice.code, `the peer failed the pipe: ${notice.message}`, { where: `pipe to ${this.peer}` });
+    this.release(this.notice);
+  }
+
+  replyEnded(_e: unknown): void {
+    this.release();
   }
 
   mainEnded(err: TensorPipeError): void {
@@ -123,14 +181,61 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     this.fail(err, clean ? "ended" : "failed");
   }
 
+  /**
+   * Whether `err`, the peer seen gone, waits for the reply connection: a
+   * peer of this library that failed the pipe tells why there before it
+   * closes, and its closing may show first on another connection.
+   */
+  private holds(err: TensorPipeError, to: FinalState): boolean {
+    const gone = err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET;
+    if (!gone || !this.writer.awaitNotice()) return false;
+    const timer = setTimeout(() => this.release(), NOTICE_WAIT_MS);
+    timer.unref();
+    this.held = { err, to, timer };
+    return true;
+  }
+
+  /** Ends the pipe with the peer's notice, or else as it was held. */
+  private release(notice?: TensorPipeError): void {
+    const held = this.held;
+    if (held) clearTimeout(held.timer);
+    this.held = undefined;
+    if (notice) this.lifecycle.finish("failed", notice);
+    else if (held) this.lifecycle.finish(held.to, held.err);
+  }
+
   private transition(_from: PipeState, to: PipeState, error: TensorPipeError | undefined): void {
     this.observer.transition(to, error);
     if (!error) return;
+    if (this.held) clearTimeout(this.held.timer);
+    this.held = undefined;
     this.end.stop();
     this.reader.fail(error);
     this.writer.fail(error);
     this.main.close(error);
-    this.reply.close(error);
     for (const c of this.channels.values()) c.close(error);
+    this.tell(error);
+  }
+
+  /** Tells a peer of this library why this side failed the pipe, then closes the reply connection. */
+  private tell(error: TensorPipeError): void {
+    if (!this.peerIsOurs || error === this.notice || !toBeTold(error)) {
+      this.reply.close(error);
+      return;
+    }
+    const sent = this.reply.write([encodeFailureNotice(error)]);
+    if (sent === DONE) {
+      this.reply.close(error);
+      return;
+    }
+    const timer = setTimeout(() => this.reply.close(error), NOTICE_WAIT_MS);
+    timer.unref();
+    sent.then(
+      () => {
+        clearTimeout(timer);
+        this.reply.close(error);
+      },
+      () => clearTimeout(timer),
+    );
   }
 }

@@ -19,7 +19,7 @@ export type ReadState = "descriptor awaited" | "offered" | "reading" | "done" | 
 /** What a read tells its reader when its bytes have landed, or could not. */
 export interface ReadOwner {
   landed(op: ReadOperation): void;
-  landingFailed(op: ReadOperation, e: unknown): never;
+  landingFailed(op: ReadOperation, e: unknown): Promise<never>;
 }
 
 /** One message being read. */
@@ -29,7 +29,7 @@ export class ReadOperation {
   private waiter?: Deferred<Descriptor>;
   /** Handlers of the landing promise, bound once for the life of the operation. */
   readonly onLanded: () => void;
-  readonly onFailed: (e: unknown) => never;
+  readonly onFailed: (e: unknown) => Promise<never>;
 
   constructor(owner: ReadOwner) {
     this.onLanded = () => owner.landed(this);

@@ -41,6 +41,10 @@ export interface ReaderHost {
   readonly limits: Parameters<typeof decodeDescriptor>[1];
   /** The pipe's error once it has one. */
   readonly failure: TensorPipeError | undefined;
+  /** Settles with the pipe's error once it has one. */
+  readonly closed: Promise<TensorPipeError>;
+  /** Whether the pipe's end is held: its final error is still to come. */
+  readonly holding: boolean;
   /** Fails the pipe with `e` (the first error wins). */
   fail(e: unknown): void;
   /** The main connection ended with `err` between messages: the peer's end. */
@@ -196,7 +200,7 @@ export class Reader implements ReadOwner {
     this.host.readProgressed();
   }
 
-  landingFailed(op: ReadOperation, e: unknown): never {
+  landingFailed(op: ReadOperation, e: unknown): Promise<never> {
     op.fail(e);
     this.inFlight--;
     try {
@@ -214,10 +218,14 @@ export class Reader implements ReadOwner {
           }),
         );
       }
-      throw this.host.failure ?? err;
+      if (this.host.failure && !this.host.holding) throw this.host.failure;
     } finally {
       this.host.readProgressed();
     }
+    // Held: a peer of this library may still say why it went.
+    return this.host.closed.then((err) => {
+      throw err;
+    });
   }
 
   private recycle(op: ReadOperation): void {

@@ -8,6 +8,7 @@ import { type Device, bufferDevice, deviceKey } from "../device.js";
 import { ErrorCode, TensorPipeError, protocolError } from "../errors.js";
 import type { Message, MessagePayload, MessageTensor } from "../message.js";
 import { NopWriter } from "../nop/writer.js";
+import { type FailureNotice, decodeReplyFrame } from "../protocol/failure-notice.js";
 import { decodeDescriptorReply } from "../protocol/message.js";
 import { type Connection, DONE } from "../transport.js";
 import type { PipeObserver } from "./observer.js";
@@ -16,6 +17,9 @@ import type { ChannelRoutes } from "./routes.js";
 import { WriteOperation } from "./write-operation.js";
 
 const noop = (): void => undefined;
+const rethrow = (err: TensorPipeError): never => {
+  throw err;
+};
 
 /** What the writer needs of its pipe. */
 export interface WriterHost {
@@ -26,8 +30,18 @@ export interface WriterHost {
   readonly maxDescriptorLength: number;
   /** The pipe's error once it has one. */
   readonly failure: TensorPipeError | undefined;
+  /** Settles with the pipe's error once it has one. */
+  readonly closed: Promise<TensorPipeError>;
+  /** Whether the pipe's end is held: its final error is still to come. */
+  readonly holding: boolean;
+  /** Whether the peer is of this library: it may send a failure notice on the reply connection. */
+  readonly peerIsOurs: boolean;
   /** Fails the pipe with `e` (the first error wins). */
   fail(e: unknown): void;
+  /** The peer told why it failed the pipe. */
+  peerFailed(notice: FailureNotice): void;
+  /** The reply connection ended (`e`) with no write waiting on it. */
+  replyEnded(e: unknown): void;
   /** A write that did not finish at once settled. */
   writeSettled(): void;
 }
@@ -41,6 +55,7 @@ export class Writer {
   /** Writes whose tensors are not yet all with their channels, in message order. */
   private readonly queue: WriteOperation[] = [];
   private replyReading = false;
+  private noticeAwaited = false;
   private readonly outgoing = new OutgoingMessage();
   // Reused message after message while writes finish at once (DONE): the
   // hot path then allocates nothing for the descriptor and its frames.
@@ -51,15 +66,17 @@ export class Writer {
     this.host.observer.written();
     this.host.writeSettled();
   };
-  private readonly failed = (e: unknown): never => {
+  private readonly failed = (e: unknown): Promise<never> => {
     // Still counted while it fails the pipe: it is one of the writes unfinished.
     try {
       this.host.fail(e);
-      throw this.host.failure ?? e;
+      if (this.host.failure && !this.host.holding) throw this.host.failure;
     } finally {
       this.inFlight--;
       this.host.writeSettled();
     }
+    // Held: a peer of this library may still say why it went.
+    return this.host.closed.then(rethrow);
   };
 
   constructor(private readonly host: WriterHost) {}
@@ -181,22 +198,40 @@ export class Writer {
     return pending.length === 1 ? pending[0]! : Promise.all(pending).then(noop);
   }
 
-  /** Reads the peer's DescriptorReplies while a write waits for one. */
+  /**
+   * Reads the reply connection to its next frame or its end, for the
+   * notice a peer of this library sends there when it fails the pipe
+   * (protocol/failure-notice.ts). Whether there is one to wait for.
+   */
+  awaitNotice(): boolean {
+    if (!this.host.peerIsOurs) return false;
+    this.noticeAwaited = true;
+    this.readReplies();
+    return this.replyReading;
+  }
+
+  /** Reads the peer's DescriptorReplies while a write waits for one, or a notice while one is awaited. */
   private readReplies(): void {
-    if (this.replyReading || this.host.failure) return;
-    const waiting = this.queue.find((op) => op.state === "targets awaited");
-    if (!waiting) return;
+    // Held, the pipe still listens there: the notice it waits for comes on this connection.
+    const over = (): boolean => this.host.failure !== undefined && !this.host.holding;
+    if (this.replyReading || over()) return;
+    if (!this.noticeAwaited && !this.awaitsTargets) return;
     this.replyReading = true;
     this.host.reply.read(this.host.maxDescriptorLength).then(
       (bytes) => {
         this.replyReading = false;
-        if (this.host.failure) return;
+        if (over()) return;
         try {
-          const { targetDevices } = decodeDescriptorReply(bytes);
-          if (targetDevices.length !== waiting.missingTargets) {
-            throw protocolError(`DescriptorReply names ${targetDevices.length} device(s) for ${waiting.missingTargets} tensor(s)`);
+          if (this.host.peerIsOurs) {
+            const frame = decodeReplyFrame(bytes);
+            if ("notice" in frame) {
+              this.host.peerFailed(frame.notice);
+              return;
+            }
+            this.targetsCame(frame.reply.targetDevices);
+          } else {
+            this.targetsCame(decodeDescriptorReply(bytes).targetDevices);
           }
-          waiting.targetsCame(targetDevices);
         } catch (e) {
           this.host.fail(e);
           return;
@@ -206,8 +241,19 @@ export class Writer {
       },
       (e) => {
         this.replyReading = false;
-        this.host.fail(e);
+        // Its end is the peer's, decided on main; it fails the pipe only under a write that waits on it.
+        if (this.awaitsTargets) this.host.fail(e);
+        else this.host.replyEnded(e);
       },
     );
+  }
+
+  private targetsCame(targetDevices: Device[]): void {
+    const waiting = this.queue.find((op) => op.state === "targets awaited");
+    if (!waiting) throw protocolError("a DescriptorReply came with no write waiting for one");
+    if (targetDevices.length !== waiting.missingTargets) {
+      throw protocolError(`DescriptorReply names ${targetDevices.length} device(s) for ${waiting.missingTargets} tensor(s)`);
+    }
+    waiting.targetsCame(targetDevices);
   }
 }

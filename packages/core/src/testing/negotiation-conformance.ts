@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from "./vitest.js";
 import type { Channel, ChannelContext } from "../channel.js";
 import { Context } from "../context.js";
 import { CPU_DEVICE, cpuBytes } from "../device.js";
+import { ErrorCode, TensorPipeError } from "../errors.js";
 import { type Connection, type TransportContext, writeFrame } from "../transport.js";
 import { VIABLE, type Viability, notViable } from "../viability.js";
 
@@ -75,11 +76,35 @@ function unviable<T extends { isViable(): Viability }>(context: T): T {
   });
 }
 
+/** `context` whose channels land what they receive and then find it corrupted, as a checksum would. */
+function corruptingRecv(context: ChannelContext): ChannelContext {
+  return new Proxy(context, {
+    get: (target, key, receiver) => {
+      if (key !== "createChannel") return Reflect.get(target, key, receiver);
+      return (...args: Parameters<ChannelContext["createChannel"]>): Channel => {
+        const channel = target.createChannel(...args);
+        return {
+          send: (buffer, length) => channel.send(buffer, length),
+          recv: (buffer, length) =>
+            channel.recv(buffer, length).then(() => {
+              throw new TensorPipeError(ErrorCode.DATA_CORRUPTED, `the negotiation suite found a tensor of ${length} bytes corrupted`, {
+                where: "negotiation suite",
+              });
+            }),
+          close: (error) => channel.close(error),
+        };
+      };
+    },
+  });
+}
+
 /**
  * Two contexts negotiate the backend under test: it is picked when both
  * ends have it and it outranks what else they share, and the pipe falls
  * back (and still carries a tensor) when one end lacks it, when it is not
- * viable at either end, and when it ranks below the fallback.
+ * viable at either end, and when it ranks below the fallback. A channel's
+ * recv() that rejects fails the pipe on both ends, and the writing end
+ * hears the reading end's error.
  */
 export function describeNegotiationConformance(options: NegotiationConformanceOptions): void {
   const name = options.kind === "transport" ? options.backend.name : options.name;
@@ -151,5 +176,20 @@ export function describeNegotiationConformance(options: NegotiationConformanceOp
     it("respects priority: ranked below the fallback, it is not picked", async () => {
       expect(picked(await negotiate(context(true, undefined, true), context(true, undefined, true)))).toBe(fallbackName);
     });
+
+    if (options.kind === "channel") {
+      it("a recv that rejects fails both ends, and the writing end is told why", async () => {
+        const listener = await context(true, (c) => corruptingRecv(c as ChannelContext)).listen([options.transport.listenUrl]);
+        const [pipe, accepted] = await Promise.all([context(true).connect(listener.addresses()[0]!, { timeout: 10_000 }), listener.accept()]);
+        expect(accepted.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe(name);
+        const written = pipe.write({ tensors: [{ buffer: new Uint8Array(4096), targetDevice: CPU_DEVICE }] });
+        await expect(accepted.readMessage()).rejects.toMatchObject({ code: ErrorCode.DATA_CORRUPTED });
+        const told = { code: ErrorCode.DATA_CORRUPTED, message: expect.stringMatching(/^the peer failed the pipe: the negotiation suite found/) };
+        // The bytes may all have left before the reader looked at them: the write then resolved.
+        await written.catch((e: unknown) => expect(e).toMatchObject(told));
+        expect(await pipe.closed).toMatchObject(told);
+        listener.close();
+      });
+    }
   });
 }
