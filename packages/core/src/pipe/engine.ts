@@ -62,6 +62,8 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
   private notice?: TensorPipeError;
   /** A peer gone, held while the reply connection may still say why. */
   private held?: { err: TensorPipeError; to: FinalState; timer: NodeJS.Timeout };
+  /** Main's end from a peer of this library, put off while the reply connection may still say why. */
+  private mainEnd?: { err: TensorPipeError; timer: NodeJS.Timeout };
 
   constructor(pipe: Pipe, parts: PipeParts) {
     this.main = parts.main;
@@ -97,6 +99,10 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
 
   get closed(): Promise<TensorPipeError> {
     return this.lifecycle.closed;
+  }
+
+  get settled(): boolean {
+    return this.failure !== undefined;
   }
 
   get over(): boolean {
@@ -142,7 +148,7 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     if (to === "failed" && err.code === ErrorCode.PEER_CLOSED && this.writer.inFlight > 0 && !this.end.isDecision(err)) err = this.end.unfinishedWrites(err);
     // Held, the first end waits for the peer's word: only a close here goes first.
     if (this.held && to !== "closed") return;
-    if (to !== "closed" && this.holds(err, to)) return;
+    if (to === "failed" && this.holds(err, to)) return;
     this.lifecycle.finish(to, err);
   }
 
@@ -157,8 +163,20 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     this.release();
   }
 
+  /**
+   * The main connection ended: from a peer of this library, once the reply
+   * connection has been read to a notice or its end (or a second has
+   * passed), since a peer that failed the pipe said why there first.
+   */
   mainEnded(err: TensorPipeError): void {
-    this.end.mainEnded(err);
+    if (this.mainEnd || this.settled) return;
+    if (!this.writer.awaitNotice()) {
+      this.end.mainEnded(err);
+      return;
+    }
+    const timer = setTimeout(() => this.release(), NOTICE_WAIT_MS);
+    timer.unref();
+    this.mainEnd = { err, timer };
   }
 
   readProgressed(): void {
@@ -195,20 +213,25 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     return true;
   }
 
-  /** Ends the pipe with the peer's notice, or else as it was held. */
+  /** Ends the pipe with the peer's notice, or else goes on with the end held or main's end put off. */
   private release(notice?: TensorPipeError): void {
-    const held = this.held;
+    const { held, mainEnd } = this;
     if (held) clearTimeout(held.timer);
+    if (mainEnd) clearTimeout(mainEnd.timer);
     this.held = undefined;
+    this.mainEnd = undefined;
     if (notice) this.lifecycle.finish("failed", notice);
     else if (held) this.lifecycle.finish(held.to, held.err);
+    else if (mainEnd) this.end.mainEnded(mainEnd.err);
   }
 
   private transition(_from: PipeState, to: PipeState, error: TensorPipeError | undefined): void {
     this.observer.transition(to, error);
     if (!error) return;
     if (this.held) clearTimeout(this.held.timer);
+    if (this.mainEnd) clearTimeout(this.mainEnd.timer);
     this.held = undefined;
+    this.mainEnd = undefined;
     this.end.stop();
     this.reader.fail(error);
     this.writer.fail(error);

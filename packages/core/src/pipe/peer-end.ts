@@ -27,8 +27,8 @@ export interface PeerEndHost {
   readonly peer: string;
   /** Whether the pipe is draining (its main connection ended). */
   readonly draining: boolean;
-  /** Whether the pipe is over. */
-  readonly over: boolean;
+  /** Whether the pipe is over, or its end is held for the peer's word: nothing is left to decide. */
+  readonly settled: boolean;
   /** Writes of this side not finished. */
   readonly writesInFlight: number;
   /** Reads whose bytes are still landing. */
@@ -37,6 +37,8 @@ export interface PeerEndHost {
   readonly holdsMessage: boolean;
   /** Messages received so far, to tell a main connection that moves from one that waits. */
   readonly messagesReceived: number;
+  /** The main connection ended with `err`: the host hands it to mainEnded() when it is ready to. */
+  mainEnded(err: TensorPipeError): void;
   /** Begins draining. */
   drain(): void;
   /** The end is decided: readers past what came before it hear `err`. */
@@ -69,7 +71,7 @@ export class PeerEnd {
     this.othersOpen = others.length;
     // A connection that fails while idle: the peer is gone even if nobody
     // is reading or writing right now.
-    main.closed.then((e) => e && this.mainEnded(host.describe(e)));
+    main.closed.then((e) => e && host.mainEnded(host.describe(e)));
     for (const { what, connection } of others) {
       connection.closed.then((e) => {
         this.othersOpen--;
@@ -96,7 +98,7 @@ export class PeerEnd {
 
   /** The main connection ended with `err`, between messages. */
   mainEnded(err: TensorPipeError): void {
-    if (this.cause || this.host.over) return;
+    if (this.cause || this.host.settled) return;
     this.cause = err;
     this.host.drain();
     // Neither reads in flight nor unfinished writes wait for ever: a peer may keep a connection open after closing the pipe's own.
@@ -111,13 +113,13 @@ export class PeerEnd {
    */
   check(): void {
     const host = this.host;
-    if (!this.cause || host.over) return;
+    if (!this.cause || host.settled) return;
     if (!this.decision && host.writesInFlight === 0) this.decide();
     else if (!this.decision && this.othersOpen === 0 && !this.lastLook) {
       // Every connection has ended; a write whose acknowledgement came last
       // may still be settling its promises: a turn later it has.
       this.lastLook = setImmediate(() => {
-        if (!this.decision && !host.over) this.decide();
+        if (!this.decision && !host.settled) this.decide();
         this.check();
       });
     }
@@ -154,7 +156,7 @@ export class PeerEnd {
 
   private graceOver(): void {
     const host = this.host;
-    if (host.over) return;
+    if (host.settled) return;
     if (!this.decision) this.decide();
     if (host.readsInFlight === 0) {
       this.check();
@@ -193,7 +195,7 @@ export class PeerEnd {
     let waitedSince = -1;
     const check = (): void => {
       const host = this.host;
-      if (host.over || this.cause) return;
+      if (host.settled || this.cause) return;
       const waiting = !host.holdsMessage && host.readsInFlight === 0;
       if (waiting && waitedSince === host.messagesReceived) {
         const err = host.describe(cause);
