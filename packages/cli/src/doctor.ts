@@ -299,8 +299,15 @@ export function formatDoctor(r: DoctorReport): string[] {
   }
   if (r.peer) lines.push("", ...peerLines(r.peer));
   // The verdict comes last, and only from here: no line a peer sent can stand in for it.
-  lines.push("", r.usable ? "usable: at least one transport and one channel are viable" : "NOT USABLE: no viable transport or no viable channel");
+  lines.push("");
   for (const m of r.unusableModules ?? []) lines.push(`--backend ${m.module}: NOT USABLE: ${safeText(m.reason, 1024)}`);
+  lines.push(
+    r.unusableModules
+      ? `NOT USABLE: ${r.unusableModules.length} --backend module(s) gave no backend (above)`
+      : r.usable
+        ? "usable: at least one transport and one channel are viable"
+        : "NOT USABLE: no viable transport or no viable channel",
+  );
   if (r.peer) lines.push(r.peer.path ? `pipe to ${r.peer.url}: opened over ${r.peer.path.transport}` : `pipe to ${r.peer.url}: FAILED (${r.peer.error!.code})`);
   return lines;
 }

@@ -100,9 +100,10 @@ describe("tensorpipe doctor", () => {
         (e: { code: number; stdout: string }) => e,
       );
       expect(failed, module).toMatchObject({ code: 1 });
-      const last = failed!.stdout.trimEnd().split("\n").at(-1)!;
-      expect(last).toContain(`--backend ${module}: NOT USABLE`);
-      expect(last).toMatch(why);
+      const [named, verdict] = failed!.stdout.trimEnd().split("\n").slice(-2);
+      expect(named).toContain(`--backend ${module}: NOT USABLE`);
+      expect(named).toMatch(why);
+      expect(verdict).toBe("NOT USABLE: 1 --backend module(s) gave no backend (above)");
     }
   });
 
