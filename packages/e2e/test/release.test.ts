@@ -154,7 +154,8 @@ describe("the published packages", () => {
       }
       // A backend author's guide and the API report it promises are where the author is.
       if (name === "core")
-        for (const f of ["docs/backends.md", "api/index.api.txt", "api/backend.api.txt", "api/testing.api.txt"]) expect(files).toContain(`package/${f}`);
+        for (const f of ["docs/backends.md", "docs/security.md", "docs/wire-protocol.md", "api/index.api.txt", "api/backend.api.txt", "api/testing.api.txt"])
+          expect(files).toContain(`package/${f}`);
       // Tools that report versions resolve it.
       expect((m.exports as Record<string, unknown>)["./package.json"], name).toBe("./package.json");
       // Measurement lives in the private bench package.
