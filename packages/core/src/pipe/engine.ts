@@ -43,6 +43,17 @@ function toBeTold(err: TensorPipeError): boolean {
   return TOLD.has(err.code);
 }
 
+/**
+ * A wait (a second at most) for a peer of this library's failure notice:
+ * what is held until it comes or the reply connection ends, a failure or
+ * main's end.
+ */
+interface AwaitedNotice {
+  timer: NodeJS.Timeout;
+  held?: TensorPipeError;
+  mainEnd?: TensorPipeError;
+}
+
 /** One pipe's state and operations. */
 export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
   readonly main: Connection;
@@ -60,10 +71,8 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
   private readonly channels: Map<string, Channel>;
   /** The peer's notice, once one came: this side does not tell it back. */
   private notice?: TensorPipeError;
-  /** A peer gone, held while the reply connection may still say why. */
-  private held?: { err: TensorPipeError; to: FinalState; timer: NodeJS.Timeout };
-  /** Main's end from a peer of this library, put off while the reply connection may still say why. */
-  private mainEnd?: { err: TensorPipeError; timer: NodeJS.Timeout };
+  /** While the reply connection may still say why the peer went. */
+  private awaiting?: AwaitedNotice;
 
   constructor(pipe: Pipe, parts: PipeParts) {
     this.main = parts.main;
@@ -89,12 +98,7 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
 
   /** The pipe's error: its final one, or, while a peer's end is held, that end (nothing goes on past it). */
   get failure(): TensorPipeError | undefined {
-    return this.lifecycle.error ?? this.held?.err;
-  }
-
-  /** Whether the pipe's end is held, its final error still to come (the peer's notice, or the end held). */
-  get holding(): boolean {
-    return this.held !== undefined && !this.over;
+    return this.lifecycle.error ?? this.awaiting?.held;
   }
 
   get closed(): Promise<TensorPipeError> {
@@ -147,8 +151,8 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     // peer gone with writes of this side unfinished is one error, said once.
     if (to === "failed" && err.code === ErrorCode.PEER_CLOSED && this.writer.inFlight > 0 && !this.end.isDecision(err)) err = this.end.unfinishedWrites(err);
     // Held, the first end waits for the peer's word: only a close here goes first.
-    if (this.held && to !== "closed") return;
-    if (to === "failed" && this.holds(err, to)) return;
+    if (this.awaiting?.held && to !== "closed") return;
+    if (to === "failed" && this.holds(err)) return;
     this.lifecycle.finish(to, err);
   }
 
@@ -169,14 +173,9 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
    * passed), since a peer that failed the pipe said why there first.
    */
   mainEnded(err: TensorPipeError): void {
-    if (this.mainEnd || this.settled) return;
-    if (!this.writer.awaitNotice()) {
-      this.end.mainEnded(err);
-      return;
-    }
-    const timer = setTimeout(() => this.release(), NOTICE_WAIT_MS);
-    timer.unref();
-    this.mainEnd = { err, timer };
+    if (this.awaiting?.mainEnd || this.settled) return;
+    if (this.awaitNotice()) this.awaiting!.mainEnd = err;
+    else this.end.mainEnded(err);
   }
 
   readProgressed(): void {
@@ -204,34 +203,42 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
    * peer of this library that failed the pipe tells why there before it
    * closes, and its closing may show first on another connection.
    */
-  private holds(err: TensorPipeError, to: FinalState): boolean {
+  private holds(err: TensorPipeError): boolean {
     const gone = err.code === ErrorCode.PEER_CLOSED || err.code === ErrorCode.CONNECTION_RESET;
-    if (!gone || !this.writer.awaitNotice()) return false;
+    if (!gone || !this.awaitNotice()) return false;
+    this.awaiting!.held = err;
+    return true;
+  }
+
+  /** Waits (a second at most) for the reply connection's notice or end, where the peer may send one; whether it does. */
+  private awaitNotice(): boolean {
+    if (this.awaiting) return true;
+    if (!this.writer.awaitNotice()) return false;
     const timer = setTimeout(() => this.release(), NOTICE_WAIT_MS);
     timer.unref();
-    this.held = { err, to, timer };
+    this.awaiting = { timer };
     return true;
   }
 
   /** Ends the pipe with the peer's notice, or else goes on with the end held or main's end put off. */
   private release(notice?: TensorPipeError): void {
-    const { held, mainEnd } = this;
-    if (held) clearTimeout(held.timer);
-    if (mainEnd) clearTimeout(mainEnd.timer);
-    this.held = undefined;
-    this.mainEnd = undefined;
+    const awaited = this.stopAwaiting();
     if (notice) this.lifecycle.finish("failed", notice);
-    else if (held) this.lifecycle.finish(held.to, held.err);
-    else if (mainEnd) this.end.mainEnded(mainEnd.err);
+    else if (awaited?.held) this.lifecycle.finish("failed", awaited.held);
+    else if (awaited?.mainEnd) this.end.mainEnded(awaited.mainEnd);
+  }
+
+  private stopAwaiting(): AwaitedNotice | undefined {
+    const awaited = this.awaiting;
+    if (awaited) clearTimeout(awaited.timer);
+    this.awaiting = undefined;
+    return awaited;
   }
 
   private transition(_from: PipeState, to: PipeState, error: TensorPipeError | undefined): void {
     this.observer.transition(to, error);
     if (!error) return;
-    if (this.held) clearTimeout(this.held.timer);
-    if (this.mainEnd) clearTimeout(this.mainEnd.timer);
-    this.held = undefined;
-    this.mainEnd = undefined;
+    this.stopAwaiting();
     this.end.stop();
     this.reader.fail(error);
     this.writer.fail(error);

@@ -43,8 +43,8 @@ export interface ReaderHost {
   readonly failure: TensorPipeError | undefined;
   /** Settles with the pipe's error once it has one. */
   readonly closed: Promise<TensorPipeError>;
-  /** Whether the pipe's end is held: its final error is still to come. */
-  readonly holding: boolean;
+  /** Whether the pipe has its final error (failure may be a peer's end held before it). */
+  readonly over: boolean;
   /** Fails the pipe with `e` (the first error wins). */
   fail(e: unknown): void;
   /** The main connection ended with `err` between messages: the peer's end. */
@@ -218,7 +218,7 @@ export class Reader implements ReadOwner {
           }),
         );
       }
-      if (this.host.failure && !this.host.holding) throw this.host.failure;
+      if (this.host.over) throw this.host.failure;
     } finally {
       this.host.readProgressed();
     }

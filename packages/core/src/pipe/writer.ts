@@ -32,8 +32,8 @@ export interface WriterHost {
   readonly failure: TensorPipeError | undefined;
   /** Settles with the pipe's error once it has one. */
   readonly closed: Promise<TensorPipeError>;
-  /** Whether the pipe's end is held: its final error is still to come. */
-  readonly holding: boolean;
+  /** Whether the pipe has its final error (failure may be a peer's end held before it). */
+  readonly over: boolean;
   /** Whether the peer is of this library: it may send a failure notice on the reply connection. */
   readonly peerIsOurs: boolean;
   /** Fails the pipe with `e` (the first error wins). */
@@ -70,7 +70,7 @@ export class Writer {
     // Still counted while it fails the pipe: it is one of the writes unfinished.
     try {
       this.host.fail(e);
-      if (this.host.failure && !this.host.holding) throw this.host.failure;
+      if (this.host.over) throw this.host.failure;
     } finally {
       this.inFlight--;
       this.host.writeSettled();
@@ -213,14 +213,13 @@ export class Writer {
   /** Reads the peer's DescriptorReplies while a write waits for one, or a notice while one is awaited. */
   private readReplies(): void {
     // Held, the pipe still listens there: the notice it waits for comes on this connection.
-    const over = (): boolean => this.host.failure !== undefined && !this.host.holding;
-    if (this.replyReading || over()) return;
+    if (this.replyReading || this.host.over) return;
     if (!this.noticeAwaited && !this.awaitsTargets) return;
     this.replyReading = true;
     this.host.reply.read(this.host.maxDescriptorLength).then(
       (bytes) => {
         this.replyReading = false;
-        if (over()) return;
+        if (this.host.over) return;
         try {
           if (this.host.peerIsOurs) {
             const frame = decodeReplyFrame(bytes);

@@ -7,6 +7,7 @@
  * first bytes.
  */
 import { ErrorCode, type TensorPipeError } from "../errors.js";
+import { Nop } from "../nop/prefixes.js";
 import { NopReader } from "../nop/reader.js";
 import { NopWriter } from "../nop/writer.js";
 import { peerText } from "../peer-text.js";
@@ -34,22 +35,12 @@ export function encodeFailureNotice(err: TensorPipeError): Uint8Array {
 
 /** A frame read on the reply connection: a DescriptorReply, or a notice; ERR_TP_PROTOCOL on anything else. */
 export function decodeReplyFrame(bytes: Uint8Array): { reply: DescriptorReply } | { notice: FailureNotice } {
-  if (!isNotice(bytes)) return { reply: decodeDescriptorReply(bytes) };
-  const r = new NopReader(bytes, "failure notice");
-  r.structure(2, "failure notice");
+  const r = new NopReader(bytes, "reply frame");
+  r.expect(Nop.Structure, "a DescriptorReply or a failure notice");
+  // A DescriptorReply has one member, a notice two: anything else fails as a DescriptorReply would.
+  if (r.uint(64) !== 2) return { reply: decodeDescriptorReply(bytes) };
   const code = r.string();
   const message = r.string();
   r.end();
   return { notice: { code: CODES.has(code) ? (code as ErrorCode) : ErrorCode.PROTOCOL, message: peerText(message, MAX_NOTICE_CHARS) } };
-}
-
-/** Whether `bytes` begin as a structure of two members (a DescriptorReply has one). */
-function isNotice(bytes: Uint8Array): boolean {
-  const r = new NopReader(bytes, "reply frame");
-  try {
-    r.structure(2, "failure notice");
-    return true;
-  } catch {
-    return false;
-  }
 }
