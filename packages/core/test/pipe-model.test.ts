@@ -255,6 +255,18 @@ const EXAMPLES: [Action[]][] = [
       { t: "deliver", picks: [1, 0, 0, 0, 0] },
     ],
   ],
+  // The server's write times out (its pipe fails) while the client waits
+  // on a reply: the client holds the server's end for its notice, and a
+  // read it starts meanwhile must get the error the pipe ends with (I4).
+  [
+    [
+      { t: "write", side: "server", size: 0, picked: true, abort: "timeout now" },
+      { t: "readDescriptor", side: "client", abort: "none" },
+      { t: "deliver", picks: [0, 0] },
+      { t: "write", side: "client", size: 0, picked: true, abort: "none" },
+      { t: "read", side: "client", abort: "none" },
+    ],
+  ],
   // Two reads taken at once, the first waiting for a byte after its reply,
   // the second for nothing: the second settled first (I1).
   [

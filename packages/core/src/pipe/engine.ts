@@ -101,8 +101,9 @@ export class PipeEngine implements ReaderHost, WriterHost, PeerEndHost {
     return this.lifecycle.error ?? this.awaiting?.held;
   }
 
-  get closed(): Promise<TensorPipeError> {
-    return this.lifecycle.closed;
+  /** Rejects with the pipe's final error: at once where it is over, else (a peer's end held for its notice) once it is. */
+  ended(): Promise<never> {
+    return this.lifecycle.ended();
   }
 
   get settled(): boolean {

@@ -22,6 +22,10 @@ export type PipeState = "open" | "draining" | "ended" | "failed" | "closed";
 export type FinalState = "ended" | "failed" | "closed";
 
 /** Told of every change of state, with the error of a final one. */
+const rethrow = (err: TensorPipeError): never => {
+  throw err;
+};
+
 export type TransitionObserver = (from: PipeState, to: PipeState, error: TensorPipeError | undefined) => void;
 
 /** One pipe's state. */
@@ -41,6 +45,11 @@ export class PipeLifecycle {
   /** The error of the final state; undefined before it. */
   get error(): TensorPipeError | undefined {
     return this.finalError;
+  }
+
+  /** Rejects with the error of the final state: at once where the pipe is over, else once it is. */
+  ended(): Promise<never> {
+    return this.finalError ? Promise.reject(this.finalError) : this.closed.then(rethrow);
   }
 
   /** Whether the pipe reached a final state. */

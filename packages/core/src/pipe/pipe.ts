@@ -83,7 +83,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   write(message: Message, options?: OperationOptions): Promise<void> {
     const { engine } = this;
     const refusal = engine.refusal;
-    if (refusal) return Promise.reject(refusal);
+    if (refusal) return refusal === engine.failure ? this.engine.ended() : Promise.reject(refusal);
     const started = engine.observer.timing ? performance.now() : 0;
     let deadline: Deadline | undefined;
     let sent: Promise<void>;
@@ -103,7 +103,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       deadline = operationDeadline(options, "readDescriptor");
     } catch (e) {
-      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+      return this.engine.failure ? this.engine.ended() : this.refuse(e);
     }
     const got = this.take(deadline, "readDescriptor");
     return deadline ? got.finally(() => deadline.release()) : got;
@@ -118,7 +118,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       deadline = operationDeadline(options, "pipe read");
     } catch (e) {
-      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+      return this.engine.failure ? this.engine.ended() : this.refuse(e);
     }
     return this.readInto(allocation, deadline, "pipe read");
   }
@@ -129,7 +129,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       deadline = operationDeadline(options, "readMessage");
     } catch (e) {
-      return this.engine.failure ? Promise.reject(this.engine.failure) : this.refuse(e);
+      return this.engine.failure ? this.engine.ended() : this.refuse(e);
     }
     // One deadline for the whole message, not one for each half.
     let d: Descriptor;
@@ -183,7 +183,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   /** The next descriptor, waited for under `deadline` (which the caller releases). */
   private take(deadline: Deadline | undefined, what: string): Promise<Descriptor> {
     const { engine } = this;
-    if (engine.failure) return Promise.reject(engine.failure);
+    if (engine.failure) return this.engine.ended();
     if (engine.reader.canRead) return this.refuse(invalid(`${what}() while the descriptor readDescriptor() gave is unread: read() that message first`));
     return engine.reader.take(deadline?.signal, what);
   }
@@ -193,7 +193,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const { engine } = this;
     const refused = (e: unknown): Promise<never> => {
       deadline?.release();
-      return e === engine.failure ? Promise.reject(e) : this.refuse(e);
+      return e === engine.failure ? this.engine.ended() : this.refuse(e);
     };
     if (engine.failure) return refused(engine.failure);
     if (!engine.reader.canRead) {

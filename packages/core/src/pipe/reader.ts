@@ -41,8 +41,8 @@ export interface ReaderHost {
   readonly limits: Parameters<typeof decodeDescriptor>[1];
   /** The pipe's error once it has one. */
   readonly failure: TensorPipeError | undefined;
-  /** Settles with the pipe's error once it has one. */
-  readonly closed: Promise<TensorPipeError>;
+  /** Rejects with the pipe's final error, once it has one. */
+  ended(): Promise<never>;
   /** Whether the pipe has its final error (failure may be a peer's end held before it). */
   readonly over: boolean;
   /** Fails the pipe with `e` (the first error wins). */
@@ -223,9 +223,7 @@ export class Reader implements ReadOwner {
       this.host.readProgressed();
     }
     // Held: a peer of this library may still say why it went.
-    return this.host.closed.then((err) => {
-      throw err;
-    });
+    return this.host.ended();
   }
 
   private recycle(op: ReadOperation): void {

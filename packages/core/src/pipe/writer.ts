@@ -17,9 +17,6 @@ import type { ChannelRoutes } from "./routes.js";
 import { WriteOperation } from "./write-operation.js";
 
 const noop = (): void => undefined;
-const rethrow = (err: TensorPipeError): never => {
-  throw err;
-};
 
 /** What the writer needs of its pipe. */
 export interface WriterHost {
@@ -30,8 +27,8 @@ export interface WriterHost {
   readonly maxDescriptorLength: number;
   /** The pipe's error once it has one. */
   readonly failure: TensorPipeError | undefined;
-  /** Settles with the pipe's error once it has one. */
-  readonly closed: Promise<TensorPipeError>;
+  /** Rejects with the pipe's final error, once it has one. */
+  ended(): Promise<never>;
   /** Whether the pipe has its final error (failure may be a peer's end held before it). */
   readonly over: boolean;
   /** Whether the peer is of this library: it may send a failure notice on the reply connection. */
@@ -76,7 +73,7 @@ export class Writer {
       this.host.writeSettled();
     }
     // Held: a peer of this library may still say why it went.
-    return this.host.closed.then(rethrow);
+    return this.host.ended();
   };
 
   constructor(private readonly host: WriterHost) {}
