@@ -4,8 +4,10 @@
 // semver has it for 0.x: a line removed or changed (a break) needs a minor
 // bump (a major one from 1.0 on), a line only added a patch (a minor from
 // 1.0 on). The last release is the git tag changesets makes when it
-// publishes, <name>@<version>; a package never released has nothing to
-// break. Prints what is missing and exits 1; `node scripts/check-api-changesets.mjs [repo]`.
+// publishes, <name>@<version>, or, before that tag exists, the commit that
+// set the package's version (`pnpm changeset version`); a version not yet
+// committed is the release being made. Prints what is missing and exits 1;
+// `node scripts/check-api-changesets.mjs [repo]`.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
@@ -21,14 +23,14 @@ export function apiChangesetProblems(repo) {
     const api = join(repo, "packages", dir, "api");
     if (!existsSync(api)) continue;
     const { name, version } = JSON.parse(readFileSync(join(repo, "packages", dir, "package.json"), "utf8"));
-    const tag = `${name}@${version}`;
-    if (git("tag", "--list", tag).trim() === "") continue;
+    const release = releaseOf(git, `packages/${dir}/package.json`, name, version);
+    if (release === undefined) continue;
     const major = Number(version.split(".")[0]);
     for (const file of readdirSync(api).filter((f) => f.endsWith(".api.txt"))) {
       const now = readFileSync(join(api, file), "utf8").split("\n");
       let then;
       try {
-        then = git("show", `${tag}:packages/${dir}/api/${file}`).split("\n");
+        then = git("show", `${release.rev}:packages/${dir}/api/${file}`).split("\n");
       } catch {
         then = [];
       }
@@ -42,11 +44,28 @@ export function apiChangesetProblems(repo) {
       if (have.some((b) => RANK[b] >= RANK[need])) continue;
       const what = removed.length > 0 ? `removes or changes ${removed.length} line(s), a break: first "${removed[0].trim()}"` : `adds ${added.length} line(s)`;
       problems.push(
-        `${name}: api/${file} ${what} since ${tag}; add a changeset (pnpm changeset) with a ${need} bump of ${name}${have.length > 0 ? ` (pending: ${have.join(", ")})` : ""}`,
+        `${name}: api/${file} ${what} since ${release.label}; add a changeset (pnpm changeset) with a ${need} bump of ${name}${have.length > 0 ? ` (pending: ${have.join(", ")})` : ""}`,
       );
     }
   }
   return problems;
+}
+
+/** Where `name@version` was released: its tag, else the commit that set its version. */
+function releaseOf(git, manifest, name, version) {
+  const tag = `${name}@${version}`;
+  if (git("tag", "--list", tag).trim() !== "") return { rev: tag, label: tag };
+  for (const commit of git("log", "--format=%H", "-G", '"version"', "--", manifest).split("\n").filter(Boolean)) {
+    let then;
+    try {
+      then = JSON.parse(git("show", `${commit}:${manifest}`)).version;
+    } catch {
+      continue;
+    }
+    if (then === version) return { rev: commit, label: `${tag} (set in ${commit.slice(0, 7)}, not tagged)` };
+    return undefined;
+  }
+  return undefined;
 }
 
 /** The bumps pending changesets ask for, by package. */

@@ -70,4 +70,38 @@ describe("API changes and changesets", () => {
       expect(run).toThrow(/a minor bump of @x\/core/);
     });
   });
+  describe("in a repository whose version 0.3.0 was set by `changeset version` but never tagged", () => {
+    const dir = mkdtempSync(join(tmpdir(), "api-changesets-"));
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    const git = (...args: string[]) => execFileSync("git", ["-C", dir, ...args], { stdio: "pipe" }).toString();
+    const commit = (message: string) => {
+      git("add", ".");
+      git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message);
+    };
+    const manifest = (version: string) => writeFileSync(join(dir, "packages/core/package.json"), `${JSON.stringify({ name: "@x/core", version }, null, 2)}\n`);
+    const api = (...lines: string[]) => writeFileSync(join(dir, "packages/core/api/index.api.txt"), `${lines.join("\n")}\n`);
+    mkdirSync(join(dir, "packages/core/api"), { recursive: true });
+    mkdirSync(join(dir, ".changeset"));
+    manifest("0.2.0");
+    api("export declare function open(url: string): Pipe;", "export declare const DONE: Promise<void>;");
+    git("init", "-q");
+    commit("start");
+    manifest("0.3.0");
+    commit("version packages");
+    const released = git("rev-parse", "--short=7", "HEAD").trim();
+    api("export declare function open(url: string): Pipe;");
+    commit("remove DONE");
+
+    it("the commit that set the version is the release: a break after it needs a changeset", () => {
+      expect(problems(dir)).toEqual([
+        expect.stringContaining(`since @x/core@0.3.0 (set in ${released}, not tagged); add a changeset (pnpm changeset) with a minor bump`),
+      ]);
+    });
+
+    it("a version set in the working tree is the release being made: nothing needed", () => {
+      manifest("0.4.0");
+      expect(problems(dir)).toEqual([]);
+      manifest("0.3.0");
+    });
+  });
 });
