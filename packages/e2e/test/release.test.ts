@@ -140,6 +140,8 @@ describe("the published packages", () => {
       const m = manifest(name);
       expect(m.type).toBe("module");
       expect(files).toContain("package/README.md");
+      // What each release changed, as changesets wrote it.
+      expect(files).toContain("package/CHANGELOG.md");
       if (name === "cli") {
         // A command only: nothing to import.
         expect(m.bin).toEqual({ tensorpipe: "./dist/main.js" });
