@@ -19,6 +19,12 @@
  * its RequestedConnection packet followed by one frame,
  * HMAC(connection|c|l|id), so that an id seen on the wire is no way in.
  *
+ * Each side's name (ContextOptions.name) is bound to the same handshake:
+ * the connecting side's proof brochure adds HMAC(name|dialler|c|l|<its
+ * name>), the listener's answer HMAC(name|listener|c|l|<its name>), so
+ * that a name a pipe reports under authentication is one a holder of the
+ * secret gave in this very handshake.
+ *
  * It authenticates the handshake, not the bytes that follow: the stream is
  * neither encrypted nor integrity-protected (see docs/security.md).
  */
@@ -140,6 +146,22 @@ export class SharedSecretAuth {
     const mac = entry?.startsWith("proof:") ? entry.slice(6) : undefined;
     if (mac === undefined || !MAC.test(mac)) throw denied("peer did not answer the authentication challenge");
     if (!sameText(mac, this.mac("client", session.client, session.listener))) throw denied("peer's shared secret does not match");
+  }
+
+  /** The proof that `name` is the name `side` gave in the handshake of `session`. */
+  nameProof(session: AuthSession, side: "dialler" | "listener", name: string): string {
+    return this.mac("name", side, session.client, session.listener, name);
+  }
+
+  /**
+   * The name `side` gave, if `proof` proves it for `session`; undefined
+   * without a proof (a peer of an earlier version). A proof that does not
+   * match is an attack on the handshake, and refused.
+   */
+  provenName(session: AuthSession, side: "dialler" | "listener", name: string | undefined, proof: string | undefined): string | undefined {
+    if (proof === undefined || name === undefined) return undefined;
+    if (!MAC.test(proof) || !sameText(proof, this.nameProof(session, side, name))) throw denied(`the ${side}'s name does not match its proof`);
+    return name;
   }
 
   /** The frame after a RequestedConnection packet that ties it to its pipe's handshake. */

@@ -25,7 +25,7 @@ const log = debugLog("negotiation");
 
 /** Options of a Context. */
 export interface ContextOptions {
-  /** Sent to listeners in the first packet; upstream's context name. */
+  /** This context's name, as its peers read it (Pipe.peerName): upstream's context name, sent in the first packet. */
   name?: string | undefined;
   /** A listener drops connections that have not finished the handshake by then (ms). */
   handshakeTimeout?: number | undefined;

@@ -266,7 +266,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
         { where: connection.remoteAddress },
       );
     }
-    const parts = await answer(this.settings, connection, transport, {
+    const parts = await answer(this.settings, connection, transport, packet.contextName, {
       transports: this.listeningTransports(),
       addressOf: (name) => this.transportAddress(name),
       registrations: this.registrations,

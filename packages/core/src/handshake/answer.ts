@@ -24,7 +24,7 @@ import { ConnectionKind, decodeBrochure, encodeBrochureAnswer } from "../protoco
 import type { Registration, Registrations } from "../registrations.js";
 import type { Connection, TransportContext } from "../transport.js";
 import { assemble } from "./assembly.js";
-import { WIRE_EXTENSIONS_ENTRY, putReport, readExtensions, stripExtensions } from "./extensions.js";
+import { WIRE_EXTENSIONS_ENTRY, putName, putReport, readExtensions, stripExtensions } from "./extensions.js";
 import { hungUpOnAnswer, refusal } from "./failures.js";
 import { type HandshakeSettings, MAX_HANDSHAKE_FRAME, log, recording, restricted } from "./settings.js";
 import { choiceVerdicts, describeBrochure, describeOffer, leftOut, notRegistered, offeredIn, pathNote, verdictLine, withPeerReasons } from "./verdicts.js";
@@ -46,17 +46,18 @@ export interface ListeningSide {
 
 /**
  * The listening side, after a SpontaneousConnection packet on `main` (which
- * came on transport `cameOn`): reads the offer, chooses, answers, and waits
- * for the connections it registered.
+ * came on transport `cameOn`, naming the peer's context `contextName`):
+ * reads the offer, chooses, answers, and waits for the connections it
+ * registered.
  */
-export function answer(settings: HandshakeSettings, main: Connection, cameOn: string, listening: ListeningSide): Promise<PipeParts> {
+export function answer(settings: HandshakeSettings, main: Connection, cameOn: string, contextName: string, listening: ListeningSide): Promise<PipeParts> {
   const events = new HandshakeEvents(settings.pipeOptions.flightRecorder > 0);
   events.add("handshake", `connection from ${main.remoteAddress} over ${cameOn}`);
   return recording(events, async () => {
     // The offer is read and chosen from in a function of its own: nothing
     // holds it (up to MAX_HANDSHAKE_ENTRIES entries) while the peer opens
     // the connections asked for.
-    const chosen = await chooseForOffer(settings, main, cameOn, listening, events);
+    const chosen = await chooseForOffer(settings, main, cameOn, contextName, listening, events);
     return await awaitConnections(chosen, main, cameOn, listening, events);
   });
 }
@@ -71,6 +72,8 @@ interface AnswerChoice {
   path: PathReport;
   /** The peer's wire extension of each channel. */
   peerExtensions: ReadonlyMap<string, string>;
+  /** The dialler's name, where it gave one (and proved it, under authentication). */
+  peerName: string | undefined;
 }
 
 /** Reads the peer's offer (after its proof, under authentication) and chooses, or refuses it. */
@@ -78,6 +81,7 @@ async function chooseForOffer(
   all: HandshakeSettings,
   main: Connection,
   cameOn: string,
+  contextName: string,
   listening: ListeningSide,
   events: HandshakeEvents,
 ): Promise<AnswerChoice> {
@@ -85,12 +89,15 @@ async function chooseForOffer(
   const { auth } = settings;
   let brochure = decodeBrochure(await main.read(MAX_HANDSHAKE_FRAME));
   let session: AuthSession | undefined;
+  let peerName: string | undefined = contextName;
   if (auth) {
     const challenge = auth.challenge(readExtensions(brochure.channelDeviceDescriptors, brochure.transportDomainDescriptors).auth);
     session = challenge.session;
     const [, bytes] = await Promise.all([main.write([encodeBrochureAnswer(challenge.answer)]), main.read(MAX_HANDSHAKE_FRAME)]);
     brochure = decodeBrochure(bytes);
-    auth.verifyProof(session, readExtensions(brochure.channelDeviceDescriptors, brochure.transportDomainDescriptors).auth);
+    const proved = readExtensions(brochure.channelDeviceDescriptors, brochure.transportDomainDescriptors);
+    auth.verifyProof(session, proved.auth);
+    peerName = auth.provenName(session, "dialler", contextName, proved.name.proof);
   }
   const extensions = readExtensions(brochure.channelDeviceDescriptors);
   stripExtensions(brochure);
@@ -154,14 +161,17 @@ async function chooseForOffer(
   };
   if (events.enabled) events.add("path", pathHeadline(path));
   // Toward upstream, whose brochure carries neither, the answer is upstream's alone.
-  if (dialerSaid) putReport(choice.deviceDescriptors, reportJson(offeredHere, ownVerdicts()));
+  if (dialerSaid) {
+    putReport(choice.deviceDescriptors, reportJson(offeredHere, ownVerdicts()));
+    if (settings.name !== "") putName(choice.deviceDescriptors, settings.name, session && auth?.nameProof(session, "listener", settings.name));
+  }
   if (extensions.wire.size === 0) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);
-  return { settings, session, transport, choice, path, peerExtensions: extensions.wire };
+  return { settings, session, transport, choice, path, peerExtensions: extensions.wire, peerName: peerName || undefined };
 }
 
 /** Answers with `chosen`, and waits for the connections the answer asked for. */
 async function awaitConnections(
-  { settings, session, transport, choice, path, peerExtensions }: AnswerChoice,
+  { settings, session, transport, choice, path, peerExtensions, peerName }: AnswerChoice,
   main: Connection,
   cameOn: string,
   listening: ListeningSide,
@@ -211,6 +221,7 @@ async function awaitConnections(
       peerExtensions,
       pairs: choice.pairs,
       peer: pipeMain.remoteAddress,
+      peerName,
       path,
       events: events.events,
     });

@@ -29,6 +29,8 @@ export interface Assembly {
   readonly pairs: DevicePairChoice[];
   /** The peer, for error messages. */
   readonly peer: string;
+  /** The peer's name, as its handshake gave (and, under authentication, proved) it. */
+  readonly peerName: string | undefined;
   readonly path: PathReport;
   readonly events: PipeParts["events"];
 }
@@ -56,6 +58,8 @@ export function assemble(a: Assembly): PipeParts {
     channelConnections: byChannel,
     pairs: a.pairs,
     peer: a.peer,
+    peerName: a.peerName,
+    peerPid: a.main.peerPid,
     side: a.side,
     options: a.settings.pipeOptions,
     path: a.path,

@@ -24,7 +24,7 @@ import {
 import type { Connection, TransportContext } from "../transport.js";
 import { ListenerProof, checkAnsweredAddress, followUpAddress } from "./address-policy.js";
 import { assemble } from "./assembly.js";
-import { AUTH_ENTRY, putAuth, putReport, readExtensions } from "./extensions.js";
+import { AUTH_ENTRY, putAuth, putNameProof, putReport, readExtensions } from "./extensions.js";
 import { REFUSED, duringHandshake, noCpuChannel, refused } from "./failures.js";
 import { type HandshakeSettings, MAX_HANDSHAKE_FRAME, log, recording, restricted, viable } from "./settings.js";
 import { describeBrochure, describeOffer, inferredVerdicts, leftOut, offeredIn } from "./verdicts.js";
@@ -117,6 +117,7 @@ class Dialling {
       const reply = auth!.answerChallenge(hello.client, answer);
       this.session = reply.session;
       putAuth(brochure, reply.entry);
+      if (this.settings.name !== "") putNameProof(brochure, auth!.nameProof(reply.session, "dialler", this.settings.name));
       answer = await this.exchange([encodeBrochure(brochure)]);
     }
     return answer;
@@ -191,6 +192,8 @@ class Dialling {
       if (log.enabled) log("%s named itself %s: its connections go to %s, where it was reached", url, answer.address, followUp);
     }
     const proof = new ListenerProof(answer, transport, chosen.context, main, url);
+    const extensions = readExtensions(answer.channelDeviceDescriptors);
+    const peerName = (session ? auth!.provenName(session, "listener", extensions.name.name, extensions.name.proof) : extensions.name.name) || undefined;
     const open = async (id: bigint): Promise<Connection> => {
       const c = await chosen.context.connect(followUp, { signal }).catch((e: unknown) => {
         // The address is the listener's word: one that is not an address at all is its fault, not the caller's.
@@ -228,9 +231,10 @@ class Dialling {
       reply: reply!,
       channels: [...answer.channelRegistrationIds].map(([name, ids]) => [name, ids.length] as const),
       channelConnections,
-      peerExtensions: readExtensions(answer.channelDeviceDescriptors).wire,
+      peerExtensions: extensions.wire,
       pairs: this.pairs,
       peer: url,
+      peerName,
       path,
       events: events.events,
     });

@@ -34,9 +34,20 @@ export const PATH_REPORT_ENTRY = "tensorpipe-js.path-report";
  */
 export const WIRE_EXTENSIONS_ENTRY = "tensorpipe-js.wire-extensions";
 
+/**
+ * A context's name (ContextOptions.name), bound to the handshake. The
+ * dialler's name travels in upstream's SpontaneousConnection packet; under
+ * authentication its proof brochure adds, here among the transports, an
+ * HMAC over the name and both nonces. The listener's answer carries its
+ * name among the channels (device name:0) and, under authentication, the
+ * HMAC (device proof:0).
+ */
+export const NAME_ENTRY = "tensorpipe-js.name";
+
 /** The entries, where each sits in a brochure. */
 export const BROCHURE_EXTENSIONS: readonly { readonly name: string; readonly sits: "transports" | "channels" }[] = [
   { name: AUTH_ENTRY, sits: "transports" },
+  { name: NAME_ENTRY, sits: "transports" },
   { name: PATH_REPORT_ENTRY, sits: "channels" },
   { name: WIRE_EXTENSIONS_ENTRY, sits: "channels" },
 ];
@@ -54,9 +65,13 @@ export interface PeerExtensions {
   readonly report: string | undefined;
   /** Each channel's wire extension, by channel name. */
   readonly wire: ReadonlyMap<string, string>;
+  /** A brochure's proof of the name its packet gave; an answer's name and its proof. */
+  readonly name: { readonly name?: string | undefined; readonly proof?: string | undefined };
 }
 
 const REPORT_DEVICE = { type: "report", index: 0 };
+const NAME_DEVICE = { type: "name", index: 0 };
+const NAME_PROOF_DEVICE = { type: "proof", index: 0 };
 
 /** Reads the entries of ours out of a peer's brochure (`transports` too) or answer (its channels alone). */
 export function readExtensions(channels: ReadonlyMap<string, DeviceDescriptors>, transports?: ReadonlyMap<string, string>): PeerExtensions {
@@ -68,6 +83,12 @@ export function readExtensions(channels: ReadonlyMap<string, DeviceDescriptors>,
     auth: transports?.get(AUTH_ENTRY),
     report: channels.get(PATH_REPORT_ENTRY)?.get(deviceKey(REPORT_DEVICE))?.descriptor,
     wire,
+    name: transports
+      ? { proof: transports.get(NAME_ENTRY) }
+      : {
+          name: channels.get(NAME_ENTRY)?.get(deviceKey(NAME_DEVICE))?.descriptor,
+          proof: channels.get(NAME_ENTRY)?.get(deviceKey(NAME_PROOF_DEVICE))?.descriptor,
+        },
   };
 }
 
@@ -80,6 +101,18 @@ export function stripExtensions(brochure: Brochure): void {
 /** Puts a shared-secret entry into a brochure. */
 export function putAuth(brochure: Brochure, entry: string): void {
   brochure.transportDomainDescriptors.set(AUTH_ENTRY, entry);
+}
+
+/** Puts the proof of the name a brochure's packet gave among its transports. */
+export function putNameProof(brochure: Brochure, proof: string): void {
+  brochure.transportDomainDescriptors.set(NAME_ENTRY, proof);
+}
+
+/** Puts a listener's name, and its proof under authentication, among an answer's `channels`. */
+export function putName(channels: Map<string, DeviceDescriptors>, name: string, proof: string | undefined): void {
+  const entry: DeviceDescriptors = new Map([[deviceKey(NAME_DEVICE), { device: NAME_DEVICE, descriptor: name }]]);
+  if (proof !== undefined) entry.set(deviceKey(NAME_PROOF_DEVICE), { device: NAME_PROOF_DEVICE, descriptor: proof });
+  channels.set(NAME_ENTRY, entry);
 }
 
 /** Puts a path report (JSON) among `channels`. */

@@ -35,6 +35,10 @@ export interface PipeParts {
   pairs: DevicePairChoice[];
   /** The peer, for error messages: a URL or an address. */
   peer: string;
+  /** The peer context's name, as its handshake gave (and, under authentication, proved) it. */
+  peerName?: string | undefined;
+  /** The peer's pid, as the kernel recorded it for the main connection (Connection.peerPid). */
+  peerPid?: number | undefined;
   /** Which end of the handshake this was. */
   side: "connect" | "listen";
   /** Limits on what the peer sends. */

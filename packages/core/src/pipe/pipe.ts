@@ -31,8 +31,24 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   readonly transport: string;
   /** The channel negotiated for each (device here, device there) pair. */
   readonly channelForDevicePair: readonly DevicePairChoice[];
-  /** The peer: the URL dialled, or the address the pipe came from. */
+  /** The peer, as text to show: the URL dialled, or the address the pipe came from. */
   readonly peer: string;
+  /**
+   * The name the peer's context gave (its ContextOptions.name), or
+   * undefined where it gave none. A listener learns the dialler's name
+   * from the handshake's first packet (upstream TensorPipe sends it too);
+   * a dialler learns the listener's from a listener of this library. Under
+   * authentication a name counts only when the handshake proved it with
+   * the shared secret. It is the peer's word, not sanitised: escape it
+   * before showing it.
+   */
+  readonly peerName: string | undefined;
+  /**
+   * The peer's process id, as the kernel recorded it when the pipe's main
+   * connection was made (shm: the Unix socket's SO_PEERCRED), or undefined
+   * where the transport cannot tell (uv).
+   */
+  readonly peerPid: number | undefined;
   /**
    * The path negotiation took, from this end: what each side offered, the
    * transport and channels chosen, and why every other one was not.
@@ -46,6 +62,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     this.transport = parts.transport;
     this.channelForDevicePair = parts.pairs;
     this.peer = parts.peer;
+    this.peerName = parts.peerName;
+    this.peerPid = parts.peerPid;
     this.path = parts.path;
     this.engine = new PipeEngine(this, parts);
     this.closed = this.engine.lifecycle.closed;

@@ -20,4 +20,4 @@ export { parseCapture, loadCapture, stream, onTheWire, type CapturedStream } fro
 export { upstreamSession, type UpstreamSession, type UpstreamSessionName } from "./upstream-sessions.js";
 export * as protocol from "../protocol/index.js";
 export { SharedSecretAuth, type AuthSession } from "../auth.js";
-export { AUTH_ENTRY } from "../handshake/extensions.js";
+export { AUTH_ENTRY, NAME_ENTRY } from "../handshake/extensions.js";
