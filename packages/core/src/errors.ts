@@ -33,6 +33,14 @@ export const ErrorCode = {
   NOT_VIABLE: "ERR_TP_NOT_VIABLE",
   /** Any other system error; see `errnoName` and `syscall`. */
   SYSTEM: "ERR_TP_SYSTEM",
+  /** A cluster member's name is held by another live member. */
+  NAME_TAKEN: "ERR_TP_NAME_TAKEN",
+  /** No cluster member has that name (in the membership last seen). */
+  NOT_FOUND: "ERR_TP_NOT_FOUND",
+  /** A cluster's store cannot be reached; pipes already open go on. */
+  UNAVAILABLE: "ERR_TP_UNAVAILABLE",
+  /** The peer at the address is not the one asked for: its handshake gave another name. */
+  WRONG_PEER: "ERR_TP_WRONG_PEER",
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

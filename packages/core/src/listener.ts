@@ -53,6 +53,8 @@ export interface ListenerLimits {
 export interface ListenerEvents {
   /** A connection was dropped before it became a pipe (bad bytes, timeout, accept failed, ...). */
   connectionError: [error: TensorPipeError, remoteAddress: string];
+  /** close() was called, by the caller or by the context's close(). */
+  close: [];
 }
 
 /**
@@ -338,6 +340,7 @@ export class Listener extends EventEmitter<ListenerEvents> implements AsyncItera
     this.waits.clear();
     clearTimeout(this.sweep);
     for (const p of this.ready.splice(0)) p.close();
+    this.emit("close");
   }
 
   /** close(), for `await using`. */
