@@ -30,5 +30,10 @@ if [[ ! -e /usr/include/tensorpipe/tensorpipe.h ]] && can_apt; then
   apt_install libtensorpipe-dev ||
     echo "setup: libtensorpipe-dev not installed; the C++ peer tests will be skipped" >&2
 fi
+# etcd, for @tensorpipe/cluster's tests (they start their own on free ports).
+if ! command -v etcd >/dev/null 2>&1 && can_apt; then
+  apt_install etcd-server ||
+    echo "setup: etcd-server not installed; the cluster's etcd tests will be skipped" >&2
+fi
 pnpm install --frozen-lockfile --reporter=append-only
 pnpm build
