@@ -6,6 +6,7 @@
  *                    [--json FILE] [--backend MODULE ...]
  *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
  *                   [--peer-timeout MS] [--timeout MS] [--secret-file FILE] [--backend MODULE ...]
+ *   tensorpipe registry --listen URL [--listen URL ...] [--secret-file FILE] [--max-members N] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
@@ -13,6 +14,7 @@ import { DEFAULT_SIZES, runBench } from "./bench.js";
 import { formatDoctor, runDoctor, tryPeer } from "./doctor.js";
 import { parseSize, sizeLabel } from "./figures.js";
 import { runPeer } from "./peer.js";
+import { runRegistry } from "./registry.js";
 
 const USAGE = `usage: tensorpipe <command> [options]
 
@@ -52,6 +54,15 @@ commands:
              --interface NAME     uv: the network interface
              --peer-timeout MS    uv: how long a silent peer may go unnoticed
              --timeout MS         a deadline for each read and write
+             --backend MODULE     a third-party backend package too; may be given again
+  registry serve a cluster's embedded registry (@tensorpipe/cluster, installed
+           beside the CLI) for members without etcd; print its addresses as one
+           JSON line, serve until SIGINT or SIGTERM
+             --listen URL         where to listen (uv://0.0.0.0:7000, shm://...);
+                                  may be given again, one per transport
+             --secret-file FILE   only members with this shared secret may join
+                                  (TENSORPIPE_SECRET does the same)
+             --max-members N      the most members it holds (default 1024)
              --backend MODULE     a third-party backend package too; may be given again
   help     this text
   version  the CLI's version`;
@@ -184,6 +195,22 @@ async function main(argv: string[]): Promise<number> {
       interface: values.interface,
       peerTimeout: positive("--peer-timeout", values["peer-timeout"]),
       timeout: positive("--timeout", values.timeout),
+      ...(values.backend ? { backends: values.backend } : {}),
+    });
+    return 0;
+  }
+  if (command === "registry") {
+    const values = parse(rest, {
+      listen: { type: "string", multiple: true },
+      "secret-file": { type: "string" },
+      "max-members": { type: "string" },
+      backend: { type: "string", multiple: true },
+    });
+    if (!values.listen?.length) fail("registry: give --listen URL, like --listen uv://0.0.0.0:7000");
+    await runRegistry({
+      ...auth(values["secret-file"]),
+      listen: values.listen,
+      maxMembers: positive("--max-members", values["max-members"]),
       ...(values.backend ? { backends: values.backend } : {}),
     });
     return 0;

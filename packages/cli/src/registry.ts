@@ -1,0 +1,34 @@
+/**
+ * `tensorpipe registry`: a cluster's embedded registry in a process of its
+ * own (@tensorpipe/cluster's serveRegistry()), for members that have no
+ * etcd. It prints its addresses as one JSON line and serves until SIGINT
+ * or SIGTERM.
+ */
+import { ErrorCode, TensorPipeError } from "@tensorpipe/core";
+import { type BackendChoice, createContext } from "./backends.js";
+
+/** What `tensorpipe registry` serves with. */
+export interface RegistryCommandOptions extends BackendChoice {
+  /** Where to listen. */
+  listen: readonly string[];
+  /** The most members it holds. */
+  maxMembers?: number | undefined;
+}
+
+export async function runRegistry(options: RegistryCommandOptions): Promise<void> {
+  let cluster: typeof import("@tensorpipe/cluster");
+  try {
+    cluster = await import("@tensorpipe/cluster");
+  } catch {
+    throw new TensorPipeError(ErrorCode.NOT_VIABLE, "tensorpipe registry needs @tensorpipe/cluster: npm install @tensorpipe/cluster beside @tensorpipe/cli");
+  }
+  const context = await createContext({ ...options, name: "registry" });
+  const registry = await cluster.serveRegistry(context, { listen: options.listen, maxMembers: options.maxMembers });
+  process.stdout.write(`${JSON.stringify({ registry: registry.url, addresses: registry.addresses() })}\n`);
+  await new Promise<void>((resolve) => {
+    process.once("SIGINT", resolve);
+    process.once("SIGTERM", resolve);
+  });
+  registry.close();
+  await context.close();
+}
