@@ -4,7 +4,7 @@
  * input gets an error on its own connection or an `invalidRecord` event,
  * and the rest go on.
  */
-import { createContext } from "@tensorpipe/bench";
+import { createContext } from "./context.js";
 import { type Context, ErrorCode, type TensorPipeError } from "@tensorpipe/core";
 import { Etcd3 } from "etcd3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";

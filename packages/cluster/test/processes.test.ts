@@ -5,7 +5,7 @@
  * other by name.
  */
 import { execFileSync } from "node:child_process";
-import { createContext } from "@tensorpipe/bench";
+import { createContext } from "./context.js";
 import { type Context, ErrorCode } from "@tensorpipe/core";
 import { Etcd3 } from "etcd3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";

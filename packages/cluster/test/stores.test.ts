@@ -1,5 +1,5 @@
 /** Each store that ships, through the conformance suite every store must pass. */
-import { createContext } from "@tensorpipe/bench";
+import { createContext } from "./context.js";
 import type { Context } from "@tensorpipe/core";
 import { afterAll, beforeAll, beforeEach, describe } from "vitest";
 import { etcdStore, registryStore, serveRegistry } from "../src/index.js";
