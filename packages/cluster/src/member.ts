@@ -377,7 +377,14 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   }
   const data = options.data ?? {};
   checkData(data);
-  const listener = await context.listen(urls, options.listener);
+  // The member owns the store from here: a join that fails closes it.
+  let listener: Listener;
+  try {
+    listener = await context.listen(urls, options.listener);
+  } catch (e) {
+    await store.close().catch(() => undefined);
+    throw e;
+  }
   const backends = context.backends().filter((b) => b.viability.viable);
   const record: MemberRecord = {
     name,
