@@ -11,3 +11,4 @@ export type { ClusterStore, StoreClaim, ClaimEvents, StoreFollower, StoreRecord,
 export { etcdStore, type EtcdStoreOptions } from "./etcd-store.js";
 export { serveRegistry, Registry, type RegistryOptions } from "./registry.js";
 export { registryStore, type RegistryStoreOptions } from "./registry-store.js";
+export { clusterDiagnostics, type ClusterChangeMessage, type ClusterStoreMessage, type ClusterInvalidRecordMessage } from "./diagnostics.js";

@@ -4,16 +4,14 @@
  * Made by join().
  */
 import { EventEmitter } from "node:events";
-import { debuglog } from "node:util";
 import { type Context, ErrorCode, type ListenerOptions, type Listener, type OperationOptions, type Pipe, TensorPipeError } from "@tensorpipe/core";
 import { ChangeStream } from "./change-stream.js";
+import { clusterDiagnostics, log } from "./diagnostics.js";
 import { bounded, checkOperationOptions } from "./deadline.js";
 import { type MembershipChange, type MembershipEvents, MembershipView } from "./membership.js";
 import { PipePool } from "./pipe-pool.js";
 import { MAX_DATA_ENTRIES, type MemberRecord, encodeRecord, nameProblem, thisHost } from "./record.js";
 import type { ClusterStore, StoreClaim } from "./store.js";
-
-const log = debuglog("tensorpipe:cluster");
 
 /** How long join() waits for the store by default. */
 const DEFAULT_JOIN_TIMEOUT = 10_000;
@@ -247,13 +245,17 @@ export class Member extends EventEmitter<MemberEvents> {
         if (log.enabled) log("%s: %s %s%s", this.name, c.type, c.member.name, c.type === "left" ? ` (${c.reason})` : "");
         for (const s of this.streams) s.push(c);
         if (c.type !== "left") for (const w of this.waiters.get(c.member.name) ?? []) w();
+        if (clusterDiagnostics.change.hasSubscribers) clusterDiagnostics.change.publish({ member: this, change: c });
         this.emit("change", c);
       },
       invalidRecord: (e) => {
         if (log.enabled) log("%s: %s", this.name, e.message);
+        if (clusterDiagnostics.invalidRecord.hasSubscribers) clusterDiagnostics.invalidRecord.publish({ member: this, error: e });
         this.emit("invalidRecord", e);
       },
       availability: (e) => {
+        if (log.enabled) log("%s: %s", this.name, e ? e.message : `${this.store.description} is reached again`);
+        if (clusterDiagnostics.store.hasSubscribers) clusterDiagnostics.store.publish({ member: this, error: e });
         if (e) this.emit("unavailable", e);
         else this.emit("available");
       },

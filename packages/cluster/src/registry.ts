@@ -8,11 +8,9 @@
  * pipes and the last membership (stale) and claim their names again when a
  * registry answers at the URL.
  */
-import { debuglog } from "node:util";
 import { type Context, ErrorCode, type Listener, type ListenerOptions, type Pipe, TensorPipeError } from "@tensorpipe/core";
+import { log } from "./diagnostics.js";
 import { type RegistryMessage, decodeRequest } from "./registry-protocol.js";
-
-const log = debuglog("tensorpipe:cluster");
 
 /** Options of serveRegistry(). */
 export interface RegistryOptions {
