@@ -50,6 +50,15 @@ describe("the peer's name and pid on both ends", () => {
     });
   }
 
+  it("reports no name over 1024 characters or with control characters", async () => {
+    for (const name of ["x".repeat(1025), "evil\u001b[2Jname", "a\nb"]) {
+      const { accepted } = await pair("uv", { dialler: name });
+      expect(accepted.peerName).toBeUndefined();
+    }
+    const { accepted } = await pair("uv", { dialler: "x".repeat(1024) });
+    expect(accepted.peerName).toHaveLength(1024);
+  });
+
   it("knows the peer's pid where the kernel says it (shm), not over TCP (uv)", async () => {
     const shm = await pair("shm", {});
     expect(shm.dialled.peerPid).toBe(process.pid);

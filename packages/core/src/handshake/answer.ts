@@ -24,7 +24,7 @@ import { ConnectionKind, decodeBrochure, encodeBrochureAnswer } from "../protoco
 import type { Registration, Registrations } from "../registrations.js";
 import type { Connection, TransportContext } from "../transport.js";
 import { assemble } from "./assembly.js";
-import { WIRE_EXTENSIONS_ENTRY, putName, putReport, readExtensions, stripExtensions } from "./extensions.js";
+import { WIRE_EXTENSIONS_ENTRY, putName, putReport, readExtensions, reportedName, stripExtensions } from "./extensions.js";
 import { hungUpOnAnswer, refusal } from "./failures.js";
 import { type HandshakeSettings, MAX_HANDSHAKE_FRAME, log, recording, restricted } from "./settings.js";
 import { choiceVerdicts, describeBrochure, describeOffer, leftOut, notRegistered, offeredIn, pathNote, verdictLine, withPeerReasons } from "./verdicts.js";
@@ -166,7 +166,7 @@ async function chooseForOffer(
     if (settings.name !== "") putName(choice.deviceDescriptors, settings.name, session && auth?.nameProof(session, "listener", settings.name));
   }
   if (extensions.wire.size === 0) choice.deviceDescriptors.delete(WIRE_EXTENSIONS_ENTRY);
-  return { settings, session, transport, choice, path, peerExtensions: extensions.wire, peerName: peerName || undefined };
+  return { settings, session, transport, choice, path, peerExtensions: extensions.wire, peerName: reportedName(peerName) };
 }
 
 /** Answers with `chosen`, and waits for the connections the answer asked for. */

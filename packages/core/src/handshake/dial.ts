@@ -24,7 +24,7 @@ import {
 import type { Connection, TransportContext } from "../transport.js";
 import { ListenerProof, checkAnsweredAddress, followUpAddress } from "./address-policy.js";
 import { assemble } from "./assembly.js";
-import { AUTH_ENTRY, putAuth, putNameProof, putReport, readExtensions } from "./extensions.js";
+import { AUTH_ENTRY, putAuth, putNameProof, putReport, readExtensions, reportedName } from "./extensions.js";
 import { REFUSED, duringHandshake, noCpuChannel, refused } from "./failures.js";
 import { type HandshakeSettings, MAX_HANDSHAKE_FRAME, log, recording, restricted, viable } from "./settings.js";
 import { describeBrochure, describeOffer, inferredVerdicts, leftOut, offeredIn } from "./verdicts.js";
@@ -193,7 +193,7 @@ class Dialling {
     }
     const proof = new ListenerProof(answer, transport, chosen.context, main, url);
     const extensions = readExtensions(answer.channelDeviceDescriptors);
-    const peerName = (session ? auth!.provenName(session, "listener", extensions.name.name, extensions.name.proof) : extensions.name.name) || undefined;
+    const peerName = reportedName(session ? auth!.provenName(session, "listener", extensions.name.name, extensions.name.proof) : extensions.name.name);
     const open = async (id: bigint): Promise<Connection> => {
       const c = await chosen.context.connect(followUp, { signal }).catch((e: unknown) => {
         // The address is the listener's word: one that is not an address at all is its fault, not the caller's.

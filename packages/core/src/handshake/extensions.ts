@@ -44,6 +44,15 @@ export const WIRE_EXTENSIONS_ENTRY = "tensorpipe-js.wire-extensions";
  */
 export const NAME_ENTRY = "tensorpipe-js.name";
 
+/** The most characters of a peer's name that a pipe reports (Pipe.peerName). */
+export const MAX_PEER_NAME = 1024;
+
+/** A peer's name as a pipe reports it: undefined for none, for one over MAX_PEER_NAME characters, or one with control characters. */
+export function reportedName(name: string | undefined): string | undefined {
+  if (!name || name.length > MAX_PEER_NAME || /\p{Cc}/u.test(name)) return undefined;
+  return name;
+}
+
 /** The entries, where each sits in a brochure. */
 export const BROCHURE_EXTENSIONS: readonly { readonly name: string; readonly sits: "transports" | "channels" }[] = [
   { name: AUTH_ENTRY, sits: "transports" },

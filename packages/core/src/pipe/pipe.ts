@@ -39,8 +39,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * from the handshake's first packet (upstream TensorPipe sends it too);
    * a dialler learns the listener's from a listener of this library. Under
    * authentication a name counts only when the handshake proved it with
-   * the shared secret. It is the peer's word, not sanitised: escape it
-   * before showing it.
+   * the shared secret: that proves the peer holds the secret, not that it
+   * is who the name says (any holder may give any name). A name over 1024
+   * characters or with control characters is not reported. It is the
+   * peer's word otherwise unchecked: escape it before showing it.
    */
   readonly peerName: string | undefined;
   /**
