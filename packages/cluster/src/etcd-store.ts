@@ -6,15 +6,20 @@
  * that crashes or is cut off is removed by etcd when its lease expires.
  */
 import { ErrorCode, TensorPipeError } from "@tensorpipe/core";
-import { Etcd3, type IOptions, type Lease, type Namespace, type Watcher } from "etcd3";
+import { ExponentialBackoff } from "cockatiel";
+import { Etcd3, type IKeyValue, type IOptions, type Lease, type Namespace, type Watcher } from "etcd3";
+import { log } from "./diagnostics.js";
+import { MAX_RECORD_BYTES } from "./record.js";
 import type { ClaimEvents, ClusterStore, StoreClaim, StoreFollower, StoreRecord } from "./store.js";
 
 /** Options of etcdStore(). */
 export interface EtcdStoreOptions {
   /** etcd's client URLs, e.g. ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]. */
   hosts: string | readonly string[];
-  /** Prefix of every key, so that applications can share one etcd. Default "/tensorpipe/cluster/"; it should end with "/". */
+  /** Prefix of every key, so that applications can share one etcd. Default "/tensorpipe/cluster/"; it ends with "/". */
   prefix?: string | undefined;
+  /** The most records read under the prefix; more are left unread (and logged). Default 4096. */
+  maxMembers?: number | undefined;
   /** Seconds a member's record lives without a keep-alive: how long a crashed member stays listed. Default 10, at least 2. */
   ttl?: number | undefined;
   /** Milliseconds one request to etcd may take before the store counts as unreachable. Default 5000. */
@@ -28,6 +33,25 @@ export interface EtcdStoreOptions {
 const DEFAULT_PREFIX = "/tensorpipe/cluster/";
 /** Between tries to read the prefix again while etcd cannot be reached. */
 const RESYNC_DELAY_MS = 500;
+/** Records read per request: a page holds at most this many of etcd's values (1.5 MiB each at most, by default). */
+const PAGE = 32;
+
+/** What a value from etcd may take of this process: a longer one is cut just past the record's bound, which the member then reports. */
+function bounded(value: Buffer): string {
+  return (value.length > MAX_RECORD_BYTES ? value.subarray(0, MAX_RECORD_BYTES + 1) : value).toString();
+}
+
+/** The key just past every key that begins with `prefix`. */
+function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i]!++;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]);
+}
 
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, `etcdStore(): ${message}`);
@@ -44,6 +68,8 @@ class EtcdStore implements ClusterStore {
   private readonly ns: Namespace;
   private readonly ttl: number;
   private readonly timeout: number;
+  private readonly prefix: Buffer;
+  private readonly maxMembers: number;
   private closed = false;
 
   constructor(options: EtcdStoreOptions) {
@@ -53,7 +79,13 @@ class EtcdStore implements ClusterStore {
       throw invalid('hosts must be etcd client URLs, like "http://127.0.0.1:2379"');
     }
     const prefix = options.prefix ?? DEFAULT_PREFIX;
-    if (typeof prefix !== "string" || prefix.length === 0) throw invalid('prefix must be a non-empty string, like "/myapp/members/"');
+    // "/app" would share keys with "/app2/": every prefix is a folder.
+    if (typeof prefix !== "string" || !prefix.endsWith("/"))
+      throw invalid(`prefix must be a string that ends with "/", like "/myapp/members/", not ${JSON.stringify(prefix)}`);
+    this.prefix = Buffer.from(prefix);
+    this.maxMembers = options.maxMembers ?? 4096;
+    if (!Number.isSafeInteger(this.maxMembers) || this.maxMembers < 1)
+      throw invalid(`maxMembers must be a whole number >= 1, not ${String(options.maxMembers)}`);
     this.ttl = options.ttl ?? 10;
     if (!Number.isInteger(this.ttl) || this.ttl < 2) throw invalid(`ttl must be a whole number of seconds >= 2, not ${String(options.ttl)}`);
     this.timeout = options.requestTimeout ?? 5_000;
@@ -65,8 +97,16 @@ class EtcdStore implements ClusterStore {
       credentials: options.credentials,
       dialTimeout: this.timeout,
       defaultCallOptions: (c) => (c.isStream ? {} : { deadline: Date.now() + this.timeout }),
-      // A cut-off etcd is noticed by the watch stream within seconds, not by TCP's own timeouts.
-      grpcOptions: { "grpc.keepalive_time_ms": 2_000, "grpc.keepalive_timeout_ms": 2_000, "grpc.keepalive_permit_without_calls": 1 },
+      // A watch stream back within a couple of seconds of etcd, not cockatiel's default 30. (etcd3
+      // calls next() on what it is given, a backoff factory, whatever its declaration says.)
+      faultHandling: { watchBackoff: new ExponentialBackoff({ initialDelay: 100, maxDelay: 2_000 }) as never },
+      // A cut-off etcd is noticed by the watch stream within seconds, not by TCP's own timeouts (etcd
+      // refuses pings more often than every 5 s); a page of records fits in one response.
+      grpcOptions: {
+        "grpc.keepalive_time_ms": 6_000,
+        "grpc.keepalive_timeout_ms": 3_000,
+        "grpc.max_receive_message_length": 64 * 1024 * 1024,
+      },
     });
     this.ns = this.client.namespace(prefix);
   }
@@ -85,14 +125,14 @@ class EtcdStore implements ClusterStore {
     try {
       leaseId = await lease.grant();
       const result = await this.ns.if(name, "Create", "==", 0).then(this.ns.put(name).value(value).lease(leaseId)).commit();
-      if (!result.succeeded) {
+      if (!result.succeeded && !(await this.takeOver(name, value, leaseId, events))) {
         const holder = await this.ns
           .get(name)
           .string()
           .catch(() => null);
         throw new TensorPipeError(
           ErrorCode.NAME_TAKEN,
-          `the name "${name}" is held by a live member in ${this.description}${holder ? ` (its record: ${holder.slice(0, 300)})` : ""}: choose another name, or wait for its lease (${this.ttl} s) to expire if that member is gone`,
+          `the name "${name}" is held by a live member in ${this.description}${holder ? ` (its record: ${JSON.stringify(holder.slice(0, 300))})` : ""}: choose another name, or wait for its lease (${this.ttl} s) to expire if that member is gone`,
         );
       }
     } catch (e) {
@@ -123,6 +163,46 @@ class EtcdStore implements ClusterStore {
     };
   }
 
+  /**
+   * Takes `name` over in place if the record under it is this member's own
+   * (a lease etcd kept after the client gave it up): the same key written
+   * again with the new lease, if no one wrote it meanwhile; the old lease
+   * is revoked. False when the record is another's.
+   */
+  private async takeOver(name: string, value: string, leaseId: string, events: ClaimEvents): Promise<boolean> {
+    const held = (await this.ns.get(name).exec()).kvs[0];
+    if (!held || !events.isOwn?.(bounded(held.value))) return false;
+    const result = await this.ns.if(name, "Mod", "==", held.mod_revision).then(this.ns.put(name).value(value).lease(leaseId)).commit();
+    if (!result.succeeded) return false;
+    if (log.enabled) log("%s: took over its own record of an earlier lease", name);
+    if (held.lease !== "0") this.client.leaseClient.leaseRevoke({ ID: held.lease }).catch(() => undefined);
+    return true;
+  }
+
+  /**
+   * Every record under the prefix at one revision, a page at a time, at
+   * most maxMembers, each value bounded; and that revision.
+   */
+  private async readAll(): Promise<{ revision: bigint; records: StoreRecord[] }> {
+    const end = prefixEnd(this.prefix);
+    const records: StoreRecord[] = [];
+    let key = this.prefix;
+    let revision: string | undefined;
+    for (;;) {
+      const res = await this.client.kv.range({ key, range_end: end, limit: PAGE, ...(revision ? { revision } : {}) });
+      revision ??= res.header.revision;
+      for (const kv of res.kvs) {
+        if (records.length >= this.maxMembers) {
+          if (log.enabled) log("%s holds more than %d records (maxMembers): the rest are not read", this.description, this.maxMembers);
+          return { revision: BigInt(revision), records };
+        }
+        records.push({ name: kv.key.subarray(this.prefix.length).toString(), value: bounded(kv.value) });
+      }
+      if (!res.more || res.kvs.length === 0) return { revision: BigInt(revision), records };
+      key = Buffer.concat([res.kvs.at(-1)!.key, Buffer.from([0])]);
+    }
+  }
+
   follow(follower: StoreFollower): { stop(): void } {
     let stopped = false;
     let watcher: Watcher | undefined;
@@ -130,19 +210,26 @@ class EtcdStore implements ClusterStore {
     let syncing = false;
     let retry: NodeJS.Timeout | undefined;
     let down = false;
+    // While etcd cannot be reached the prefix is read again every RESYNC_DELAY_MS: the first read that works is the member's new view.
     const unavailable = (e: unknown, doing: string) => {
-      if (stopped || down) return;
-      down = true;
-      follower.unavailable(this.unreachable(e, doing));
+      if (stopped) return;
+      if (!down) {
+        down = true;
+        follower.unavailable(this.unreachable(e, doing));
+      }
+      retry ??= setTimeout(() => {
+        retry = undefined;
+        void sync();
+      }, RESYNC_DELAY_MS);
     };
     const sync = async (): Promise<void> => {
       if (stopped || syncing) return;
       syncing = true;
       try {
-        const res = await this.ns.getAll().exec();
+        const read = await this.readAll();
         if (stopped) return;
-        revision = BigInt(res.header.revision);
-        const records: StoreRecord[] = res.kvs.map((kv) => ({ name: kv.key.toString(), value: kv.value.toString() }));
+        revision = read.revision;
+        const records = read.records;
         down = false;
         follower.snapshot(records);
         if (!watcher)
@@ -156,7 +243,6 @@ class EtcdStore implements ClusterStore {
         if (stopped) void watcher.cancel();
       } catch (e) {
         unavailable(e, "reading the members");
-        retry = setTimeout(() => void sync(), RESYNC_DELAY_MS);
       } finally {
         syncing = false;
       }
@@ -180,10 +266,10 @@ class EtcdStore implements ClusterStore {
     resync: () => void,
   ): Promise<Watcher> {
     const watcher = await this.ns.watch().prefix("").startRevision(start.toString()).create();
-    watcher.on("put", (kv) => {
-      if (newer(BigInt(kv.mod_revision))) follower.change({ type: "put", name: kv.key.toString(), value: kv.value.toString() });
+    watcher.on("put", (kv: IKeyValue) => {
+      if (newer(BigInt(kv.mod_revision))) follower.change({ type: "put", name: kv.key.toString(), value: bounded(kv.value) });
     });
-    watcher.on("delete", (kv) => {
+    watcher.on("delete", (kv: IKeyValue) => {
       if (newer(BigInt(kv.mod_revision))) follower.change({ type: "delete", name: kv.key.toString() });
     });
     watcher.on("disconnected", (e) => unavailable(e, "watching the members"));

@@ -40,10 +40,18 @@ export interface StoreClaim {
 export interface ClaimEvents {
   /**
    * The store no longer holds the record (its lease expired while the
-   * store could not be reached, or the registry holding it went away).
-   * Called once; the member claims the name again when it can.
+   * store could not be reached, or the registry holding it went away and
+   * a claim again failed). Called once; the member claims the name again
+   * when it can.
    */
   lost(error: TensorPipeError): void;
+  /**
+   * Whether `value`, found under the name by a claim, is one this very
+   * member wrote before (a record the service kept after the client gave
+   * it up: etcd renews leases when it restarts). A store may then take the
+   * name over in place, atomically, instead of refusing it.
+   */
+  isOwn?(value: string): boolean;
 }
 
 /** Where members' records are kept: etcd, the embedded registry, or a third party's. */
