@@ -22,7 +22,8 @@ export async function runRegistry(options: RegistryCommandOptions): Promise<void
   } catch {
     throw new TensorPipeError(ErrorCode.NOT_VIABLE, "tensorpipe registry needs @tensorpipe/cluster: npm install @tensorpipe/cluster beside @tensorpipe/cli");
   }
-  const context = await createContext({ ...options, name: "registry" });
+  // Its requests are small JSON: a peer's control frames and messages are bounded to match.
+  const context = await createContext({ maxControlFrameLength: 1 << 20, maxMessageBytes: 1 << 20, ...options, name: "registry" });
   const registry = await cluster.serveRegistry(context, { listen: options.listen, maxMembers: options.maxMembers });
   process.stdout.write(`${JSON.stringify({ registry: registry.url, addresses: registry.addresses() })}\n`);
   await new Promise<void>((resolve) => {

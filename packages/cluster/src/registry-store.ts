@@ -27,6 +27,9 @@ const UNREACHABLE: ReadonlySet<string> = new Set([
   ErrorCode.UNAVAILABLE,
 ]);
 
+/** The codes a registry's refusal may carry; any other is the registry's fault. */
+const REPLY_CODES: ReadonlySet<string> = new Set([ErrorCode.NAME_TAKEN, ErrorCode.PERMISSION_DENIED, ErrorCode.UNAVAILABLE, ErrorCode.INVALID_ARG]);
+
 /** Between tries to reach the registry again while following. */
 const REDIAL_DELAYS = [100, 250, 500, 1_000, 2_000];
 
@@ -35,10 +38,10 @@ export function registryStore(context: Context, url: string, options: RegistrySt
   if (typeof context !== "object" || context === null || typeof (context as Context).connect !== "function") {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, "registryStore(context, url): context must be a Context of @tensorpipe/core");
   }
-  if (typeof url !== "string" || !/^[a-z][a-z0-9+.-]*:\/\//.test(url)) {
+  if (typeof url !== "string" || !/^[a-z][a-z0-9+.-]*:\/\//.test(url) || /^https?:/.test(url)) {
     throw new TensorPipeError(
       ErrorCode.INVALID_ARG,
-      `registryStore(context, url): url must be the registry's URL, like "uv://10.0.0.1:7000", not ${String(url)}`,
+      `registryStore(context, url): url must be the registry's TensorPipe URL, like "uv://10.0.0.1:7000" (serveRegistry()'s url, or what tensorpipe registry prints), not ${JSON.stringify(String(url))}`,
     );
   }
   return new RegistryStore(context, url, options);
@@ -56,7 +59,8 @@ class RegistryStore implements ClusterStore {
   private dialling: Promise<Pipe> | undefined;
   private nextId = 0;
   private readonly pending = new Map<number, Pending>();
-  private readonly claims = new Map<string, ClaimEvents>();
+  /** The names this member holds, with their last value: claimed again on a new pipe. */
+  private readonly claims = new Map<string, { value: string; events: ClaimEvents }>();
   private follower: StoreFollower | undefined;
   private redial: NodeJS.Timeout | undefined;
   private redials = 0;
@@ -78,7 +82,7 @@ class RegistryStore implements ClusterStore {
   /** `e` as this store's error: what says the registry cannot be reached is ERR_TP_UNAVAILABLE, the rest keeps its code. */
   private unavailable(e: unknown): TensorPipeError {
     const err = e as TensorPipeError;
-    if (isTensorPipeError(err) && err.message.startsWith(this.description)) return err;
+    if (isTensorPipeError(err) && err.message.includes(this.description)) return err;
     const code = isTensorPipeError(err) && !UNREACHABLE.has(err.code) ? err.code : ErrorCode.UNAVAILABLE;
     const what = code === ErrorCode.UNAVAILABLE ? "cannot be reached" : "refused this member";
     return new TensorPipeError(code, `${this.description} ${what}: ${err?.message ?? String(e)}`, { cause: e });
@@ -98,7 +102,8 @@ class RegistryStore implements ClusterStore {
         this.pipe = pipe;
         this.redials = 0;
         void this.readLoop(pipe);
-        if (this.follower) this.askToFollow(pipe);
+        if (this.claims.size > 0) void this.claimAgain(pipe);
+        else if (this.follower) this.askToFollow(pipe);
         return pipe;
       },
       (e) => {
@@ -140,13 +145,7 @@ class RegistryStore implements ClusterStore {
             this.pending.delete(msg.id);
             clearTimeout(p.timer);
             if (msg.t === "ok") p.resolve();
-            else
-              p.reject(
-                new TensorPipeError(
-                  msg.code === ErrorCode.NAME_TAKEN ? ErrorCode.NAME_TAKEN : ErrorCode.PERMISSION_DENIED,
-                  `${this.description}: ${msg.message}`,
-                ),
-              );
+            else p.reject(new TensorPipeError(REPLY_CODES.has(msg.code) ? (msg.code as ErrorCode) : ErrorCode.PROTOCOL, `${this.description}: ${msg.message}`));
             break;
           }
           case "snapshot":
@@ -181,14 +180,30 @@ class RegistryStore implements ClusterStore {
       p.reject(err);
       this.pending.delete(id);
     }
-    const claims = [...this.claims.values()];
-    this.claims.clear();
     if (this.closed) return;
-    for (const c of claims) c.lost(err);
     if (this.follower) {
+      // The claims wait for the next pipe, where they are made again before anything is read.
       this.follower.unavailable(err);
       this.scheduleRedial();
+      return;
     }
+    const claims = [...this.claims.values()];
+    this.claims.clear();
+    for (const c of claims) c.events.lost(err);
+  }
+
+  /** Claims again, on a new pipe, the names this member held on the last: one another took meanwhile is lost. Then follows. */
+  private async claimAgain(pipe: Pipe): Promise<void> {
+    for (const [name, c] of [...this.claims]) {
+      try {
+        await this.request({ t: "claim", name, value: c.value });
+      } catch (e) {
+        if (this.pipe !== pipe) return;
+        this.claims.delete(name);
+        c.events.lost(this.unavailable(e));
+      }
+    }
+    if (this.follower && this.pipe === pipe) this.askToFollow(pipe);
   }
 
   /** Asks the registry on `pipe` for a snapshot and the changes after it, once per pipe. */
@@ -212,9 +227,13 @@ class RegistryStore implements ClusterStore {
 
   async claim(name: string, value: string, events: ClaimEvents): Promise<StoreClaim> {
     await this.request({ t: "claim", name, value });
-    this.claims.set(name, events);
+    this.claims.set(name, { value, events });
     return {
-      update: (v) => this.request({ t: "update", name, value: v }),
+      update: async (v) => {
+        const held = this.claims.get(name);
+        if (held) held.value = v;
+        await this.request({ t: "update", name, value: v });
+      },
       release: async () => {
         if (!this.claims.delete(name)) return;
         await this.request({ t: "release", name }).catch(() => undefined);

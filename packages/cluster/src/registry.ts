@@ -10,7 +10,7 @@
  */
 import { type Context, ErrorCode, type Listener, type ListenerOptions, type Pipe, TensorPipeError } from "@tensorpipe/core";
 import { log } from "./diagnostics.js";
-import { type RegistryMessage, decodeRequest } from "./registry-protocol.js";
+import { MAX_REQUEST_BYTES, type RegistryMessage, type RegistryRequest, decodeRequest } from "./registry-protocol.js";
 
 /** Options of serveRegistry(). */
 export interface RegistryOptions {
@@ -18,27 +18,43 @@ export interface RegistryOptions {
   listen: string | readonly string[];
   /** The most records held at once. Default 1024. */
   maxMembers?: number | undefined;
-  /** Messages a member may leave unread before the registry drops it. Default 1024. */
+  /** Replies a member may leave unread before the registry drops it. Default 1024. */
   maxUnreadMessages?: number | undefined;
+  /**
+   * Milliseconds after it starts during which the registry holds back the
+   * first view it gives each member, so that members of a registry that
+   * restarted claim their names again before anyone reads the
+   * membership. Default 2500 (members redial at least every 2 s).
+   */
+  startupGrace?: number | undefined;
   /** Options of the registry's listener. */
   listener?: ListenerOptions | undefined;
 }
 
-/** The most names one pipe may claim. */
-const MAX_CLAIMS_PER_PIPE = 8;
+/** Messages sent to a member and not yet gone, past which further changes for it are merged, newest kept. */
+const WINDOW = 32;
 
 interface Held {
   value: string;
   owner: Pipe;
 }
 
+/** What the registry sends a member: replies in order, changes merged while it reads slowly. */
+interface Peer {
+  inFlight: number;
+  following: boolean;
+  /** Changes not sent yet, by name (null: deleted), while `inFlight` is at the window. */
+  backlog: Map<string, string | null>;
+  unreadReplies: number;
+}
+
 /** A registry served by this process: made by serveRegistry(). */
 export class Registry {
   private readonly records = new Map<string, Held>();
-  private readonly followers = new Set<Pipe>();
-  private readonly unread = new Map<Pipe, number>();
+  private readonly peers = new Map<Pipe, Peer>();
   private readonly maxMembers: number;
   private readonly maxUnread: number;
+  private readonly openUntil: number;
   private closed = false;
 
   /** @internal serveRegistry()'s. */
@@ -48,12 +64,14 @@ export class Registry {
   ) {
     this.maxMembers = options.maxMembers ?? 1024;
     this.maxUnread = options.maxUnreadMessages ?? 1024;
+    this.openUntil = Date.now() + (options.startupGrace ?? 2_500);
     void this.acceptLoop();
   }
 
-  /** The URL members join with (the first address). */
+  /** The URL members join with: its first address over a network transport, else its first. */
   get url(): string {
-    return this.listener.addresses()[0]!;
+    const all = this.listener.addresses();
+    return all.find((u) => !u.startsWith("shm://")) ?? all[0]!;
   }
 
   /** Every address the registry listens at. */
@@ -71,9 +89,9 @@ export class Registry {
     if (this.closed) return;
     this.closed = true;
     this.listener.close();
-    for (const p of new Set([...this.followers, ...[...this.records.values()].map((h) => h.owner)])) p.close();
+    for (const p of this.peers.keys()) p.close();
     this.records.clear();
-    this.followers.clear();
+    this.peers.clear();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -86,39 +104,66 @@ export class Registry {
 
   private async serve(pipe: Pipe): Promise<void> {
     const who = pipe.peerName ?? pipe.peer;
+    this.peers.set(pipe, { inFlight: 0, following: false, backlog: new Map(), unreadReplies: 0 });
     try {
-      for await (const m of pipe) {
-        const request = decodeRequest(m.metadata);
+      for (;;) {
+        const request = await this.nextRequest(pipe);
+        if (request === undefined) break;
         if (request.t === "follow") {
-          if (!this.followers.has(pipe)) {
-            this.followers.add(pipe);
-            this.send(pipe, { t: "snapshot", records: [...this.records].map(([name, h]) => ({ name, value: h.value })) });
-          }
+          await this.follow(pipe);
           continue;
         }
+        let reply: RegistryMessage;
         try {
           this.handle(pipe, request);
-          this.send(pipe, { t: "ok", id: request.id });
+          reply = { t: "ok", id: request.id };
         } catch (e) {
           const err = e as TensorPipeError;
-          this.send(pipe, { t: "err", id: request.id, code: err.code, message: err.message });
+          reply = { t: "err", id: request.id, code: err.code, message: err.message };
         }
+        this.reply(pipe, reply);
       }
     } catch (e) {
       if (log.enabled) log("registry: dropped %s: %s", who, (e as Error).message);
-      pipe.close();
     } finally {
-      this.followers.delete(pipe);
-      this.unread.delete(pipe);
+      pipe.close();
+      this.peers.delete(pipe);
       for (const [name, h] of [...this.records]) {
         if (h.owner !== pipe) continue;
         this.records.delete(name);
-        this.broadcast({ t: "delete", name });
+        this.broadcast(name, null);
       }
     }
   }
 
-  private handle(pipe: Pipe, r: Exclude<ReturnType<typeof decodeRequest>, { t: "follow" }>): void {
+  /** The next request, checked on its descriptor before anything more is read: no payloads, no tensors, metadata within bounds. */
+  private async nextRequest(pipe: Pipe): Promise<RegistryRequest | undefined> {
+    let d: Awaited<ReturnType<Pipe["readDescriptor"]>>;
+    try {
+      d = await pipe.readDescriptor();
+    } catch (e) {
+      if ((e as TensorPipeError).code === ErrorCode.PEER_CLOSED || (e as TensorPipeError).code === ErrorCode.CLOSED) return undefined;
+      throw e;
+    }
+    if (d.payloads.length > 0 || d.tensors.length > 0 || d.metadata.length > MAX_REQUEST_BYTES) {
+      throw new TensorPipeError(ErrorCode.PROTOCOL, "a request is metadata alone, of at most 17 KiB");
+    }
+    await pipe.read({ payloads: [], tensors: [] });
+    return decodeRequest(d.metadata);
+  }
+
+  /** Sends the view to a member that asks to follow: after the startup grace, so that a restarted registry's members are back first. */
+  private async follow(pipe: Pipe): Promise<void> {
+    const peer = this.peers.get(pipe);
+    if (!peer || peer.following) return;
+    const wait = this.openUntil - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    if (!this.peers.has(pipe)) return;
+    peer.following = true;
+    this.write(pipe, peer, { t: "snapshot", records: [...this.records].map(([name, h]) => ({ name, value: h.value })) });
+  }
+
+  private handle(pipe: Pipe, r: Exclude<RegistryRequest, { t: "follow" }>): void {
     const held = this.records.get(r.name);
     if (r.t === "claim") {
       // A member claims the name its handshake gave, and no other.
@@ -128,51 +173,65 @@ export class Registry {
           `a member may claim only the name its context gave in the handshake (${pipe.peerName === undefined ? "none" : JSON.stringify(pipe.peerName)}), not "${r.name}"`,
         );
       }
-      if (held && held.owner !== pipe)
-        throw new TensorPipeError(ErrorCode.NAME_TAKEN, `the name "${r.name}" is held by a live member of the registry at ${this.url}: choose another name`);
+      if (held && held.owner !== pipe) throw new TensorPipeError(ErrorCode.NAME_TAKEN, `the name "${r.name}" is held by a live member: choose another name`);
       if (!held && this.records.size >= this.maxMembers) {
-        throw new TensorPipeError(
-          ErrorCode.UNAVAILABLE,
-          `the registry at ${this.url} holds ${this.maxMembers} members, its maxMembers: raise it where it is served`,
-        );
-      }
-      if (!held && [...this.records.values()].filter((h) => h.owner === pipe).length >= MAX_CLAIMS_PER_PIPE) {
-        throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, `one pipe may hold ${MAX_CLAIMS_PER_PIPE} names`);
+        throw new TensorPipeError(ErrorCode.UNAVAILABLE, `it holds ${this.maxMembers} members, its maxMembers: raise it where it is served`);
       }
       this.records.set(r.name, { value: r.value, owner: pipe });
-      this.broadcast({ t: "put", name: r.name, value: r.value });
+      this.broadcast(r.name, r.value);
       return;
     }
     if (!held || held.owner !== pipe) throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, `"${r.name}" is not held by this member`);
     if (r.t === "update") {
       held.value = r.value;
-      this.broadcast({ t: "put", name: r.name, value: r.value });
+      this.broadcast(r.name, r.value);
       return;
     }
     this.records.delete(r.name);
-    this.broadcast({ t: "delete", name: r.name });
+    this.broadcast(r.name, null);
   }
 
-  private broadcast(m: RegistryMessage): void {
-    for (const f of this.followers) this.send(f, m);
+  /** Tells every follower that `name` is now `value` (null: deleted). */
+  private broadcast(name: string, value: string | null): void {
+    for (const [pipe, peer] of this.peers) {
+      if (!peer.following) continue;
+      // A member that reads slowly gets the newest value of each name, not every one: what waits for it is bounded by the names.
+      if (peer.inFlight >= WINDOW) peer.backlog.set(name, value);
+      else this.write(pipe, peer, value === null ? { t: "delete", name } : { t: "put", name, value });
+    }
   }
 
-  /** Sends `m`; a member that leaves maxUnreadMessages unread is dropped rather than buffered for. */
-  private send(pipe: Pipe, m: RegistryMessage): void {
-    const n = (this.unread.get(pipe) ?? 0) + 1;
-    if (n > this.maxUnread) {
-      if (log.enabled) log("registry: dropped %s: %d messages unread", pipe.peerName ?? pipe.peer, n);
+  /** Replies to a member's request; one that leaves maxUnreadMessages replies unread is dropped. */
+  private reply(pipe: Pipe, m: RegistryMessage): void {
+    const peer = this.peers.get(pipe);
+    if (!peer) return;
+    if (++peer.unreadReplies > this.maxUnread) {
+      if (log.enabled) log("registry: dropped %s: %d replies unread", pipe.peerName ?? pipe.peer, peer.unreadReplies);
       pipe.close();
       return;
     }
-    this.unread.set(pipe, n);
+    this.write(pipe, peer, m, () => peer.unreadReplies--);
+  }
+
+  private write(pipe: Pipe, peer: Peer, m: RegistryMessage, sent?: () => void): void {
+    peer.inFlight++;
     pipe.write({ metadata: JSON.stringify(m) }).then(
       () => {
-        const left = (this.unread.get(pipe) ?? 1) - 1;
-        if (this.unread.has(pipe)) this.unread.set(pipe, left);
+        peer.inFlight--;
+        sent?.();
+        this.drain(pipe, peer);
       },
       () => pipe.close(),
     );
+  }
+
+  /** Sends what waited while the member was behind. */
+  private drain(pipe: Pipe, peer: Peer): void {
+    for (const [name, value] of peer.backlog) {
+      if (peer.inFlight >= WINDOW) return;
+      peer.backlog.delete(name);
+      this.write(pipe, peer, value === null ? { t: "delete", name } : { t: "put", name, value });
+    }
   }
 }
 
@@ -183,12 +242,13 @@ export async function serveRegistry(context: Context, options: RegistryOptions):
   }
   if (typeof options !== "object" || options === null)
     throw new TensorPipeError(ErrorCode.INVALID_ARG, 'serveRegistry(context, { listen: "uv://0.0.0.0:7000" }): options are missing');
-  for (const [key, v] of [
-    ["maxMembers", options.maxMembers],
-    ["maxUnreadMessages", options.maxUnreadMessages],
+  for (const [key, v, min] of [
+    ["maxMembers", options.maxMembers, 1],
+    ["maxUnreadMessages", options.maxUnreadMessages, 1],
+    ["startupGrace", options.startupGrace, 0],
   ] as const) {
-    if (v !== undefined && (!Number.isSafeInteger(v) || v < 1))
-      throw new TensorPipeError(ErrorCode.INVALID_ARG, `serveRegistry(): ${key} must be a whole number >= 1, not ${String(v)}`);
+    if (v !== undefined && (!Number.isSafeInteger(v) || v < min))
+      throw new TensorPipeError(ErrorCode.INVALID_ARG, `serveRegistry(): ${key} must be a whole number >= ${min}, not ${String(v)}`);
   }
   const listener = await context.listen(options.listen, options.listener);
   return new Registry(listener, options);
