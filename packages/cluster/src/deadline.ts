@@ -30,13 +30,7 @@ export function bounded<T>(promise: Promise<T>, options: OperationOptions | unde
       const timedOut = reason instanceof DOMException && reason.name === "TimeoutError";
       reject(new TensorPipeError(timedOut ? ErrorCode.TIMEOUT : ErrorCode.ABORTED, `${what} was ${timedOut ? "timed out by its signal" : "aborted"}`));
     };
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    if (timeout !== undefined)
-      timer = setTimeout(() => {
-        done();
-        reject(new TensorPipeError(ErrorCode.TIMEOUT, `${what} did not complete within ${timeout} ms`));
-      }, timeout);
+    // Taken first, so that `promise` settling after the deadline is never an unhandled rejection.
     promise.then(
       (v) => {
         done();
@@ -47,5 +41,12 @@ export function bounded<T>(promise: Promise<T>, options: OperationOptions | unde
         reject(e);
       },
     );
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (timeout !== undefined)
+      timer = setTimeout(() => {
+        done();
+        reject(new TensorPipeError(ErrorCode.TIMEOUT, `${what} did not complete within ${timeout} ms`));
+      }, timeout);
   });
 }

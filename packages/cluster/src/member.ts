@@ -10,7 +10,8 @@ import { clusterDiagnostics, log } from "./diagnostics.js";
 import { bounded, checkOperationOptions } from "./deadline.js";
 import { type MembershipChange, type MembershipEvents, MembershipView } from "./membership.js";
 import { PipePool } from "./pipe-pool.js";
-import { MAX_DATA_ENTRIES, type MemberRecord, encodeRecord, nameProblem, thisHost } from "./record.js";
+import { publishedUrls } from "./published-urls.js";
+import { MAX_DATA_ENTRIES, MAX_URLS, type MemberRecord, encodeRecord, nameProblem, thisHost } from "./record.js";
 import type { ClusterStore, StoreClaim } from "./store.js";
 
 /** How long join() waits for the store by default. */
@@ -18,7 +19,14 @@ const DEFAULT_JOIN_TIMEOUT = 10_000;
 /** How long leave() waits for the store to take its last write. */
 const LEAVE_WRITE_TIMEOUT = 1_000;
 /** Between tries to claim the name again after the store lost it. */
-const RECLAIM_DELAYS = [100, 500, 1_000, 2_000, 5_000];
+const RECLAIM_DELAYS = [100, 250, 500, 1_000, 2_000];
+/** Between tries of join() to claim its name while the store cannot be reached (or, with waitForName, while it is held). */
+const JOIN_RETRY_MS = 250;
+/** How long pipe() may spend dialling one member, over all the URLs its record lists, by default. */
+const DEFAULT_DIAL_TIMEOUT = 10_000;
+
+/** The member of each context that joined and has not left: one per context, whose name it is. */
+const joined = new WeakMap<Context, Member>();
 
 /** What join() needs. */
 export interface JoinOptions extends OperationOptions {
@@ -32,6 +40,17 @@ export interface JoinOptions extends OperationOptions {
   data?: Readonly<Record<string, string>> | undefined;
   /** Options of the member's listener. */
   listener?: ListenerOptions | undefined;
+  /**
+   * The URLs to publish instead of where it listens: for an address others
+   * reach it at that it cannot see (NAT, a proxy). By default it publishes
+   * where it listens, a wildcard address (0.0.0.0, [::]) replaced by each
+   * of the machine's interface addresses.
+   */
+  advertise?: readonly string[] | undefined;
+  /** Waits (within the timeout) for a name a live member holds to be free, as a restarted process whose last run's record has not expired yet. Default false: ERR_TP_NAME_TAKEN at once. */
+  waitForName?: boolean | undefined;
+  /** How long pipe() may spend dialling a member, over all the URLs its record lists. Default 10000 ms. */
+  dialTimeout?: number | undefined;
 }
 
 /** Events of a Member. */
@@ -44,7 +63,7 @@ export interface MemberEvents {
   unavailable: [error: TensorPipeError];
   /** The store is reached again and members() is up to date. */
   available: [];
-  /** The store lost this member's record and another member took the name meanwhile: this member is no longer in the cluster. */
+  /** The store lost this member's record and another member took the name meanwhile: this member has left the cluster (as by leave()); join again under another name. */
   nameLost: [error: TensorPipeError];
 }
 
@@ -72,6 +91,7 @@ export class Member extends EventEmitter<MemberEvents> {
     private readonly store: ClusterStore,
     private readonly view: MembershipView,
     record: MemberRecord,
+    private readonly dialTimeout: number,
   ) {
     super();
     this.name = record.name;
@@ -140,7 +160,7 @@ export class Member extends EventEmitter<MemberEvents> {
   waitFor(name: string, options?: OperationOptions): Promise<MemberRecord> {
     try {
       checkOperationOptions(options, `waitFor("${name}")`);
-      if (typeof name !== "string") throw invalid("waitFor(name): name must be a string");
+      checkName(name, "waitFor");
       if (this.leaving) throw this.leftError(`waitFor("${name}")`);
     } catch (e) {
       return Promise.reject(e);
@@ -173,7 +193,7 @@ export class Member extends EventEmitter<MemberEvents> {
   pipe(name: string, options?: OperationOptions): Promise<Pipe> {
     try {
       checkOperationOptions(options, `pipe("${name}")`);
-      if (typeof name !== "string") throw invalid(`pipe(name): name must be a member's name (a string), not ${typeof name}`);
+      checkName(name, "pipe");
       if (name === this.name) throw invalid(`pipe("${name}"): that is this member; pipes go to other members`);
       if (this.leaving) throw this.leftError(`pipe("${name}")`);
     } catch (e) {
@@ -184,6 +204,7 @@ export class Member extends EventEmitter<MemberEvents> {
 
   /** The next pipe another member (or any peer) opened to this one; its `peerName` says who. */
   accept(options?: OperationOptions): Promise<Pipe> {
+    if (this.leaving) return Promise.reject(this.leftError("accept()"));
     return this.listener.accept(options);
   }
 
@@ -214,6 +235,7 @@ export class Member extends EventEmitter<MemberEvents> {
   leave(): Promise<void> {
     this.leaving ??= (async () => {
       if (log.enabled) log("%s leaves", this.name);
+      if (joined.get(this.context) === this) joined.delete(this.context);
       const claim = this.claim;
       this.claim = undefined;
       if (claim) {
@@ -240,8 +262,16 @@ export class Member extends EventEmitter<MemberEvents> {
   viewEvents(): MembershipEvents {
     return {
       change: (c) => {
+        if (this.leaving) return;
         // Its own record is the member's to know: changes tell of the others.
-        if (c.member.name === this.name) return;
+        if (c.member.name === this.name) {
+          // Deleted behind its back (not expired: the claim still holds): written again.
+          if (c.type === "left" && this.claim) {
+            if (log.enabled) log("%s: its record was removed from the store; writing it again", this.name);
+            this.claim.update(encodeRecord(this.record)).catch(() => undefined);
+          }
+          return;
+        }
         if (log.enabled) log("%s: %s %s%s", this.name, c.type, c.member.name, c.type === "left" ? ` (${c.reason})` : "");
         for (const s of this.streams) s.push(c);
         if (c.type !== "left") for (const w of this.waiters.get(c.member.name) ?? []) w();
@@ -249,11 +279,13 @@ export class Member extends EventEmitter<MemberEvents> {
         this.emit("change", c);
       },
       invalidRecord: (e) => {
+        if (this.leaving) return;
         if (log.enabled) log("%s: %s", this.name, e.message);
         if (clusterDiagnostics.invalidRecord.hasSubscribers) clusterDiagnostics.invalidRecord.publish({ member: this, error: e });
         this.emit("invalidRecord", e);
       },
       availability: (e) => {
+        if (this.leaving) return;
         if (log.enabled) log("%s: %s", this.name, e ? e.message : `${this.store.description} is reached again`);
         if (clusterDiagnostics.store.hasSubscribers) clusterDiagnostics.store.publish({ member: this, error: e });
         if (e) this.emit("unavailable", e);
@@ -273,7 +305,7 @@ export class Member extends EventEmitter<MemberEvents> {
         await new Promise((r) => setTimeout(r, RECLAIM_DELAYS[Math.min(attempt, RECLAIM_DELAYS.length - 1)]));
         if (this.leaving) break;
         try {
-          const claim = await this.store.claim(this.name, encodeRecord(this.record), { lost: (e) => this.lost(e) });
+          const claim = await this.store.claim(this.name, encodeRecord(this.record), this.claimEvents());
           if (this.leaving) {
             await claim.release();
             break;
@@ -283,14 +315,28 @@ export class Member extends EventEmitter<MemberEvents> {
           break;
         } catch (e) {
           const err = e as TensorPipeError;
-          if (err.code === ErrorCode.NAME_TAKEN) {
+          // Its own last record, which the store still keeps (etcd renews leases when it restarts), expires: it tries again.
+          if (err.code === ErrorCode.NAME_TAKEN && !this.isOwnHolder()) {
+            if (log.enabled) log("%s: its name was taken meanwhile: %s", this.name, err.message);
             this.emit("nameLost", err);
+            void this.leave();
             break;
           }
         }
       }
       this.reclaiming = false;
     })();
+  }
+
+  /** @internal What the store tells of this member's claim. */
+  claimEvents(): { lost(e: TensorPipeError): void; isOwn(value: string): boolean } {
+    return { lost: (e) => this.lost(e), isOwn: (value) => isOwnRecord(this.record, value) };
+  }
+
+  /** Whether the record the store holds under this member's name is one this process wrote. */
+  private isOwnHolder(): boolean {
+    const held = this.view.get(this.name);
+    return held !== undefined && held.pid === this.record.pid && held.joinedAt === this.record.joinedAt && held.host === this.record.host;
   }
 
   private leftError(what: string): TensorPipeError {
@@ -314,10 +360,17 @@ export class Member extends EventEmitter<MemberEvents> {
     const here = thisHost();
     const urls = record.urls.filter((u) => !u.startsWith("shm://") || record.host === here);
     const errors: TensorPipeError[] = [];
+    // A record's URLs are its writer's word: all of them together get one budget.
+    const deadline = Date.now() + this.dialTimeout;
     for (const url of urls) {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        errors.push(new TensorPipeError(ErrorCode.TIMEOUT, `gave up after ${this.dialTimeout} ms (JoinOptions.dialTimeout) before ${url}`));
+        break;
+      }
       let pipe: Pipe;
       try {
-        pipe = await this.context.connect(url);
+        pipe = await this.context.connect(url, { timeout: left });
       } catch (e) {
         errors.push(e as TensorPipeError);
         if (log.enabled) log("%s: %s at %s: %s", this.name, name, url, (e as Error).message);
@@ -341,6 +394,21 @@ export class Member extends EventEmitter<MemberEvents> {
   }
 }
 
+function checkName(name: unknown, what: string): asserts name is string {
+  const problem = nameProblem(name);
+  if (problem) throw invalid(`${what}(${typeof name === "string" ? JSON.stringify(name) : String(name)}): not a member's name: ${problem}`);
+}
+
+/** Whether `value` (a record in the store) is `record`'s process's: the same pid, start and host. */
+function isOwnRecord(record: MemberRecord, value: string): boolean {
+  try {
+    const v = JSON.parse(value) as Partial<MemberRecord>;
+    return v.name === record.name && v.pid === record.pid && v.joinedAt === record.joinedAt && v.host === record.host;
+  } catch {
+    return false;
+  }
+}
+
 function checkData(data: unknown): asserts data is Record<string, string> {
   if (typeof data !== "object" || data === null || Array.isArray(data)) throw invalid('data must be an object of strings, like { role: "worker" }');
   const entries = Object.entries(data);
@@ -351,8 +419,9 @@ function checkData(data: unknown): asserts data is Record<string, string> {
 /**
  * Joins a cluster: listens on `options.listen`, follows the store's
  * records, and claims `context`'s name with this member's record. Rejects
- * ERR_TP_NAME_TAKEN when a live member holds the name, ERR_TP_UNAVAILABLE
- * when the store cannot be reached within the timeout (10 s by default).
+ * ERR_TP_NAME_TAKEN when a live member holds the name (unless
+ * `waitForName`), ERR_TP_UNAVAILABLE when the store cannot be reached
+ * within the timeout (10 s by default); it keeps trying meanwhile.
  */
 export async function join(context: Context, options: JoinOptions): Promise<Member> {
   if (typeof context !== "object" || context === null || typeof (context as Context).listen !== "function") {
@@ -360,6 +429,7 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   }
   if (typeof options !== "object" || options === null) throw invalid("join(context, { listen, store }): options are missing");
   checkOperationOptions(options, "join()");
+  if (options.name !== undefined && typeof options.name !== "string") throw invalid(`join(): name must be a string, not ${typeof options.name}`);
   const name = options.name ?? context.name;
   if (options.name !== undefined && options.name !== context.name) {
     throw invalid(
@@ -369,6 +439,9 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   if (name === "") throw invalid('join(): the context has no name: make it with new Context({ name: "worker-1" }), unique in the cluster');
   const problem = nameProblem(name);
   if (problem) throw invalid(`join(): ${JSON.stringify(name)} cannot be a member's name: ${problem}`);
+  const already = joined.get(context);
+  if (already && !already.hasLeft)
+    throw invalid(`join(): this context has joined already, as member "${already.name}": one member per context, whose name it is`);
   const { store } = options;
   if (typeof store !== "object" || store === null || typeof store.claim !== "function" || typeof store.follow !== "function") {
     throw invalid("join(): options.store must be a ClusterStore: etcdStore({ hosts }), registryStore(context, url), or one of your own");
@@ -377,6 +450,18 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   if (!Array.isArray(urls) || urls.length === 0 || urls.some((u) => typeof u !== "string")) {
     throw invalid('join(): options.listen must be a URL or a list of them, like "uv://0.0.0.0:0"');
   }
+  const { advertise } = options;
+  if (
+    advertise !== undefined &&
+    (!Array.isArray(advertise) ||
+      advertise.length === 0 ||
+      advertise.length > MAX_URLS ||
+      advertise.some((u) => typeof u !== "string" || !/^[a-z][a-z0-9+.-]*:\/\//.test(u)))
+  ) {
+    throw invalid(`join(): advertise must be 1 to ${MAX_URLS} URLs, like ["uv://203.0.113.7:7000"]`);
+  }
+  const dialTimeout = options.dialTimeout ?? DEFAULT_DIAL_TIMEOUT;
+  if (typeof dialTimeout !== "number" || !(dialTimeout > 0)) throw invalid(`join(): dialTimeout must be milliseconds > 0, not ${String(options.dialTimeout)}`);
   const data = options.data ?? {};
   checkData(data);
   // The member owns the store from here: a join that fails closes it.
@@ -390,7 +475,7 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   const backends = context.backends().filter((b) => b.viability.viable);
   const record: MemberRecord = {
     name,
-    urls: listener.addresses(),
+    urls: advertise ? [...advertise] : publishedUrls(listener.addresses()).slice(0, MAX_URLS),
     host: thisHost(),
     pid: process.pid,
     offers: {
@@ -401,19 +486,30 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
     version: 1,
     joinedAt: Date.now(),
   };
+  const timeout = options.timeout ?? DEFAULT_JOIN_TIMEOUT;
+  const deadline = Date.now() + timeout;
+  const what = `join() of "${name}"`;
   let member: Member | undefined;
   let follow: { stop(): void } | undefined;
   let claiming: Promise<StoreClaim> | undefined;
   try {
     const value = encodeRecord(record);
-    let first!: (e?: TensorPipeError) => void;
+    // The store's last word while it could not be reached: join() keeps trying until its deadline.
+    let unreachable: TensorPipeError | undefined;
+    let refused!: (e: TensorPipeError) => void;
+    let first!: () => void;
     const synced = new Promise<void>((resolve, reject) => {
-      first = (e) => (e ? reject(e) : resolve());
+      first = resolve;
+      refused = reject;
     });
     const view: MembershipView = new MembershipView({
       change: (c) => member?.viewEvents().change(c),
       invalidRecord: (e) => member?.viewEvents().invalidRecord(e),
-      availability: (e) => (member && view.ready ? member.viewEvents().availability(e) : first(e)),
+      availability: (e) => {
+        if (view.ready) member?.viewEvents().availability(e);
+        else if (e && e.code !== ErrorCode.UNAVAILABLE) refused(e);
+        else unreachable = e;
+      },
     });
     const followed = {
       snapshot: (records: Parameters<MembershipView["snapshot"]>[0]) => {
@@ -424,13 +520,35 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
       change: (c: Parameters<MembershipView["change"]>[0]) => view.change(c),
       unavailable: (e: TensorPipeError) => view.unavailable(e),
     };
-    member = new Member(context, listener, store, view, record);
+    member = new Member(context, listener, store, view, record, dialTimeout);
     follow = store.follow(followed);
-    const timeout = options.timeout ?? (options.signal ? undefined : DEFAULT_JOIN_TIMEOUT);
-    await bounded(synced, { timeout, signal: options.signal }, `join() of "${name}" (reading ${store.description})`);
-    claiming = store.claim(name, value, { lost: (e) => member!.lost(e) });
-    const claim = await bounded(claiming, { timeout, signal: options.signal }, `join() of "${name}" (claiming its name in ${store.description})`);
-    member.start(claim, follow);
+    const late = () =>
+      new TensorPipeError(
+        ErrorCode.UNAVAILABLE,
+        `${what}: ${store.description} could not be reached within ${timeout} ms${unreachable ? `: ${unreachable.message}` : ""}`,
+        { cause: unreachable },
+      );
+    const untilDeadline = <T>(p: Promise<T>) =>
+      bounded(p, { timeout: Math.max(0, deadline - Date.now()), signal: options.signal }, what).catch((e: TensorPipeError) => {
+        throw e.code === ErrorCode.TIMEOUT && !options.signal?.aborted ? late() : e;
+      });
+    await untilDeadline(synced);
+    for (;;) {
+      claiming = store.claim(name, value, member.claimEvents());
+      try {
+        const claim = await untilDeadline(claiming);
+        member.start(claim, follow);
+        break;
+      } catch (e) {
+        const err = e as TensorPipeError;
+        const again = err.code === ErrorCode.UNAVAILABLE || (err.code === ErrorCode.NAME_TAKEN && options.waitForName === true);
+        if (!again) throw err;
+        unreachable = err.code === ErrorCode.UNAVAILABLE ? err : unreachable;
+        if (Date.now() + JOIN_RETRY_MS >= deadline) throw err.code === ErrorCode.NAME_TAKEN ? err : late();
+        await untilDeadline(new Promise((r) => setTimeout(r, JOIN_RETRY_MS)));
+      }
+    }
+    joined.set(context, member);
     if (log.enabled) log("%s joined at %s", name, record.urls.join(", "));
     return member;
   } catch (e) {

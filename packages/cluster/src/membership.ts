@@ -4,6 +4,7 @@
  * check out reported and ignored. While the store cannot be reached the
  * last view stands, marked stale; the next snapshot brings it up to date.
  */
+import { createHash } from "node:crypto";
 import type { TensorPipeError } from "@tensorpipe/core";
 import { type MemberRecord, decodeRecord } from "./record.js";
 import type { StoreChange, StoreFollower, StoreRecord } from "./store.js";
@@ -35,7 +36,7 @@ export interface MembershipEvents {
 /** The members last seen, kept from a store's follower calls. */
 export class MembershipView implements StoreFollower {
   private readonly records = new Map<string, MemberRecord>();
-  /** Raw values, so that a value seen again changes nothing. */
+  /** A digest of each value, so that a value seen again changes nothing (and a rejected one is not kept). */
   private readonly values = new Map<string, string>();
   private staleError: TensorPipeError | undefined;
   private synced = false;
@@ -94,8 +95,9 @@ export class MembershipView implements StoreFollower {
   }
 
   private put(name: string, value: string): void {
-    if (this.values.get(name) === value) return;
-    this.values.set(name, value);
+    const digest = createHash("sha256").update(value).digest("base64");
+    if (this.values.get(name) === digest) return;
+    this.values.set(name, digest);
     let record: MemberRecord;
     try {
       record = decodeRecord(name, value);

@@ -87,7 +87,8 @@ const isStringArray = (v: unknown, max: number, each: (s: string) => boolean): v
 
 /** The record stored under `key`, checked; throws ERR_TP_PROTOCOL saying what is wrong. */
 export function decodeRecord(key: string, value: string): MemberRecord {
-  if (value.length > MAX_RECORD_BYTES) throw bad(key, `${value.length} characters, over ${MAX_RECORD_BYTES}`);
+  // Stores cut what they read just past the bound: the size is not told, only that it is over.
+  if (Buffer.byteLength(value) > MAX_RECORD_BYTES) throw bad(key, `over ${MAX_RECORD_BYTES} bytes`);
   let v: Record<string, unknown>;
   try {
     v = JSON.parse(value);

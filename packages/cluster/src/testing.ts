@@ -192,10 +192,72 @@ export function describeStoreConformance(options: StoreConformanceOptions): void
       });
       const d = await context("delta");
       await expect(join(d, { listen: options.listen, store: options.store(d), name: "epsilon" })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+      await expect(join(d, { listen: options.listen, store: options.store(d), name: 42 as unknown as string })).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringContaining("name must be a string"),
+      });
       const a = await member("alpha");
       await expect(a.pipe("alpha")).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
       await expect(a.pipe(42 as unknown as string)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+      await expect(a.pipe("")).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+      await expect(a.waitFor("bad name!", { timeout: 10_000 })).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringContaining("not a member's name"),
+      });
       await expect(a.update({ n: 1 } as unknown as Record<string, string>)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+      // One member per context.
+      const again = await context("beta");
+      const b = await join(again, { listen: options.listen, store: options.store(again) });
+      cleanups.push(() => b.leave());
+      await expect(join(again, { listen: options.listen, store: options.store(again) })).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringContaining('has joined already, as member "beta"'),
+      });
+      await b.leave();
+      await expect(b.accept()).rejects.toMatchObject({ code: ErrorCode.CLOSED, message: expect.stringContaining("has left") });
+    });
+
+    it("gives up a join aborted before it started, and leaves nothing behind", async () => {
+      const c = await context("alpha");
+      const aborted = new AbortController();
+      aborted.abort();
+      await expect(join(c, { listen: options.listen, store: options.store(c), signal: aborted.signal })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+      const a = await join(c, { listen: options.listen, store: options.store(c) });
+      cleanups.push(() => a.leave());
+      expect(a.member("alpha")?.name).toBe("alpha");
+    });
+
+    it("publishes where others reach it: interface addresses for a wildcard, or what it is told to advertise", async () => {
+      const wildcard = options.listen.replace("127.0.0.1", "0.0.0.0");
+      const c = await context("alpha");
+      const a = await join(c, { listen: wildcard, store: options.store(c) });
+      cleanups.push(() => a.leave());
+      expect(a.urls.length).toBeGreaterThan(0);
+      expect(a.urls.join(" ")).not.toMatch(/0\.0\.0\.0|\[::\]/);
+      const d = await context("delta");
+      const advertised = ["uv://203.0.113.7:7000"];
+      const m = await join(d, { listen: options.listen, store: options.store(d), advertise: advertised });
+      cleanups.push(() => m.leave());
+      await a.waitFor("delta", { timeout: settle });
+      expect(a.member("delta")?.urls).toEqual(advertised);
+    });
+
+    it.skipIf(!options.outage)("waits for a store that is not up yet, within the join's timeout", async () => {
+      const restore = await options.outage!();
+      let restored = false;
+      cleanups.push(() => (restored ? undefined : restore()));
+      const c = await context("alpha");
+      await expect(join(c, { listen: options.listen, store: options.store(c), timeout: 300 })).rejects.toMatchObject({
+        code: ErrorCode.UNAVAILABLE,
+        message: expect.stringContaining("could not be reached within 300 ms"),
+      });
+      const joining = join(c, { listen: options.listen, store: options.store(c), timeout: settle * 2 });
+      await new Promise((r) => setTimeout(r, 300));
+      await restore();
+      restored = true;
+      const a = await joining;
+      cleanups.push(() => a.leave());
+      expect(a.member("alpha")?.name).toBe("alpha");
     });
 
     it.skipIf(!options.outage)("keeps pipes and the last membership while the store is away, and catches up when it is back", async () => {
@@ -205,6 +267,10 @@ export function describeStoreConformance(options: StoreConformanceOptions): void
       await a.waitFor("beta", { timeout: settle });
       const pipe = await a.pipe("beta");
       const unavailable = new Promise((r) => a.once("unavailable", r));
+      const left: string[] = [];
+      a.on("change", (c) => {
+        if (c.type === "left") left.push(c.member.name);
+      });
       const restore = await options.outage!();
       let restored = false;
       cleanups.push(() => (restored ? undefined : restore()));
@@ -237,6 +303,8 @@ export function describeStoreConformance(options: StoreConformanceOptions): void
       await a.waitFor("gamma", { timeout: settle });
       await c.waitFor("beta", { timeout: settle });
       expect(await roundTrip(pipe, "after")).toBe("beta:after");
+      // Nobody was seen to leave: members that are alive stay members through the store's outage.
+      expect(left).toEqual([]);
     });
   });
 }

@@ -80,6 +80,10 @@ describe("the embedded registry, under authentication", () => {
     await pipe.write({ metadata: "{not json" });
     const err = (await pipe.closed) as TensorPipeError;
     expect(err.code).toBe(ErrorCode.PEER_CLOSED);
+    // A request with a payload is refused on its descriptor: the payload is never read, and no view is sent.
+    const heavy = await junk.connect(registry.url);
+    await heavy.write({ metadata: JSON.stringify({ t: "follow" }), payloads: [{ data: new Uint8Array(1 << 20) }] });
+    await expect(heavy.readMessage()).rejects.toMatchObject({ code: ErrorCode.PEER_CLOSED });
     const big = await junk.connect(registry.url);
     await big.write({ metadata: JSON.stringify({ t: "claim", id: 1, name: "junk", value: "x".repeat(100_000) }) });
     expect((await big.closed).code).toBe(ErrorCode.PEER_CLOSED);

@@ -5,6 +5,7 @@
  * other by name.
  */
 import { execFileSync } from "node:child_process";
+import { type Socket, createServer } from "node:net";
 import { createContext } from "./context.js";
 import { type Context, ErrorCode } from "@tensorpipe/core";
 import { Etcd3 } from "etcd3";
@@ -98,6 +99,69 @@ describe.skipIf(missing !== undefined)(`on etcd${missing ? ` (${missing})` : ""}
     expect(b.hasLeft).toBe(false);
   });
 
+  it("stays a member through an etcd outage longer than its lease: its own record is taken over, not fought for", async () => {
+    const p = `/outage/${prefix++}/`;
+    const a = await front("front", store(p));
+    const b = await front("worker", store(p));
+    await a.waitFor("worker", { timeout: 5000 });
+    const events: string[] = [];
+    b.on("nameLost", (e) => events.push(`nameLost ${e.message}`));
+    a.on("change", (c) => events.push(`${c.type} ${c.member.name}`));
+    await etcd.nodes[0]!.kill();
+    // Past twice the lease: the client gives its lease up, while etcd (stopped) keeps it and renews it when it starts.
+    await new Promise((r) => setTimeout(r, (2 * TTL + 1) * 1000));
+    await etcd.nodes[0]!.start("existing");
+    await expect.poll(() => a.stale, { timeout: 10_000 }).toBeUndefined();
+    // Past the old lease's life too: the record it holds now is under a lease it keeps alive.
+    await new Promise((r) => setTimeout(r, (TTL + 2) * 1000));
+    expect(events.filter((e) => e.startsWith("nameLost"))).toEqual([]);
+    expect(b.hasLeft).toBe(false);
+    expect(a.member("worker")?.pid).toBe(process.pid);
+    expect(events.filter((e) => e === "left worker")).toEqual([]);
+  });
+
+  it("writes its record again when it is deleted behind its back", async () => {
+    const p = `/deleted/${prefix++}/`;
+    const a = await front("front", store(p));
+    await front("worker", store(p));
+    await a.waitFor("worker", { timeout: 5000 });
+    const admin = new Etcd3({ hosts: etcd.hosts });
+    cleanups.push(() => admin.close());
+    await admin.namespace(p).delete().key("worker");
+    await expect.poll(async () => (await admin.namespace(p).get("worker").string()) !== null, { timeout: 5000 }).toBe(true);
+    await expect.poll(() => a.member("worker")?.name, { timeout: 5000 }).toBe("worker");
+  });
+
+  it("bounds the time pipe() spends on a record's URLs that never answer", async () => {
+    const p = `/silent/${prefix++}/`;
+    const sockets: Socket[] = [];
+    const silent = createServer((s) => sockets.push(s));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
+    cleanups.push(() => {
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => silent.close(r));
+    });
+    const port = (silent.address() as { port: number }).port;
+    const context = await createContext({ ...backends, name: "front" });
+    cleanups.push(() => context.close());
+    const a = await join(context, { listen: "uv://127.0.0.1:0", store: store(p)(), dialTimeout: 500 });
+    cleanups.push(() => a.leave());
+    const admin = new Etcd3({ hosts: etcd.hosts });
+    cleanups.push(() => admin.close());
+    const record = { ...a.member("front")!, name: "tarpit", urls: Array(16).fill(`uv://127.0.0.1:${port}`) };
+    await admin.namespace(p).put("tarpit").value(JSON.stringify(record));
+    await a.waitFor("tarpit", { timeout: 5000 });
+    const started = Date.now();
+    await expect(a.pipe("tarpit")).rejects.toMatchObject({ message: expect.stringContaining("gave up after 500 ms") });
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
+
+  it("refuses a prefix that is not a folder", () => {
+    expect(() => etcdStore({ hosts: etcd.hosts, prefix: "/app" })).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining('ends with "/"') }),
+    );
+  });
+
   it("refuses the name to a second process while the first holds it, and gives it once the first is gone", async () => {
     const p = `/unique/${prefix++}/`;
     const a = await front("front", store(p));
@@ -153,6 +217,30 @@ describe("on the embedded registry", () => {
     const lost = changeOf(a, "worker", (c) => c.type === "left");
     await worker.kill();
     expect(await lost).toMatchObject({ reason: "lost" });
+  });
+
+  it("leaves, with nameLost, a member whose name another took while the registry was away", async () => {
+    const a = await front("worker", store());
+    const lost = new Promise<Error>((r) => a.once("nameLost", r));
+    const url = registry.url;
+    registry.close();
+    registry = await serveRegistry(host, { listen: url, startupGrace: 0 });
+    // Another process under the name gets there first.
+    const impostor = await createContext({ ...backends, name: "worker" });
+    cleanups.push(() => impostor.close());
+    const b = await join(impostor, { listen: "uv://127.0.0.1:0", store: registryStore(impostor, url) });
+    cleanups.push(() => b.leave());
+    expect(await lost).toMatchObject({ code: ErrorCode.NAME_TAKEN });
+    await expect.poll(() => a.hasLeft).toBe(true);
+    expect(registry.names()).toEqual(["worker"]);
+  });
+
+  it("refuses a registry URL that is not a TensorPipe one", async () => {
+    const context = await createContext({ ...backends, name: "x" });
+    cleanups.push(() => context.close());
+    expect(() => registryStore(context, "http://127.0.0.1:7000")).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining("TensorPipe URL") }),
+    );
   });
 
   it("keeps members' pipes through the registry's restart, and they claim their names again", async () => {
