@@ -1,0 +1,363 @@
+/**
+ * A front end and a pool of worker processes, as a serving front runs
+ * one: the front keeps K requests in flight over N workers, each request a
+ * batch (a Float32Array) with a small header, each answer a small result
+ * tensor. The same pool over tensorpipe-js (negotiated: shm + cma on one
+ * machine), child_process IPC (serialization "advanced"), zeromq.js
+ * (Dealer/Router over ipc://) and, as the in-process reference,
+ * worker_threads with transferred ArrayBuffers; interleaved, each round
+ * in another order. Batches are reused (the front sends the same memory
+ * again once it is answered) or fresh (a new array per request).
+ *
+ *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
+ *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--json]
+ *
+ * Per run: requests/s, round-trip p50/p99, the front's CPU per request
+ * (user + system), and the p99 of its event loop's delay.
+ */
+import { type ChildProcess, fork } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { Worker, isMainThread, parentPort } from "node:worker_threads";
+import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
+import { createContext } from "../context.js";
+import { parseSize, sizeLabel } from "../sizes.js";
+import { percentile } from "../stats.js";
+import { loadZmq } from "../zmq-baseline.js";
+import { type Column, printResults, scriptArgs } from "./script.js";
+
+const SELF = fileURLToPath(import.meta.url);
+/** Floats in each answer. */
+const RESULT_FLOATS = 256;
+/** Seconds of each run not counted: the pool's first requests. */
+const WARMUP_S = 0.3;
+
+type Kind = "tensorpipe" | "worker_threads" | "ipc" | "zeromq";
+const KINDS: readonly Kind[] = ["tensorpipe", "worker_threads", "ipc", "zeromq"];
+
+/** One pool: send() a batch to worker `w`, resolved with the answer (and the batch, where sending transferred it away). */
+interface Pool {
+  send(w: number, batch: Float32Array): Promise<{ result: Float32Array; batch?: Float32Array }>;
+  close(): Promise<void>;
+}
+
+/** The answers of one worker's requests, in the order they were sent (a pipe or a socket keeps order). */
+class InOrder<T> {
+  private readonly waiting: ((v: T) => void)[] = [];
+  push(resolve: (v: T) => void): void {
+    this.waiting.push(resolve);
+  }
+  settle(v: T): void {
+    this.waiting.shift()?.(v);
+  }
+}
+
+// ---- the workers' side ------------------------------------------------------
+
+async function tensorpipeWorker(): Promise<void> {
+  const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
+  const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
+  process.send!({ urls: listener.addresses() });
+  const result = new Float32Array(RESULT_FLOATS);
+  for await (const pipe of listener) {
+    void (async () => {
+      let landing = new Float32Array(0);
+      for (;;) {
+        const d = await pipe.readDescriptor().catch(() => undefined);
+        if (!d) return;
+        const bytes = d.tensors[0]!.length;
+        if (landing.byteLength < bytes) landing = new Float32Array(bytes / 4);
+        await pipe.read({ payloads: [], tensors: [{ buffer: landing }] });
+        result[0] = landing[0]!;
+        void pipe.write({ metadata: d.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
+      }
+    })();
+  }
+}
+
+function ipcWorker(): void {
+  process.on("message", (m: { id: number; batch: Float32Array }) => {
+    const result = new Float32Array(RESULT_FLOATS);
+    result[0] = m.batch[0]!;
+    process.send!({ id: m.id, result });
+  });
+  process.send!({ ready: true });
+}
+
+async function zeromqWorker(): Promise<void> {
+  const { zmq } = await loadZmq();
+  const router = new zmq!.Router();
+  const dir = mkdtempSync(join(tmpdir(), "tp-fanout-"));
+  const endpoint = `ipc://${join(dir, "w")}`;
+  await router.bind(endpoint);
+  process.send!({ endpoint });
+  const result = new Float32Array(RESULT_FLOATS);
+  for await (const [identity, header, batch] of router) {
+    result[0] = new Float32Array(batch!.buffer, batch!.byteOffset, 1)[0]!;
+    await router.send([identity!, header!, Buffer.from(result.buffer)]);
+  }
+}
+
+function threadWorker(): void {
+  parentPort!.on("message", (m: { id: number; batch: Float32Array }) => {
+    const result = new Float32Array(RESULT_FLOATS);
+    result[0] = m.batch[0]!;
+    // The batch goes back with the answer: a front that reuses it gets it again, as its memory.
+    parentPort!.postMessage({ id: m.id, result, batch: m.batch }, [result.buffer, m.batch.buffer as ArrayBuffer]);
+  });
+}
+
+// ---- the front's side -------------------------------------------------------
+
+async function spawnWorker(kind: Kind): Promise<{ child: ChildProcess; hello: Record<string, unknown> }> {
+  const child = fork(SELF, ["--worker", kind], { serialization: kind === "ipc" ? "advanced" : "json", stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const [hello] = (await once(child, "message")) as [Record<string, unknown>];
+  return { child, hello };
+}
+
+async function stopAll(children: ChildProcess[]): Promise<void> {
+  await Promise.all(
+    children.map(async (c) => {
+      if (c.exitCode !== null) return;
+      const gone = once(c, "exit");
+      c.kill();
+      await gone;
+    }),
+  );
+}
+
+async function tensorpipePool(n: number): Promise<Pool> {
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("tensorpipe")));
+  const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
+  const pipes: { pipe: Pipe; order: InOrder<{ result: Float32Array }> }[] = [];
+  for (const { hello } of workers) {
+    const pipe = await context.connect((hello.urls as string[]).find((u) => u.startsWith("shm://"))!);
+    const order = new InOrder<{ result: Float32Array }>();
+    pipes.push({ pipe, order });
+    void (async () => {
+      for (;;) {
+        const d = await pipe.readDescriptor().catch(() => undefined);
+        if (!d) return;
+        const result = new Float32Array(RESULT_FLOATS);
+        await pipe.read({ payloads: [], tensors: [{ buffer: result }] });
+        order.settle({ result });
+      }
+    })();
+  }
+  return {
+    send(w, batch) {
+      const { pipe, order } = pipes[w]!;
+      return new Promise((resolve, reject) => {
+        order.push(resolve);
+        pipe.write({ metadata: "b", tensors: [{ buffer: batch, targetDevice: CPU_DEVICE }] }).catch(reject);
+      });
+    },
+    async close() {
+      await context.close();
+      await stopAll(workers.map((w) => w.child));
+    },
+  };
+}
+
+async function ipcPool(n: number): Promise<Pool> {
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("ipc")));
+  const pending = new Map<number, (r: { result: Float32Array }) => void>();
+  let next = 0;
+  for (const { child } of workers) child.on("message", (m: { id: number; result: Float32Array }) => pending.get(m.id)?.({ result: m.result }));
+  return {
+    send(w, batch) {
+      const id = next++;
+      return new Promise((resolve) => {
+        pending.set(id, (r) => {
+          pending.delete(id);
+          resolve(r);
+        });
+        workers[w]!.child.send({ id, batch });
+      });
+    },
+    close: () => stopAll(workers.map((w) => w.child)),
+  };
+}
+
+async function zeromqPool(n: number): Promise<Pool> {
+  const { zmq } = await loadZmq();
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("zeromq")));
+  const dealers = workers.map(({ hello }) => {
+    const d = new zmq!.Dealer();
+    d.connect(hello.endpoint as string);
+    const order = new InOrder<{ result: Float32Array }>();
+    void (async () => {
+      for await (const [, result] of d) order.settle({ result: new Float32Array(result!.buffer, result!.byteOffset, RESULT_FLOATS) });
+    })();
+    return { d, order };
+  });
+  const header = Buffer.from("b");
+  return {
+    send(w, batch) {
+      const { d, order } = dealers[w]!;
+      return new Promise((resolve, reject) => {
+        order.push(resolve);
+        d.send([header, Buffer.from(batch.buffer, batch.byteOffset, batch.byteLength)]).catch(reject);
+      });
+    },
+    async close() {
+      for (const { d } of dealers) d.close();
+      await stopAll(workers.map((w) => w.child));
+    },
+  };
+}
+
+async function threadPool(n: number): Promise<Pool> {
+  const threads = Array.from({ length: n }, () => new Worker(SELF));
+  const pending = new Map<number, (r: { result: Float32Array; batch: Float32Array }) => void>();
+  let next = 0;
+  for (const t of threads) t.on("message", (m: { id: number; result: Float32Array; batch: Float32Array }) => pending.get(m.id)?.(m));
+  return {
+    send(w, batch) {
+      const id = next++;
+      return new Promise((resolve) => {
+        pending.set(id, (r) => {
+          pending.delete(id);
+          resolve(r);
+        });
+        threads[w]!.postMessage({ id, batch }, [batch.buffer as ArrayBuffer]);
+      });
+    },
+    async close() {
+      await Promise.all(threads.map((t) => t.terminate()));
+    },
+  };
+}
+
+/** One measured run: `inflight` lanes over the pool's workers, each sending its batch and waiting for the answer, for `seconds`. */
+async function run(pool: Pool, kind: Kind, workers: number, bytes: number, fresh: boolean, inflight: number, seconds: number): Promise<RunResult> {
+  const latencies: number[] = [];
+  let done = 0;
+  let measuring = false;
+  let stop = false;
+  const lane = async (i: number) => {
+    const w = i % workers;
+    let batch: Float32Array = new Float32Array(bytes / 4);
+    while (!stop) {
+      if (fresh) batch = new Float32Array(bytes / 4);
+      batch[0] = i;
+      const t0 = performance.now();
+      const answer = await pool.send(w, batch);
+      if (measuring) {
+        latencies.push((performance.now() - t0) * 1000);
+        done++;
+      }
+      // A transferred batch was the worker's until it came back with the answer.
+      if (answer.batch) batch = answer.batch;
+    }
+  };
+  const lanes = Array.from({ length: inflight }, (_, i) => lane(i));
+  await new Promise((r) => setTimeout(r, WARMUP_S * 1000));
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  measuring = true;
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  measuring = false;
+  const elapsed = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  loop.disable();
+  stop = true;
+  await Promise.all(lanes);
+  latencies.sort((a, b) => a - b);
+  return {
+    kind,
+    workers,
+    size: sizeLabel(bytes),
+    buffers: fresh ? "fresh" : "reused",
+    rps: done / elapsed,
+    p50ms: percentile(latencies, 50) / 1000,
+    p99ms: percentile(latencies, 99) / 1000,
+    cpuUsPerRequest: (cpu.user + cpu.system) / Math.max(1, done),
+    loopDelayP99ms: loop.percentile(99) / 1e6,
+  };
+}
+
+interface RunResult {
+  kind: Kind;
+  workers: number;
+  size: string;
+  buffers: "reused" | "fresh";
+  rps: number;
+  p50ms: number;
+  p99ms: number;
+  cpuUsPerRequest: number;
+  loopDelayP99ms: number;
+}
+
+async function main(): Promise<void> {
+  const args = scriptArgs(import.meta.url)!;
+  const workerCounts = args.value("--workers", "4").split(",").map(Number);
+  const sizes = args.value("--sizes", "16K,1M,16M").split(",").map(parseSize);
+  const inflight = Number(args.value("--inflight", "32"));
+  const seconds = Number(args.value("--seconds", "1.5"));
+  const rounds = Number(args.value("--rounds", "2"));
+  const zmqMissing = (await loadZmq()).reason;
+  const used = zmqMissing ? KINDS.filter((k) => k !== "zeromq") : KINDS;
+  if (zmqMissing) console.error(`fan-out: ${zmqMissing}; zeromq left out`);
+  const results: RunResult[] = [];
+  for (const n of workerCounts) {
+    const pools = new Map<Kind, Pool>();
+    for (const k of used)
+      pools.set(k, await (k === "tensorpipe" ? tensorpipePool(n) : k === "ipc" ? ipcPool(n) : k === "zeromq" ? zeromqPool(n) : threadPool(n)));
+    try {
+      for (const bytes of sizes) {
+        for (const fresh of [false, true]) {
+          // 16 MiB x K in flight of fresh arrays is K x 16 MiB per kind: fewer lanes there.
+          const k = bytes >= 16 << 20 ? Math.min(inflight, 8) : inflight;
+          const byKind = new Map<Kind, RunResult[]>();
+          for (let r = 0; r < rounds; r++) {
+            const order = used.map((_, i) => used[(i + r) % used.length]!);
+            for (const kind of order) {
+              const res = await run(pools.get(kind)!, kind, n, bytes, fresh, k, seconds);
+              byKind.set(kind, [...(byKind.get(kind) ?? []), res]);
+            }
+          }
+          // The median round of each kind, by requests/s.
+          for (const list of byKind.values()) results.push(list.sort((a, b) => a.rps - b.rps)[Math.floor(list.length / 2)]!);
+        }
+      }
+    } finally {
+      for (const p of pools.values()) await p.close();
+    }
+  }
+  const reference = (r: RunResult) =>
+    results.find((x) => x.kind === "worker_threads" && x.workers === r.workers && x.size === r.size && x.buffers === r.buffers);
+  const columns: Column<RunResult>[] = [
+    { header: "N", width: 3, cell: (r) => String(r.workers) },
+    { header: "size", width: 7, cell: (r) => r.size },
+    { header: "buffers", width: 8, cell: (r) => r.buffers },
+    { header: "  kind", width: 16, cell: (r) => `  ${r.kind}`, left: true },
+    { header: "req/s", width: 9, cell: (r) => r.rps.toFixed(0) },
+    { header: "x threads", width: 10, cell: (r) => ((reference(r)?.rps ?? Number.NaN) > 0 ? (r.rps / reference(r)!.rps).toFixed(2) : "n/a") },
+    { header: "p50 ms", width: 9, cell: (r) => r.p50ms.toFixed(2) },
+    { header: "p99 ms", width: 9, cell: (r) => r.p99ms.toFixed(2) },
+    { header: "front us/req", width: 13, cell: (r) => r.cpuUsPerRequest.toFixed(0) },
+    { header: "loop p99 ms", width: 12, cell: (r) => r.loopDelayP99ms.toFixed(2) },
+  ];
+  printResults(
+    args,
+    `fan-out: a front with K=${inflight} in flight (8 at 16 MiB) over N workers; median of ${rounds} interleaved rounds of ${seconds} s`,
+    results,
+    columns,
+  );
+}
+
+const role = process.argv.indexOf("--worker");
+if (!isMainThread) threadWorker();
+else if (role >= 0) {
+  const kind = process.argv[role + 1] as Kind;
+  if (kind === "tensorpipe") await tensorpipeWorker();
+  else if (kind === "ipc") ipcWorker();
+  else await zeromqWorker();
+} else await main();
