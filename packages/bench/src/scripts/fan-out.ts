@@ -94,6 +94,11 @@ async function zeromqWorker(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "tp-fanout-"));
   const endpoint = `ipc://${join(dir, "w")}`;
   await router.bind(endpoint);
+  // The front stops its workers with SIGTERM: the socket's folder goes with it.
+  process.once("SIGTERM", () => {
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(0);
+  });
   process.send!({ endpoint });
   const result = new Float32Array(RESULT_FLOATS);
   for await (const [identity, header, batch] of router) {
