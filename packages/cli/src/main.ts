@@ -6,7 +6,7 @@
  *                    [--json FILE] [--backend MODULE ...]
  *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
  *                   [--peer-timeout MS] [--timeout MS] [--secret-file FILE] [--backend MODULE ...]
- *   tensorpipe registry --listen URL [--listen URL ...] [--secret-file FILE] [--max-members N] [--backend MODULE ...]
+ *   tensorpipe registry --listen URL [--listen URL ...] [--secret-file FILE] [--max-members N] [--startup-grace MS] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
@@ -63,6 +63,8 @@ commands:
              --secret-file FILE   only members with this shared secret may join
                                   (TENSORPIPE_SECRET does the same)
              --max-members N      the most members it holds (default 1024)
+             --startup-grace MS   after it starts, how long a member that comes back
+                                  waits for its first view (default 2500; 0: none)
              --backend MODULE     a third-party backend package too; may be given again
   help     this text
   version  the CLI's version`;
@@ -204,6 +206,7 @@ async function main(argv: string[]): Promise<number> {
       listen: { type: "string", multiple: true },
       "secret-file": { type: "string" },
       "max-members": { type: "string" },
+      "startup-grace": { type: "string" },
       backend: { type: "string", multiple: true },
     });
     if (!values.listen?.length) fail("registry: give --listen URL, like --listen uv://0.0.0.0:7000");
@@ -211,6 +214,7 @@ async function main(argv: string[]): Promise<number> {
       ...auth(values["secret-file"]),
       listen: values.listen,
       maxMembers: positive("--max-members", values["max-members"]),
+      startupGrace: values["startup-grace"] === "0" ? 0 : positive("--startup-grace", values["startup-grace"]),
       ...(values.backend ? { backends: values.backend } : {}),
     });
     return 0;

@@ -13,6 +13,8 @@ export interface RegistryCommandOptions extends BackendChoice {
   listen: readonly string[];
   /** The most members it holds. */
   maxMembers?: number | undefined;
+  /** How long a member that comes back waits for its first view, after the registry starts. */
+  startupGrace?: number | undefined;
 }
 
 export async function runRegistry(options: RegistryCommandOptions): Promise<void> {
@@ -24,7 +26,7 @@ export async function runRegistry(options: RegistryCommandOptions): Promise<void
   }
   // Its requests are small JSON: a peer's control frames and messages are bounded to match.
   const context = await createContext({ maxControlFrameLength: 1 << 20, maxMessageBytes: 1 << 20, ...options, name: "registry" });
-  const registry = await cluster.serveRegistry(context, { listen: options.listen, maxMembers: options.maxMembers });
+  const registry = await cluster.serveRegistry(context, { listen: options.listen, maxMembers: options.maxMembers, startupGrace: options.startupGrace });
   process.stdout.write(`${JSON.stringify({ registry: registry.url, addresses: registry.addresses() })}\n`);
   await new Promise<void>((resolve) => {
     process.once("SIGINT", resolve);

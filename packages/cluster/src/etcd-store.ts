@@ -192,7 +192,8 @@ class EtcdStore implements ClusterStore {
       const res = await this.client.kv.range({ key, range_end: end, limit: PAGE, ...(revision ? { revision } : {}) });
       revision ??= res.header.revision;
       for (const kv of res.kvs) {
-        if (records.length >= this.maxMembers) {
+        // One past the bound is handed on, so that the member sees there are more, and says so.
+        if (records.length > this.maxMembers) {
           if (log.enabled) log("%s holds more than %d records (maxMembers): the rest are not read", this.description, this.maxMembers);
           return { revision: BigInt(revision), records };
         }

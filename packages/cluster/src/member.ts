@@ -24,6 +24,8 @@ const RECLAIM_DELAYS = [100, 250, 500, 1_000, 2_000];
 const JOIN_RETRY_MS = 250;
 /** How long pipe() may spend dialling one member, over all the URLs its record lists, by default. */
 const DEFAULT_DIAL_TIMEOUT = 10_000;
+/** The least time one of a record's URLs gets, while the dial's budget lasts. */
+const MIN_URL_SHARE = 1_000;
 
 /** The member of each context that joined and has not left: one per context, whose name it is. */
 const joined = new WeakMap<Context, Member>();
@@ -51,6 +53,8 @@ export interface JoinOptions extends OperationOptions {
   waitForName?: boolean | undefined;
   /** How long pipe() may spend dialling a member, over all the URLs its record lists. Default 10000 ms. */
   dialTimeout?: number | undefined;
+  /** The most members this member keeps; more in the store are reported (invalidRecord) and ignored. Default 4096. */
+  maxMembers?: number | undefined;
 }
 
 /** Events of a Member. */
@@ -194,8 +198,8 @@ export class Member extends EventEmitter<MemberEvents> {
     try {
       checkOperationOptions(options, `pipe("${name}")`);
       checkName(name, "pipe");
-      if (name === this.name) throw invalid(`pipe("${name}"): that is this member; pipes go to other members`);
       if (this.leaving) throw this.leftError(`pipe("${name}")`);
+      if (name === this.name) throw invalid(`pipe("${name}"): that is this member; pipes go to other members`);
     } catch (e) {
       return Promise.reject(e);
     }
@@ -217,8 +221,10 @@ export class Member extends EventEmitter<MemberEvents> {
   async update(data: Readonly<Record<string, string>>): Promise<void> {
     checkData(data);
     if (this.leaving) throw this.leftError("update()");
-    this.record = { ...this.record, data: { ...data }, version: this.record.version + 1 };
-    const value = encodeRecord(this.record);
+    // Kept only once it fits: a refused update leaves the member as it was.
+    const next = { ...this.record, data: { ...data }, version: this.record.version + 1 };
+    const value = encodeRecord(next);
+    this.record = next;
     if (!this.claim)
       throw new TensorPipeError(
         ErrorCode.UNAVAILABLE,
@@ -241,8 +247,13 @@ export class Member extends EventEmitter<MemberEvents> {
       if (claim) {
         // The last write says it is a leave, so the others see "left", not "lost".
         this.record = { ...this.record, leaving: true, version: this.record.version + 1 };
-        await bounded(claim.update(encodeRecord(this.record)), { timeout: LEAVE_WRITE_TIMEOUT }, "leave").catch(() => undefined);
-        await claim.release();
+        // Written in this tick: a leave that its context's close() started goes out before that close ends the store's pipe.
+        let written: Promise<unknown> = Promise.resolve();
+        try {
+          written = bounded(claim.update(encodeRecord(this.record)), { timeout: LEAVE_WRITE_TIMEOUT }, "leave");
+        } catch {}
+        await written.catch(() => undefined);
+        await claim.release().catch(() => undefined);
       }
       this.follow?.stop();
       this.listener.close();
@@ -268,7 +279,9 @@ export class Member extends EventEmitter<MemberEvents> {
           // Deleted behind its back (not expired: the claim still holds): written again.
           if (c.type === "left" && this.claim) {
             if (log.enabled) log("%s: its record was removed from the store; writing it again", this.name);
-            this.claim.update(encodeRecord(this.record)).catch(() => undefined);
+            void Promise.resolve()
+              .then(() => this.claim?.update(encodeRecord(this.record)))
+              .catch(() => undefined);
           }
           return;
         }
@@ -318,8 +331,9 @@ export class Member extends EventEmitter<MemberEvents> {
           // Its own last record, which the store still keeps (etcd renews leases when it restarts), expires: it tries again.
           if (err.code === ErrorCode.NAME_TAKEN && !this.isOwnHolder()) {
             if (log.enabled) log("%s: its name was taken meanwhile: %s", this.name, err.message);
+            const left = this.leave();
             this.emit("nameLost", err);
-            void this.leave();
+            await left;
             break;
           }
         }
@@ -362,15 +376,17 @@ export class Member extends EventEmitter<MemberEvents> {
     const errors: TensorPipeError[] = [];
     // A record's URLs are its writer's word: all of them together get one budget.
     const deadline = Date.now() + this.dialTimeout;
-    for (const url of urls) {
+    for (const [i, url] of urls.entries()) {
       const left = deadline - Date.now();
       if (left <= 0) {
         errors.push(new TensorPipeError(ErrorCode.TIMEOUT, `gave up after ${this.dialTimeout} ms (JoinOptions.dialTimeout) before ${url}`));
         break;
       }
+      // Each URL its share of what is left, so that one that never answers leaves time for the next.
+      const share = Math.max(Math.min(left, MIN_URL_SHARE), left / (urls.length - i));
       let pipe: Pipe;
       try {
-        pipe = await this.context.connect(url, { timeout: left });
+        pipe = await this.context.connect(url, { timeout: share });
       } catch (e) {
         errors.push(e as TensorPipeError);
         if (log.enabled) log("%s: %s at %s: %s", this.name, name, url, (e as Error).message);
@@ -460,6 +476,8 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
   ) {
     throw invalid(`join(): advertise must be 1 to ${MAX_URLS} URLs, like ["uv://203.0.113.7:7000"]`);
   }
+  const maxMembers = options.maxMembers ?? 4096;
+  if (!Number.isSafeInteger(maxMembers) || maxMembers < 1) throw invalid(`join(): maxMembers must be a whole number >= 1, not ${String(options.maxMembers)}`);
   const dialTimeout = options.dialTimeout ?? DEFAULT_DIAL_TIMEOUT;
   if (typeof dialTimeout !== "number" || !(dialTimeout > 0)) throw invalid(`join(): dialTimeout must be milliseconds > 0, not ${String(options.dialTimeout)}`);
   const data = options.data ?? {};
@@ -502,15 +520,18 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
       first = resolve;
       refused = reject;
     });
-    const view: MembershipView = new MembershipView({
-      change: (c) => member?.viewEvents().change(c),
-      invalidRecord: (e) => member?.viewEvents().invalidRecord(e),
-      availability: (e) => {
-        if (view.ready) member?.viewEvents().availability(e);
-        else if (e && e.code !== ErrorCode.UNAVAILABLE) refused(e);
-        else unreachable = e;
+    const view: MembershipView = new MembershipView(
+      {
+        change: (c) => member?.viewEvents().change(c),
+        invalidRecord: (e) => member?.viewEvents().invalidRecord(e),
+        availability: (e) => {
+          if (view.ready) member?.viewEvents().availability(e);
+          else if (e && e.code !== ErrorCode.UNAVAILABLE) refused(e);
+          else unreachable = e;
+        },
       },
-    });
+      maxMembers,
+    );
     const followed = {
       snapshot: (records: Parameters<MembershipView["snapshot"]>[0]) => {
         const wasReady = view.ready;
@@ -525,7 +546,7 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
     const late = () =>
       new TensorPipeError(
         ErrorCode.UNAVAILABLE,
-        `${what}: ${store.description} could not be reached within ${timeout} ms${unreachable ? `: ${unreachable.message}` : ""}`,
+        `${what}: ${store.description} could not be reached within ${timeout} ms${unreachable ? `: ${unreachable.message}` : " (no answer yet)"}`,
         { cause: unreachable },
       );
     const untilDeadline = <T>(p: Promise<T>) =>

@@ -5,7 +5,7 @@
  * last view stands, marked stale; the next snapshot brings it up to date.
  */
 import { createHash } from "node:crypto";
-import type { TensorPipeError } from "@tensorpipe/core";
+import { ErrorCode, TensorPipeError } from "@tensorpipe/core";
 import { type MemberRecord, decodeRecord } from "./record.js";
 import type { StoreChange, StoreFollower, StoreRecord } from "./store.js";
 
@@ -41,7 +41,11 @@ export class MembershipView implements StoreFollower {
   private staleError: TensorPipeError | undefined;
   private synced = false;
 
-  constructor(private readonly events: MembershipEvents) {}
+  constructor(
+    private readonly events: MembershipEvents,
+    /** The most members held: a store that lists more is reported, the rest ignored. */
+    private readonly maxMembers = 4096,
+  ) {}
 
   /** Whether a first snapshot came. */
   get ready(): boolean {
@@ -107,6 +111,15 @@ export class MembershipView implements StoreFollower {
       return;
     }
     const previous = this.records.get(name);
+    if (!previous && this.records.size >= this.maxMembers) {
+      this.events.invalidRecord(
+        new TensorPipeError(
+          ErrorCode.PROTOCOL,
+          `the store lists more than ${this.maxMembers} members (JoinOptions.maxMembers): ${JSON.stringify(name.slice(0, 128))} is ignored`,
+        ),
+      );
+      return;
+    }
     // Its last write before it goes: it has left, whether or not the delete follows.
     if (record.leaving) {
       if (previous) this.remove(name, "left", record);

@@ -64,13 +64,16 @@ export function thisHost(): string {
   return `${boot}/${net}`;
 }
 
+/** Bytes a member leaves free in its record: its last write, with `leaving`, must fit too. */
+const LEAVING_ROOM = 32;
+
+/** `r` as stored; throws ERR_TP_INVALID_ARG for a record (not a last write) over MAX_RECORD_BYTES less the room its last write needs. */
 export function encodeRecord(r: MemberRecord): string {
   const text = JSON.stringify(r);
-  if (Buffer.byteLength(text) > MAX_RECORD_BYTES) {
-    throw new TensorPipeError(
-      ErrorCode.INVALID_ARG,
-      `the member's record takes ${Buffer.byteLength(text)} bytes, over ${MAX_RECORD_BYTES}: put less in JoinOptions.data`,
-    );
+  const bytes = Buffer.byteLength(text);
+  const max = r.leaving ? MAX_RECORD_BYTES : MAX_RECORD_BYTES - LEAVING_ROOM;
+  if (bytes > max) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `the member's record would take ${bytes} bytes, over ${max}: put less in its data`);
   }
   return text;
 }

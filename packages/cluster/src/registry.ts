@@ -10,6 +10,7 @@
  */
 import { type Context, ErrorCode, type Listener, type ListenerOptions, type Pipe, TensorPipeError } from "@tensorpipe/core";
 import { log } from "./diagnostics.js";
+import { publishedUrls } from "./published-urls.js";
 import { MAX_REQUEST_BYTES, type RegistryMessage, type RegistryRequest, decodeRequest } from "./registry-protocol.js";
 
 /** Options of serveRegistry(). */
@@ -22,9 +23,11 @@ export interface RegistryOptions {
   maxUnreadMessages?: number | undefined;
   /**
    * Milliseconds after it starts during which the registry holds back the
-   * first view it gives each member, so that members of a registry that
-   * restarted claim their names again before anyone reads the
-   * membership. Default 2500 (members redial at least every 2 s).
+   * first view it gives a member that comes back (one that claimed its
+   * name again before it asked for the view), so that the members of a
+   * registry that restarted are all back before any of them reads who is
+   * there. New members get theirs at once. Default 2500 (members redial
+   * at least every 2 s).
    */
   startupGrace?: number | undefined;
   /** Options of the registry's listener. */
@@ -68,9 +71,9 @@ export class Registry {
     void this.acceptLoop();
   }
 
-  /** The URL members join with: its first address over a network transport, else its first. */
+  /** The URL members join with: its first address over a network transport (a wildcard's as an interface's), else its first. */
   get url(): string {
-    const all = this.listener.addresses();
+    const all = publishedUrls(this.listener.addresses());
     return all.find((u) => !u.startsWith("shm://")) ?? all[0]!;
   }
 
@@ -152,12 +155,13 @@ export class Registry {
     return decodeRequest(d.metadata);
   }
 
-  /** Sends the view to a member that asks to follow: after the startup grace, so that a restarted registry's members are back first. */
+  /** Sends the view to a member that asks to follow; to one that comes back, after the startup grace, so that a restarted registry's members are back first. */
   private async follow(pipe: Pipe): Promise<void> {
     const peer = this.peers.get(pipe);
     if (!peer || peer.following) return;
+    const returning = [...this.records.values()].some((h) => h.owner === pipe);
     const wait = this.openUntil - Date.now();
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    if (returning && wait > 0) await new Promise((r) => setTimeout(r, wait));
     if (!this.peers.has(pipe)) return;
     peer.following = true;
     this.write(pipe, peer, { t: "snapshot", records: [...this.records].map(([name, h]) => ({ name, value: h.value })) });

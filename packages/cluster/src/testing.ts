@@ -147,6 +147,28 @@ export function describeStoreConformance(options: StoreConformanceOptions): void
       await changes.return?.();
     });
 
+    it("refuses an update that does not fit, as it was; a record at the bound still leaves as a leave", async () => {
+      const a = await member("alpha");
+      const big = await context("beta");
+      const b = await join(big, { listen: options.listen, store: options.store(big), data: { pad: "" } });
+      cleanups.push(() => b.leave());
+      await a.waitFor("beta", { timeout: settle });
+      const before = b.member("beta")!;
+      await expect(b.update({ pad: "€".repeat(6000) })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining("bytes, over") });
+      expect(b.member("beta")).toEqual(before);
+      // The largest data that fits.
+      let pad = 16_000 - JSON.stringify(before).length;
+      for (; pad > 0; pad--) {
+        try {
+          await b.update({ pad: "x".repeat(pad) });
+          break;
+        } catch {}
+      }
+      const changes = a.changes();
+      await b.leave();
+      expect(await nextChange(changes, (c) => c.member.name === "beta" && c.type === "left")).toMatchObject({ reason: "left" });
+    });
+
     it("leaves when the member's context closes", async () => {
       const a = await member("alpha");
       const cb = await context("beta");

@@ -156,6 +156,47 @@ describe.skipIf(missing !== undefined)(`on etcd${missing ? ` (${missing})` : ""}
     expect(Date.now() - started).toBeLessThan(2000);
   });
 
+  it("reaches a record's later URL when its first never answers", async () => {
+    const p = `/slowfirst/${prefix++}/`;
+    const sockets: Socket[] = [];
+    const silent = createServer((s) => sockets.push(s));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
+    cleanups.push(() => {
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => silent.close(r));
+    });
+    const port = (silent.address() as { port: number }).port;
+    const context = await createContext({ ...backends, name: "front" });
+    cleanups.push(() => context.close());
+    const a = await join(context, { listen: "uv://127.0.0.1:0", store: store(p)(), dialTimeout: 3000 });
+    cleanups.push(() => a.leave());
+    const worker = await spawnMember(["worker", "uv://127.0.0.1:0", "etcd", etcd.hosts.join(","), p, String(TTL), `uv://127.0.0.1:${port}`]);
+    void worker;
+    await a.waitFor("worker", { timeout: 5000 });
+    expect(a.member("worker")!.urls[0]).toBe(`uv://127.0.0.1:${port}`);
+    expect(await echoes(a, "worker", "second")).toBe("worker:second");
+  });
+
+  it("reports members past its maxMembers and ignores them", async () => {
+    const p = `/many/${prefix++}/`;
+    const context = await createContext({ ...backends, name: "front" });
+    cleanups.push(() => context.close());
+    const a = await join(context, { listen: "uv://127.0.0.1:0", store: store(p)(), maxMembers: 2 });
+    cleanups.push(() => a.leave());
+    const invalid: Error[] = [];
+    a.on("invalidRecord", (e) => invalid.push(e));
+    const admin = new Etcd3({ hosts: etcd.hosts });
+    cleanups.push(() => admin.close());
+    for (const name of ["b", "c"])
+      await admin
+        .namespace(p)
+        .put(name)
+        .value(JSON.stringify({ ...a.member("front")!, name }));
+    await expect.poll(() => invalid.length, { timeout: 5000 }).toBe(1);
+    expect(invalid[0]!.message).toContain("more than 2 members");
+    expect(a.members()).toHaveLength(2);
+  });
+
   it("refuses a prefix that is not a folder", () => {
     expect(() => etcdStore({ hosts: etcd.hosts, prefix: "/app" })).toThrow(
       expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringContaining('ends with "/"') }),
@@ -217,6 +258,18 @@ describe("on the embedded registry", () => {
     const lost = changeOf(a, "worker", (c) => c.type === "left");
     await worker.kill();
     expect(await lost).toMatchObject({ reason: "lost" });
+  });
+
+  it("gives a new member its view at once, right after the registry starts", async () => {
+    const fresh = await createContext({ ...backends, name: "fresh-registry" });
+    cleanups.push(() => fresh.close());
+    const r = await serveRegistry(fresh, { listen: "uv://127.0.0.1:0" });
+    const started = Date.now();
+    const context = await createContext({ ...backends, name: "early" });
+    cleanups.push(() => context.close());
+    const m = await join(context, { listen: "uv://127.0.0.1:0", store: registryStore(context, r.url), timeout: 1000 });
+    cleanups.push(() => m.leave());
+    expect(Date.now() - started).toBeLessThan(1000);
   });
 
   it("leaves, with nameLost, a member whose name another took while the registry was away", async () => {
