@@ -56,6 +56,22 @@ class InOrder<T> {
   }
 }
 
+/** Answers matched to requests by id (IPC and threads answer out of order across workers). */
+class ById<T> {
+  private readonly pending = new Map<number, (v: T) => void>();
+  private next = 0;
+  /** A new request: its id, and the promise `settle(id, ...)` resolves. */
+  open(): { id: number; answer: Promise<T> } {
+    const id = this.next++;
+    return { id, answer: new Promise<T>((resolve) => this.pending.set(id, resolve)) };
+  }
+  settle(id: number, v: T): void {
+    const resolve = this.pending.get(id);
+    this.pending.delete(id);
+    resolve?.(v);
+  }
+}
+
 // ---- the workers' side ------------------------------------------------------
 
 async function tensorpipeWorker(): Promise<void> {
@@ -170,19 +186,13 @@ async function tensorpipePool(n: number): Promise<Pool> {
 
 async function ipcPool(n: number): Promise<Pool> {
   const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("ipc")));
-  const pending = new Map<number, (r: { result: Float32Array }) => void>();
-  let next = 0;
-  for (const { child } of workers) child.on("message", (m: { id: number; result: Float32Array }) => pending.get(m.id)?.({ result: m.result }));
+  const answers = new ById<{ result: Float32Array }>();
+  for (const { child } of workers) child.on("message", (m: { id: number; result: Float32Array }) => answers.settle(m.id, { result: m.result }));
   return {
     send(w, batch) {
-      const id = next++;
-      return new Promise((resolve) => {
-        pending.set(id, (r) => {
-          pending.delete(id);
-          resolve(r);
-        });
-        workers[w]!.child.send({ id, batch });
-      });
+      const { id, answer } = answers.open();
+      workers[w]!.child.send({ id, batch });
+      return answer;
     },
     close: () => stopAll(workers.map((w) => w.child)),
   };
@@ -218,19 +228,13 @@ async function zeromqPool(n: number): Promise<Pool> {
 
 async function threadPool(n: number): Promise<Pool> {
   const threads = Array.from({ length: n }, () => new Worker(SELF));
-  const pending = new Map<number, (r: { result: Float32Array; batch: Float32Array }) => void>();
-  let next = 0;
-  for (const t of threads) t.on("message", (m: { id: number; result: Float32Array; batch: Float32Array }) => pending.get(m.id)?.(m));
+  const answers = new ById<{ result: Float32Array; batch: Float32Array }>();
+  for (const t of threads) t.on("message", (m: { id: number; result: Float32Array; batch: Float32Array }) => answers.settle(m.id, m));
   return {
     send(w, batch) {
-      const id = next++;
-      return new Promise((resolve) => {
-        pending.set(id, (r) => {
-          pending.delete(id);
-          resolve(r);
-        });
-        threads[w]!.postMessage({ id, batch }, [batch.buffer as ArrayBuffer]);
-      });
+      const { id, answer } = answers.open();
+      threads[w]!.postMessage({ id, batch }, [batch.buffer as ArrayBuffer]);
+      return answer;
     },
     async close() {
       await Promise.all(threads.map((t) => t.terminate()));
