@@ -37,6 +37,18 @@ async function spawnMember(args: string[], netns?: string): Promise<MemberProces
   return p;
 }
 
+/** A TCP server on 127.0.0.1 that accepts and never says a word; resolves with its port. */
+async function silentServer(): Promise<number> {
+  const sockets: Socket[] = [];
+  const silent = createServer((s) => sockets.push(s));
+  await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
+  cleanups.push(() => {
+    for (const s of sockets) s.destroy();
+    return new Promise((r) => silent.close(r));
+  });
+  return (silent.address() as { port: number }).port;
+}
+
 /** Resolves with the first change of `member` for `name` that `match` accepts. */
 function changeOf(member: Member, name: string, match: (c: MembershipChange) => boolean): Promise<MembershipChange> {
   return new Promise((resolve) => {
@@ -134,14 +146,7 @@ describe.skipIf(missing !== undefined)(`on etcd${missing ? ` (${missing})` : ""}
 
   it("bounds the time pipe() spends on a record's URLs that never answer", async () => {
     const p = `/silent/${prefix++}/`;
-    const sockets: Socket[] = [];
-    const silent = createServer((s) => sockets.push(s));
-    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
-    cleanups.push(() => {
-      for (const s of sockets) s.destroy();
-      return new Promise((r) => silent.close(r));
-    });
-    const port = (silent.address() as { port: number }).port;
+    const port = await silentServer();
     const context = await createContext({ ...backends, name: "front" });
     cleanups.push(() => context.close());
     const a = await join(context, { listen: "uv://127.0.0.1:0", store: store(p)(), dialTimeout: 500 });
@@ -158,14 +163,7 @@ describe.skipIf(missing !== undefined)(`on etcd${missing ? ` (${missing})` : ""}
 
   it("reaches a record's later URL when its first never answers", async () => {
     const p = `/slowfirst/${prefix++}/`;
-    const sockets: Socket[] = [];
-    const silent = createServer((s) => sockets.push(s));
-    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
-    cleanups.push(() => {
-      for (const s of sockets) s.destroy();
-      return new Promise((r) => silent.close(r));
-    });
-    const port = (silent.address() as { port: number }).port;
+    const port = await silentServer();
     const context = await createContext({ ...backends, name: "front" });
     cleanups.push(() => context.close());
     const a = await join(context, { listen: "uv://127.0.0.1:0", store: store(p)(), dialTimeout: 3000 });
