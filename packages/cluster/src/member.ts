@@ -11,7 +11,7 @@ import { bounded, checkOperationOptions } from "./deadline.js";
 import { type MembershipChange, type MembershipEvents, MembershipView } from "./membership.js";
 import { PipePool } from "./pipe-pool.js";
 import { publishedUrls } from "./published-urls.js";
-import { MAX_DATA_ENTRIES, MAX_URLS, type MemberRecord, encodeRecord, nameProblem, thisHost } from "./record.js";
+import { MAX_DATA_ENTRIES, MAX_URLS, type MemberRecord, encodeRecord, isUrl, nameProblem, sameProcess, thisHost } from "./record.js";
 import type { ClusterStore, StoreClaim } from "./store.js";
 
 /** How long join() waits for the store by default. */
@@ -350,7 +350,7 @@ export class Member extends EventEmitter<MemberEvents> {
   /** Whether the record the store holds under this member's name is one this process wrote. */
   private isOwnHolder(): boolean {
     const held = this.view.get(this.name);
-    return held !== undefined && held.pid === this.record.pid && held.joinedAt === this.record.joinedAt && held.host === this.record.host;
+    return held !== undefined && sameProcess(held, this.record);
   }
 
   private leftError(what: string): TensorPipeError {
@@ -419,7 +419,7 @@ function checkName(name: unknown, what: string): asserts name is string {
 function isOwnRecord(record: MemberRecord, value: string): boolean {
   try {
     const v = JSON.parse(value) as Partial<MemberRecord>;
-    return v.name === record.name && v.pid === record.pid && v.joinedAt === record.joinedAt && v.host === record.host;
+    return v.name === record.name && sameProcess(v, record);
   } catch {
     return false;
   }
@@ -467,13 +467,7 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
     throw invalid('join(): options.listen must be a URL or a list of them, like "uv://0.0.0.0:0"');
   }
   const { advertise } = options;
-  if (
-    advertise !== undefined &&
-    (!Array.isArray(advertise) ||
-      advertise.length === 0 ||
-      advertise.length > MAX_URLS ||
-      advertise.some((u) => typeof u !== "string" || !/^[a-z][a-z0-9+.-]*:\/\//.test(u)))
-  ) {
+  if (advertise !== undefined && (!Array.isArray(advertise) || advertise.length === 0 || advertise.length > MAX_URLS || advertise.some((u) => !isUrl(u)))) {
     throw invalid(`join(): advertise must be 1 to ${MAX_URLS} URLs, like ["uv://203.0.113.7:7000"]`);
   }
   const maxMembers = options.maxMembers ?? 4096;

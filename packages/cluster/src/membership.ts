@@ -6,7 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { ErrorCode, TensorPipeError } from "@tensorpipe/core";
-import { type MemberRecord, decodeRecord } from "./record.js";
+import { type MemberRecord, decodeRecord, sameProcess } from "./record.js";
 import type { StoreChange, StoreFollower, StoreRecord } from "./store.js";
 
 /** Why a member left, where it is known. */
@@ -126,7 +126,7 @@ export class MembershipView implements StoreFollower {
       return;
     }
     // The name taken again by another process, or the same one rejoining: the first is gone.
-    if (previous && (previous.joinedAt !== record.joinedAt || previous.pid !== record.pid || previous.host !== record.host)) {
+    if (previous && !sameProcess(previous, record)) {
       this.remove(name, "lost");
     }
     const before = this.records.get(name);

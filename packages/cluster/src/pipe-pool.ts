@@ -38,12 +38,6 @@ export class PipePool {
     return bounded(dial, options, `pipe("${name}")`);
   }
 
-  /** The pipe to `name` if one is open. */
-  peek(name: string): Pipe | undefined {
-    const p = this.pipes.get(name);
-    return p && !p.isClosed ? p : undefined;
-  }
-
   /** Closes every pipe, and each dial's pipe as it completes. */
   close(): void {
     for (const p of this.pipes.values()) p.close();

@@ -4,9 +4,8 @@
  * it can fill: each is read as untrusted input, bounded, and checked field
  * by field before a member acts on it.
  */
-import { readFileSync, readlinkSync } from "node:fs";
-import { hostname } from "node:os";
 import { ErrorCode, TensorPipeError } from "@tensorpipe/core";
+import { hostIdentity } from "@tensorpipe/core/backend";
 
 /** What a member tells the others. */
 export interface MemberRecord {
@@ -53,15 +52,18 @@ export function nameProblem(name: unknown): string | undefined {
 
 /** This process's machine and network namespace, as records say it. */
 export function thisHost(): string {
-  let boot = hostname();
-  try {
-    boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
-  } catch {}
-  let net = "";
-  try {
-    net = readlinkSync("/proc/self/ns/net");
-  } catch {}
-  return `${boot}/${net}`;
+  const { bootId, netNs } = hostIdentity();
+  return `${bootId}/${netNs}`;
+}
+
+/** Whether `a` and `b` are records of one process: the same pid, start and host (not another run under the name). */
+export function sameProcess(a: Partial<MemberRecord>, b: MemberRecord): boolean {
+  return a.pid === b.pid && a.joinedAt === b.joinedAt && a.host === b.host;
+}
+
+/** Whether `url` has the form scheme://... that members publish and dial. */
+export function isUrl(url: unknown): url is string {
+  return typeof url === "string" && SCHEME.test(url);
 }
 
 /** Bytes a member leaves free in its record: its last write, with `leaving`, must fit too. */
@@ -102,7 +104,7 @@ export function decodeRecord(key: string, value: string): MemberRecord {
   const problem = nameProblem(v.name);
   if (problem) throw bad(key, problem);
   if (v.name !== key) throw bad(key, `it names another member (${JSON.stringify(v.name)})`);
-  if (!isStringArray(v.urls, MAX_URLS, (u) => u.length <= 512 && SCHEME.test(u)) || v.urls.length === 0) throw bad(key, `urls: 1 to ${MAX_URLS} URLs`);
+  if (!isStringArray(v.urls, MAX_URLS, (u) => u.length <= 512 && isUrl(u)) || v.urls.length === 0) throw bad(key, `urls: 1 to ${MAX_URLS} URLs`);
   if (typeof v.host !== "string" || v.host.length > 256) throw bad(key, "host");
   if (!Number.isSafeInteger(v.pid) || (v.pid as number) < 0) throw bad(key, "pid");
   const offers = v.offers as Record<string, unknown> | undefined;

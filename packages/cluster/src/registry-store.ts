@@ -6,6 +6,7 @@
  * and claims its name again once a registry answers.
  */
 import { type Context, ErrorCode, type Pipe, TensorPipeError, isTensorPipeError } from "@tensorpipe/core";
+import { isUrl } from "./record.js";
 import { decodeMessage } from "./registry-protocol.js";
 import type { ClaimEvents, ClusterStore, StoreClaim, StoreFollower } from "./store.js";
 
@@ -38,7 +39,7 @@ export function registryStore(context: Context, url: string, options: RegistrySt
   if (typeof context !== "object" || context === null || typeof (context as Context).connect !== "function") {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, "registryStore(context, url): context must be a Context of @tensorpipe/core");
   }
-  if (typeof url !== "string" || !/^[a-z][a-z0-9+.-]*:\/\//.test(url) || /^https?:/.test(url)) {
+  if (!isUrl(url) || /^https?:/.test(url)) {
     throw new TensorPipeError(
       ErrorCode.INVALID_ARG,
       `registryStore(context, url): url must be the registry's TensorPipe URL, like "uv://10.0.0.1:7000" (serveRegistry()'s url, or what tensorpipe registry prints), not ${JSON.stringify(String(url))}`,
