@@ -269,43 +269,41 @@ export class Member extends EventEmitter<MemberEvents> {
     await this.leave();
   }
 
-  /** @internal The view's events. */
-  viewEvents(): MembershipEvents {
-    return {
-      change: (c) => {
-        if (this.leaving) return;
-        // Its own record is the member's to know: changes tell of the others.
-        if (c.member.name === this.name) {
-          // Deleted behind its back (not expired: the claim still holds): written again.
-          if (c.type === "left" && this.claim) {
-            if (log.enabled) log("%s: its record was removed from the store; writing it again", this.name);
-            void Promise.resolve()
-              .then(() => this.claim?.update(encodeRecord(this.record)))
-              .catch(() => undefined);
-          }
-          return;
+  /** @internal The view's events (one object, made with the member: the view calls it on every change). */
+  readonly viewEvents: MembershipEvents = {
+    change: (c) => {
+      if (this.leaving) return;
+      // Its own record is the member's to know: changes tell of the others.
+      if (c.member.name === this.name) {
+        // Deleted behind its back (not expired: the claim still holds): written again.
+        if (c.type === "left" && this.claim) {
+          if (log.enabled) log("%s: its record was removed from the store; writing it again", this.name);
+          void Promise.resolve()
+            .then(() => this.claim?.update(encodeRecord(this.record)))
+            .catch(() => undefined);
         }
-        if (log.enabled) log("%s: %s %s%s", this.name, c.type, c.member.name, c.type === "left" ? ` (${c.reason})` : "");
-        for (const s of this.streams) s.push(c);
-        if (c.type !== "left") for (const w of this.waiters.get(c.member.name) ?? []) w();
-        if (clusterDiagnostics.change.hasSubscribers) clusterDiagnostics.change.publish({ member: this, change: c });
-        this.emit("change", c);
-      },
-      invalidRecord: (e) => {
-        if (this.leaving) return;
-        if (log.enabled) log("%s: %s", this.name, e.message);
-        if (clusterDiagnostics.invalidRecord.hasSubscribers) clusterDiagnostics.invalidRecord.publish({ member: this, error: e });
-        this.emit("invalidRecord", e);
-      },
-      availability: (e) => {
-        if (this.leaving) return;
-        if (log.enabled) log("%s: %s", this.name, e ? e.message : `${this.store.description} is reached again`);
-        if (clusterDiagnostics.store.hasSubscribers) clusterDiagnostics.store.publish({ member: this, error: e });
-        if (e) this.emit("unavailable", e);
-        else this.emit("available");
-      },
-    };
-  }
+        return;
+      }
+      if (log.enabled) log("%s: %s %s%s", this.name, c.type, c.member.name, c.type === "left" ? ` (${c.reason})` : "");
+      for (const s of this.streams) s.push(c);
+      if (c.type !== "left") for (const w of this.waiters.get(c.member.name) ?? []) w();
+      if (clusterDiagnostics.change.hasSubscribers) clusterDiagnostics.change.publish({ member: this, change: c });
+      this.emit("change", c);
+    },
+    invalidRecord: (e) => {
+      if (this.leaving) return;
+      if (log.enabled) log("%s: %s", this.name, e.message);
+      if (clusterDiagnostics.invalidRecord.hasSubscribers) clusterDiagnostics.invalidRecord.publish({ member: this, error: e });
+      this.emit("invalidRecord", e);
+    },
+    availability: (e) => {
+      if (this.leaving) return;
+      if (log.enabled) log("%s: %s", this.name, e ? e.message : `${this.store.description} is reached again`);
+      if (clusterDiagnostics.store.hasSubscribers) clusterDiagnostics.store.publish({ member: this, error: e });
+      if (e) this.emit("unavailable", e);
+      else this.emit("available");
+    },
+  };
 
   /** @internal The store lost this member's record: claim the name again until it is ours, taken, or the member leaves. */
   lost(error: TensorPipeError): void {
@@ -516,10 +514,10 @@ export async function join(context: Context, options: JoinOptions): Promise<Memb
     });
     const view: MembershipView = new MembershipView(
       {
-        change: (c) => member?.viewEvents().change(c),
-        invalidRecord: (e) => member?.viewEvents().invalidRecord(e),
+        change: (c) => member?.viewEvents.change(c),
+        invalidRecord: (e) => member?.viewEvents.invalidRecord(e),
         availability: (e) => {
-          if (view.ready) member?.viewEvents().availability(e);
+          if (view.ready) member?.viewEvents.availability(e);
           else if (e && e.code !== ErrorCode.UNAVAILABLE) refused(e);
           else unreachable = e;
         },
