@@ -37,7 +37,7 @@ const RESYNC_DELAY_MS = 500;
 const PAGE = 32;
 
 /** What a value from etcd may take of this process: a longer one is cut just past the record's bound, which the member then reports. */
-function bounded(value: Buffer): string {
+function cutValue(value: Buffer): string {
   return (value.length > MAX_RECORD_BYTES ? value.subarray(0, MAX_RECORD_BYTES + 1) : value).toString();
 }
 
@@ -171,7 +171,7 @@ class EtcdStore implements ClusterStore {
    */
   private async takeOver(name: string, value: string, leaseId: string, events: ClaimEvents): Promise<boolean> {
     const held = (await this.ns.get(name).exec()).kvs[0];
-    if (!held || !events.isOwn?.(bounded(held.value))) return false;
+    if (!held || !events.isOwn?.(cutValue(held.value))) return false;
     const result = await this.ns.if(name, "Mod", "==", held.mod_revision).then(this.ns.put(name).value(value).lease(leaseId)).commit();
     if (!result.succeeded) return false;
     if (log.enabled) log("%s: took over its own record of an earlier lease", name);
@@ -197,7 +197,7 @@ class EtcdStore implements ClusterStore {
           if (log.enabled) log("%s holds more than %d records (maxMembers): the rest are not read", this.description, this.maxMembers);
           return { revision: BigInt(revision), records };
         }
-        records.push({ name: kv.key.subarray(this.prefix.length).toString(), value: bounded(kv.value) });
+        records.push({ name: kv.key.subarray(this.prefix.length).toString(), value: cutValue(kv.value) });
       }
       if (!res.more || res.kvs.length === 0) return { revision: BigInt(revision), records };
       key = Buffer.concat([res.kvs.at(-1)!.key, Buffer.from([0])]);
@@ -268,7 +268,7 @@ class EtcdStore implements ClusterStore {
   ): Promise<Watcher> {
     const watcher = await this.ns.watch().prefix("").startRevision(start.toString()).create();
     watcher.on("put", (kv: IKeyValue) => {
-      if (newer(BigInt(kv.mod_revision))) follower.change({ type: "put", name: kv.key.toString(), value: bounded(kv.value) });
+      if (newer(BigInt(kv.mod_revision))) follower.change({ type: "put", name: kv.key.toString(), value: cutValue(kv.value) });
     });
     watcher.on("delete", (kv: IKeyValue) => {
       if (newer(BigInt(kv.mod_revision))) follower.change({ type: "delete", name: kv.key.toString() });
