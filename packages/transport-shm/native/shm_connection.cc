@@ -636,6 +636,14 @@ void ShmConnection::OnHandleClosed(void* connection) {
 
 void ShmConnection::FreeDescriptorsAndMappings() {
   if (sweeper_) sweeper_->Remove(this);
+  // A Unix socket closed over bytes it has not read (the peer's wake-ups)
+  // makes the peer's next read fail with ECONNRESET rather than see EOF:
+  // what is queued goes first (a bounded few reads: a peer may keep sending).
+  if (sock_ >= 0) {
+    char sink[4096];
+    for (int i = 0; i < 16 && ::recv(sock_, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+    }
+  }
   for (int* fd : {&sock_, &inboxMemfd_}) {
     CloseFd(fd);
   }
