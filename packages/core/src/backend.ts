@@ -33,7 +33,7 @@ export {
 } from "./transport.js";
 export { NativeConnection, type NativeFrameConnection, connectNative } from "./native-connection.js";
 export { nativeAddonLoader, addonCandidates } from "./native-addon.js";
-export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo } from "./channel.js";
+export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo, TensorLanding } from "./channel.js";
 export { VIABLE, notViable } from "./viability.js";
 export { fromNativeError, protocolError, closedError } from "./errors.js";
 export { Deadline, operationDeadline, raceSignal, abortError } from "./abort.js";

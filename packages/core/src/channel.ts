@@ -81,6 +81,28 @@ export interface Channel {
   send(buffer: TensorBuffer, length: number): Promise<void>;
   /** Receives `length` bytes into `buffer`; resolves when they have landed. */
   recv(buffer: TensorBuffer, length: number): Promise<void>;
+  /**
+   * CPU memory of `length` bytes that this channel sends without a copy
+   * (a slot of a pool shared with the peer), for Pipe.loan(); undefined
+   * where this pipe's channel has none, and the pipe then gives plain
+   * memory. May wait for room while `signal` lets it.
+   */
+  loan?(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined;
+  /**
+   * Receives `length` bytes for memory the pipe makes (readMessage()): a
+   * channel that got the sender's own memory (a loan) hands a view of it
+   * to `landing.adopt()`, any other copies into `landing.make()`'s.
+   * Without it the pipe receives into make()'s memory with recv().
+   */
+  recvLent?(length: number, landing: TensorLanding): Promise<void>;
   /** Ends the channel; pending sends and receives reject with `error` (or ERR_TP_CLOSED). */
   close(error?: Error): void;
+}
+
+/** Where a tensor read by readMessage() lands (Channel.recvLent). */
+export interface TensorLanding {
+  /** Fresh memory of the tensor's length, to copy it into. */
+  make(): Uint8Array;
+  /** Takes `view`, memory the sender lent, as the tensor; `release` gives it back to the sender. */
+  adopt(view: Uint8Array, release: () => void): void;
 }

@@ -5,6 +5,7 @@
  * (IncomingMemory), so that a message only announced costs no more than
  * the window of parts asked for at once.
  */
+import type { TensorLanding } from "./channel.js";
 import { type Device, CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { Descriptor } from "./message.js";
@@ -77,6 +78,8 @@ export function allocateMessage(d: Descriptor, reuse?: ArrayBuffer): MessageMemo
 
 /** The largest buffer IncomingMemory makes at once for parts that share one. */
 const SEGMENT = 16 * 1024 * 1024;
+/** Tensors past this size may come lent (Channel.recvLent): they get no room in a shared buffer ahead of time. */
+const LENDABLE = 64 * 1024;
 
 /**
  * CPU memory for the message of `d`, each part made when it is asked for,
@@ -88,16 +91,23 @@ const SEGMENT = 16 * 1024 * 1024;
 export class IncomingMemory {
   readonly payloads: Uint8Array[];
   readonly tensors: Uint8Array[];
+  /** What gives back the views the sender lent, one per such tensor. */
+  readonly releases: (() => void)[] = [];
   private segment = new ArrayBuffer(0);
   private used = 0;
   /** Aligned bytes of the parts not yet made. */
   private left: number;
 
-  constructor(readonly descriptor: Descriptor) {
+  constructor(
+    readonly descriptor: Descriptor,
+    private readonly lending = false,
+  ) {
     checkCpuTargets(descriptor);
     this.payloads = new Array<Uint8Array>(descriptor.payloads.length);
     this.tensors = new Array<Uint8Array>(descriptor.tensors.length);
-    this.left = bytesFor(descriptor);
+    let left = bytesFor(descriptor);
+    if (lending) for (const t of descriptor.tensors) if (t.length > LENDABLE) left -= aligned(t.length);
+    this.left = left;
   }
 
   payload(i: number, length: number): Uint8Array {
@@ -105,11 +115,21 @@ export class IncomingMemory {
   }
 
   tensor(i: number, length: number): Uint8Array {
-    return (this.tensors[i] = this.carve(length));
+    return (this.tensors[i] = this.lending && length > LENDABLE ? new Uint8Array(length) : this.carve(length));
   }
 
   tensorDevice(): Device {
     return CPU_DEVICE;
+  }
+
+  landing(i: number, length: number): TensorLanding {
+    return {
+      make: () => this.tensor(i, length),
+      adopt: (view, release) => {
+        this.tensors[i] = view;
+        this.releases.push(release);
+      },
+    };
   }
 
   private carve(length: number): Uint8Array {

@@ -80,7 +80,12 @@ export interface Allocation {
   }[];
 }
 
-/** A whole message as returned by Pipe.readMessage(): its payloads and tensors are views of one buffer (allocateMessage()). */
+/**
+ * A whole message as returned by Pipe.readMessage(), in fresh memory, or
+ * for a tensor the sender lent (Pipe.loan()) a view of the sender's
+ * shared memory: release() gives those back (`using` does it too, and so
+ * does dropping the message, once it is collected).
+ */
 export interface ReceivedMessage {
   /** The message's metadata. */
   metadata: string;
@@ -93,7 +98,7 @@ export interface ReceivedMessage {
   }[];
   /** Each tensor, in fresh CPU memory. */
   tensors: {
-    /** The tensor's bytes, in fresh CPU memory shared with the message's other parts, 64-byte aligned: view them as the type they are, e.g. new Float32Array(buffer.buffer, buffer.byteOffset, length / 4). */
+    /** The tensor's bytes, in fresh CPU memory (small parts share one buffer), or a view of the memory the sender lent; 64-byte aligned either way: view them as the type they are, e.g. new Float32Array(buffer.buffer, buffer.byteOffset, length / 4). */
     buffer: Uint8Array;
     /** How many bytes of `buffer` it fills. */
     length: number;
@@ -102,4 +107,12 @@ export interface ReceivedMessage {
     /** The tensor's metadata. */
     metadata: string;
   }[];
+  /**
+   * Gives back the tensors the sender lent: their views read as empty from
+   * now on, and the sender may lend that memory again. Does nothing for a
+   * message with none, and the second time.
+   */
+  release(): void;
+  /** release(), for `using`. */
+  [Symbol.dispose](): void;
 }

@@ -10,8 +10,8 @@
  * serves its reads in order, so the next message's parts wait until every
  * part of this one has been asked for.
  */
-import type { Channel } from "../channel.js";
-import { type Device, type TensorBuffer, bufferDevice } from "../device.js";
+import type { Channel, TensorLanding } from "../channel.js";
+import { CPU_DEVICE, type Device, type TensorBuffer, bufferDevice } from "../device.js";
 import { Deferred } from "../deferred.js";
 import { Fifo } from "../fifo.js";
 import type { Descriptor } from "../message.js";
@@ -30,6 +30,8 @@ export interface PartMemory {
   tensor(i: number, length: number): TensorBuffer;
   /** The device tensor `i` lands on. */
   tensorDevice(i: number): Device;
+  /** Where tensor `i` lands when the pipe owns the memory (readMessage()): a channel may lend the sender's own. */
+  landing?(i: number, length: number): TensorLanding;
 }
 
 /** What asking for parts needs of the pipe. */
@@ -106,6 +108,13 @@ export class Landings {
 
   private recv(d: Descriptor, memory: PartMemory, i: number): Promise<void> {
     const t = d.tensors[i]!;
+    if (memory.landing) {
+      const lending = this.host.routes.between(CPU_DEVICE, t.sourceDevice)!;
+      if (lending.recvLent) {
+        this.host.observer.receiving(lending, t.length);
+        return lending.recvLent(t.length, memory.landing(i, t.length));
+      }
+    }
     const buffer = memory.tensor(i, t.length);
     const channel: Channel = this.host.routes.between(bufferDevice(buffer), t.sourceDevice)!;
     this.host.observer.receiving(channel, t.length);

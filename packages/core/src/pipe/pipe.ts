@@ -6,7 +6,8 @@
  */
 import { type Deadline, type OperationOptions, operationDeadline } from "../abort.js";
 import type { Device } from "../device.js";
-import { sameDevice } from "../device.js";
+import { CPU_DEVICE, sameDevice } from "../device.js";
+import { describeValue } from "../describe-value.js";
 import { ErrorCode, TensorPipeError, closedError } from "../errors.js";
 import type { FlightEvent } from "../flight-recorder.js";
 import type { Allocation, Descriptor, Message, ReceivedMessage } from "../message.js";
@@ -20,6 +21,16 @@ import type { PipeParts } from "./parts.js";
 
 function invalid(message: string): TensorPipeError {
   return new TensorPipeError(ErrorCode.INVALID_ARG, message);
+}
+
+/** release() of a message that holds nothing lent. */
+const NOTHING_LENT = (): void => undefined;
+
+/** One release() for every view of a message that the sender lent. */
+function releaseAll(releases: (() => void)[]): () => void {
+  return () => {
+    for (const release of releases) release();
+  };
 }
 
 /** A write whose tensors were not all sent at once, as its timeout or abort names it: the likeliest cause is a peer that is not reading. */
@@ -115,6 +126,43 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       return this.refuse(e);
     }
     return this.guard(sent, deadline, engine.writer.tensorsWaited ? WAITING_WRITE : "pipe write");
+  }
+
+  /**
+   * Memory of `length` bytes to write a CPU tensor from, fresh for each
+   * call. Where this pipe's channel shares memory with the peer (cma
+   * between tensorpipe-js processes of one machine), it is a slot of the
+   * pipe's shared pool: write() then sends only its place, the reader's
+   * readMessage() gets a view of this same memory with no copy on either
+   * side, and the write detaches this view (it reads as empty after), so
+   * that nothing here changes bytes the peer holds. The slot comes back
+   * when the reader releases its message (or drops it); while the pool is
+   * at its bound (CmaChannelOptions.poolBytes) a loan waits, under
+   * `options`. Elsewhere (another machine, an upstream peer) it is plain
+   * memory, copied as any tensor is. The pool's memory is the peer's to
+   * read and write while it holds it: keep nothing else there.
+   */
+  loan(length: number, options?: OperationOptions): Promise<Uint8Array> {
+    const { engine } = this;
+    if (!Number.isSafeInteger(length) || length < 0) {
+      return this.refuse(invalid(`loan length must be a whole number of bytes, got ${describeValue(length)}`));
+    }
+    const refusal = engine.refusal;
+    if (refusal) return refusal === engine.failure ? this.engine.ended() : Promise.reject(refusal);
+    let deadline: Deadline | undefined;
+    let lent: Promise<Uint8Array> | undefined;
+    try {
+      deadline = operationDeadline(options, "pipe loan");
+      lent = engine.routes.between(CPU_DEVICE, CPU_DEVICE)?.loan?.(length, deadline?.signal);
+    } catch (e) {
+      deadline?.release();
+      return this.refuse(e);
+    }
+    if (lent === undefined) {
+      deadline?.release();
+      return Promise.resolve(new Uint8Array(length));
+    }
+    return deadline ? lent.finally(() => deadline.release()) : lent;
   }
 
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
@@ -234,7 +282,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   private async receive(d: Descriptor, deadline: Deadline | undefined): Promise<ReceivedMessage> {
     let memory: IncomingMemory;
     try {
-      memory = new IncomingMemory(d);
+      memory = new IncomingMemory(d, this.engine.routes.between(CPU_DEVICE, CPU_DEVICE)?.recvLent !== undefined);
     } catch (e) {
       deadline?.release();
       if (e instanceof TensorPipeError) throw e;
@@ -247,11 +295,19 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       this.engine.fail(err);
       throw err;
     }
-    await this.readInto(memory, deadline, "readMessage");
+    try {
+      await this.readInto(memory, deadline, "readMessage");
+    } catch (e) {
+      for (const release of memory.releases) release();
+      throw e;
+    }
+    const release = memory.releases.length === 0 ? NOTHING_LENT : releaseAll(memory.releases);
     return {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: memory.payloads[i]!, metadata: p.metadata })),
       tensors: d.tensors.map((t, i) => ({ buffer: memory.tensors[i]!, length: t.length, sourceDevice: t.sourceDevice, metadata: t.metadata })),
+      release,
+      [Symbol.dispose]: release,
     };
   }
 
