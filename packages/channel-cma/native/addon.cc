@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "remote_copy.h"
+#include "shared_segments.h"
 #include "tensorpipe/napi_helpers.h"
 #include "tensorpipe/uv_handle.h"
 
@@ -223,7 +224,10 @@ struct CmaEnv : AddonEnv {
   explicit CmaEnv(napi_env env) : AddonEnv(env), queue(lifecycle), pinned(lifecycle) {}
   CopyQueue queue;
   PinnedProcesses pinned;
+  SharedSegments segments;
 };
+
+SharedSegments* SegmentsOf(Napi::Env env) { return &AddonEnv::Get<CmaEnv>(env)->segments; }
 
 // Large buffers get the whole 2 MiB pages inside them turned into huge
 // pages (WholeHugePages), once, on the thread pool: the bytes and the
@@ -414,6 +418,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("pinProcess", Napi::Function::New(env, PinProcess, "pinProcess"));
   exports.Set("processExited", Napi::Function::New(env, ProcessExited, "processExited"));
   exports.Set("unpinProcess", Napi::Function::New(env, UnpinProcess, "unpinProcess"));
+  RegisterSharedSegments(env, exports, SegmentsOf);
   return exports;
 }
 

@@ -43,11 +43,20 @@ export interface CmaChannelOptions {
    * speed (default true).
    */
   hugePages?: boolean | undefined;
+  /**
+   * Bytes of shared memory each pipe may lend through Pipe.loan(), at
+   * most: 4 KiB to 1 GiB (default 256 MiB). A pipe's pool grows with the
+   * loans its peer holds, a segment at a time; a loan past the bound
+   * waits for the peer to release one. The peer maps up to 1 GiB of a
+   * pool (or this much, if more).
+   */
+  poolBytes?: number | undefined;
 }
 
 const check = new OptionChecks("CmaChannelOptions");
 const KiB = 1024;
 const MiB = 1024 * KiB;
+const GiB = 1024 * MiB;
 /** The most copier threads a Node thread may ask for. */
 const MAX_PARALLELISM = 64;
 
@@ -68,17 +77,22 @@ export function defaultInlineMax(medium: TransportMedium | undefined): number {
  * descriptor, so negotiation never picks cma for it.
  */
 export class CmaChannelContext implements ChannelContext {
-  private readonly tuning: Omit<Tuning, "inlineMax" | "upstreamWire">;
+  private readonly tuning: Omit<Tuning, "inlineMax" | "upstreamWire" | "pool">;
   private readonly inlineMax?: number;
   private viability?: Viability;
+  /** Why pipes of this context cannot lend shared memory (null: they can), once asked. */
+  private poolProblem?: string | null;
 
   constructor(options: CmaChannelOptions = {}) {
     check.object(options);
     // Each is a thread of its own that lives as long as the Node thread.
     const parallelism = check.wholeNumber("parallelism", options.parallelism, 1, MAX_PARALLELISM) ?? Math.min(4, availableParallelism());
+    const poolBytes = check.wholeNumber("poolBytes", options.poolBytes, 4 * KiB, GiB) ?? 256 * MiB;
     this.tuning = {
       parallelism,
       hugePages: check.boolean("hugePages", options.hugePages) ?? true,
+      poolBytes,
+      peerPoolBytes: Math.max(GiB, poolBytes),
     };
     const inlineMax = check.wholeNumber("inlineMax", options.inlineMax, 0);
     if (inlineMax !== undefined) this.inlineMax = inlineMax;
@@ -108,7 +122,16 @@ export class CmaChannelContext implements ChannelContext {
    * tensors at different sizes speak upstream's wire instead.
    */
   wireExtension(): string {
-    return `inline:${this.inlineMax ?? "auto"}`;
+    return `inline:${this.inlineMax ?? "auto"}${this.lends() ? ";pool" : ""}`;
+  }
+
+  /** Whether pipes here can lend shared memory (memfd and pidfd_getfd work). */
+  private lends(): boolean {
+    if (this.poolProblem === undefined) {
+      const { addon } = loadAddon();
+      this.poolProblem = addon ? addon.probeSharedSegments() : "no addon";
+    }
+    return this.poolProblem === null;
   }
 
   /** How many transport connections each channel needs. */
@@ -129,10 +152,10 @@ export class CmaChannelContext implements ChannelContext {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
     if (pipe?.peerWireExtension !== this.wireExtension()) {
-      return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax: -1, upstreamWire: true });
+      return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax: -1, upstreamWire: true, pool: false });
     }
     const inlineMax = this.inlineMax ?? defaultInlineMax(pipe.transportMedium);
-    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax, upstreamWire: false });
+    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax, upstreamWire: false, pool: this.lends() });
   }
 
   /** Releases what the backend holds; called by Context.close(). */

@@ -23,8 +23,8 @@ describe("cma's own wire between two tensorpipe-js ends", () => {
   }
 
   it.each([
-    [{}, {}, "inline:auto", "inline:auto"],
-    [{ inlineMax: 100 }, { inlineMax: 200 }, "inline:200", "inline:100"],
+    [{}, {}, "inline:auto;pool", "inline:auto;pool"],
+    [{ inlineMax: 100 }, { inlineMax: 200 }, "inline:200;pool", "inline:100;pool"],
   ])("is told to both ends in the handshake (%o here, %o there)", async (here, there, dialerSees, listenerSees) => {
     const [a, b] = [new Context(), new Context()];
     const [ca, cb] = [new Recording(here), new Recording(there)];

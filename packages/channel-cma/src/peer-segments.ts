@@ -1,0 +1,150 @@
+/**
+ * The reader's half of zero-copy: the segments of the peer's pool that
+ * this side has mapped, the views of them it handed out, and the releases
+ * it owes the peer. A view goes back when its message is released, or when
+ * it is collected; either way its slot's release goes to the peer with the
+ * next batch. A segment is taken from the process proven to be the peer,
+ * only when it is a sealed memfd, and mapped for the pipe's life; the
+ * mapped bytes are bounded, segments without views going first.
+ */
+import { ErrorCode, TensorPipeError } from "@tensorpipe/core/backend";
+import type { NativeAddon } from "./native.js";
+import type { SlotPlace } from "./shared-pool.js";
+
+interface Mapped {
+  /** The addon's number for it. */
+  id: number;
+  bytes: number;
+  /** Views of it not released. */
+  views: number;
+}
+
+/** A view handed out, until it is released or collected. */
+interface Held {
+  mapped: Mapped;
+  slot: number;
+  generation: number;
+  buffer: WeakRef<ArrayBuffer>;
+  released: boolean;
+}
+
+/** The first byte of a release frame on the answers' connection: an answer's text never starts so. */
+export const RELEASE_FRAME = 0;
+
+/** One pipe's segments of its peer's pool. */
+export class PeerSegments {
+  /** By the peer's segment number. */
+  private readonly mapped = new Map<number, Mapped>();
+  private mappedBytes = 0;
+  /** Slot and generation pairs to release, not yet sent. */
+  private owed: number[] = [];
+  private flushing = false;
+  private closed = false;
+  private readonly collected = new FinalizationRegistry<Held>((held) => this.release(held));
+
+  constructor(
+    private readonly addon: NativeAddon,
+    /** The most bytes of the peer's segments mapped at once. */
+    private readonly cap: number,
+    /** Sends a release frame to the peer. */
+    private readonly sendReleases: (frame: Uint8Array) => void,
+  ) {}
+
+  /** A view of the peer's slot at `place`, and what gives it back. */
+  view(pidfd: number, place: SlotPlace): { view: Uint8Array; release: () => void } {
+    const mapped = this.segment(pidfd, place);
+    const buffer = this.addon.viewSegment(mapped.id, place.offset, place.length);
+    const held: Held = { mapped, slot: place.slot, generation: place.generation, buffer: new WeakRef(buffer), released: false };
+    mapped.views++;
+    this.collected.register(buffer, held, held);
+    return { view: new Uint8Array(buffer), release: () => this.release(held) };
+  }
+
+  /** Copies the peer's slot at `place` into `target` and releases it at once (read() with memory of the reader's). */
+  copy(pidfd: number, place: SlotPlace, target: Uint8Array): void {
+    const mapped = this.segment(pidfd, place);
+    this.addon.copyFromSegment(mapped.id, place.offset, place.length, target);
+    this.owe(place.slot, place.generation);
+  }
+
+  /** Forgets every segment; views out keep theirs mapped until they go. */
+  close(): void {
+    this.closed = true;
+    for (const m of this.mapped.values()) this.addon.closeSegment(m.id);
+    this.mapped.clear();
+    this.owed = [];
+  }
+
+  private release(held: Held): void {
+    if (held.released) return;
+    held.released = true;
+    this.collected.unregister(held);
+    const buffer = held.buffer.deref();
+    if (buffer) this.addon.detachBuffer(buffer);
+    held.mapped.views--;
+    this.owe(held.slot, held.generation);
+  }
+
+  private owe(slot: number, generation: number): void {
+    if (this.closed) return;
+    this.owed.push(slot, generation);
+    if (this.flushing) return;
+    this.flushing = true;
+    // Releases of one turn (a message's tensors, a batch of messages) go in one frame.
+    queueMicrotask(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushing = false;
+    if (this.closed || this.owed.length === 0) return;
+    const frame = new Uint8Array(1 + this.owed.length * 4);
+    const dv = new DataView(frame.buffer);
+    frame[0] = RELEASE_FRAME;
+    for (let i = 0; i < this.owed.length; i++) dv.setUint32(1 + i * 4, this.owed[i]!, true);
+    this.owed = [];
+    this.sendReleases(frame);
+  }
+
+  /** The mapped segment `place` is in, mapping it first when it is new. */
+  private segment(pidfd: number, place: SlotPlace): Mapped {
+    let m = this.mapped.get(place.segment);
+    if (!m) {
+      if (pidfd < 0) {
+        throw new TensorPipeError(ErrorCode.PERMISSION_DENIED, "the peer's pool cannot be mapped: this kernel cannot pin the peer process (pidfd_open)", {
+          where: "cma pool",
+        });
+      }
+      const [id, bytes] = this.addon.attachSegment(pidfd, place.fd, this.cap);
+      m = { id, bytes, views: 0 };
+      this.mappedBytes += bytes;
+      this.evictIdle();
+      if (this.mappedBytes > this.cap) {
+        this.addon.closeSegment(id);
+        this.mappedBytes -= bytes;
+        throw new TensorPipeError(
+          ErrorCode.PROTOCOL,
+          `peer's pool segments held here would pass ${this.cap} bytes (CmaChannelOptions.poolBytes of this side, at least 1 GiB)`,
+          { where: "cma pool" },
+        );
+      }
+      this.mapped.set(place.segment, m);
+    }
+    if (place.offset + place.length > m.bytes) {
+      throw new TensorPipeError(ErrorCode.PROTOCOL, `peer announced ${place.length} bytes at ${place.offset} of a pool segment of ${m.bytes}`, {
+        where: "cma pool",
+      });
+    }
+    return m;
+  }
+
+  /** While past the cap, unmaps segments no view holds, oldest first (the peer dropped them, or will map them again). */
+  private evictIdle(): void {
+    for (const [key, m] of this.mapped) {
+      if (this.mappedBytes <= this.cap) return;
+      if (m.views > 0) continue;
+      this.addon.closeSegment(m.id);
+      this.mapped.delete(key);
+      this.mappedBytes -= m.bytes;
+    }
+  }
+}

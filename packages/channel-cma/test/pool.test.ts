@@ -1,0 +1,211 @@
+import { type Connection, ErrorCode, NopWriter, type TensorLanding } from "@tensorpipe/core/backend";
+import { hasPattern, patterned } from "@tensorpipe/core/testing";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import { afterEach, describe, expect, it } from "vitest";
+import { type CmaChannel, CmaChannelContext } from "../src/index.js";
+import { loadAddon } from "../src/native.js";
+
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** A landing that keeps what the channel gave: a view lent, or memory made for a copy. */
+function landing(): TensorLanding & { view?: Uint8Array; made?: Uint8Array; release?: () => void } {
+  const l: TensorLanding & { view?: Uint8Array; made?: Uint8Array; release?: () => void } = {
+    make: () => (l.made = new Uint8Array(l.length)),
+    adopt: (view, release) => {
+      l.view = view;
+      l.release = release;
+    },
+    length: 0,
+  } as never;
+  return l;
+}
+
+describe("cma shared pool", () => {
+  const transport = new UvTransport();
+  const open: Connection[] = [];
+  const channels: CmaChannel[] = [];
+  afterEach(() => {
+    for (const c of channels.splice(0)) c.close();
+    for (const c of open.splice(0)) c.close();
+  });
+
+  async function pair(options = {}): Promise<{ writer: CmaChannel; reader: CmaChannel; raw: Connection[] }> {
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
+    const here = [await transport.connect(listener.address()), await transport.connect(listener.address())];
+    await expect.poll(() => accepted.length).toBe(2);
+    listener.close();
+    open.push(...here, ...accepted);
+    const make = (conns: Connection[]) => {
+      const context = new CmaChannelContext(options);
+      const c = context.createChannel(conns, "connect", { transportMedium: "network", peerWireExtension: context.wireExtension() }) as CmaChannel;
+      channels.push(c);
+      return c;
+    };
+    return { writer: make(here), reader: make(accepted), raw: here };
+  }
+
+  async function receive(reader: CmaChannel, length: number) {
+    const l = landing();
+    (l as unknown as { length: number }).length = length;
+    await reader.recvLent!(length, l);
+    return l;
+  }
+
+  it("lends where both ends can, and says so in its wire extension", () => {
+    expect(new CmaChannelContext().wireExtension()).toBe("inline:auto;pool");
+  });
+
+  it("hands the reader the writer's own memory: a byte the reader writes is the writer's, seen only once the slot is released", async () => {
+    const { writer, reader } = await pair();
+    const loan = (await writer.loan(MiB, undefined))!;
+    loan.set(patterned(MiB, 7));
+    await writer.send(loan, MiB);
+    // The write took the loan out of the writer's hands.
+    expect(loan.byteLength).toBe(0);
+    const got = await receive(reader, MiB);
+    expect(got.made).toBeUndefined();
+    expect(hasPattern(got.view!, 7)).toBe(true);
+    got.view![0] = 0xab;
+    // While the reader holds it, no loan hands that memory out again.
+    const other = (await writer.loan(MiB, undefined))!;
+    expect(other[0]).not.toBe(0xab);
+    other[0] = 0xcd;
+    expect(got.view![0]).toBe(0xab);
+    got.release!();
+    expect(got.view!.byteLength).toBe(0);
+    // Released: the next loan of that size is the slot the reader had, with the byte it wrote.
+    await expect
+      .poll(async () => {
+        const again = (await writer.loan(MiB, undefined))!;
+        return again[0];
+      })
+      .toBe(0xab);
+  });
+
+  it("keeps tensors in order when receives are asked for at once and some wait for their header", async () => {
+    const { writer, reader } = await pair();
+    // Past 64 KiB a header comes first (inline up to 128 KiB over TCP, by address past it, by place when lent).
+    const sizes = [100 * KiB, 10, 200 * KiB, 70 * KiB, 5, 0, 90 * KiB, 1000, 300 * KiB, 64 * KiB];
+    const lent = await writer.loan(150 * KiB, undefined);
+    lent!.set(patterned(150 * KiB, 99));
+    const sent = [...sizes.map((n, i) => writer.send(patterned(n, i), n)), writer.send(lent!, 150 * KiB)];
+    const targets = sizes.map((n) => new Uint8Array(n));
+    const got = [...sizes.map((n, i) => reader.recv(targets[i]!, n)), receive(reader, 150 * KiB)];
+    await Promise.all([...sent, ...got]);
+    sizes.forEach((n, i) => expect(hasPattern(targets[i]!, i), `tensor ${i} of ${n} bytes`).toBe(true));
+    expect(hasPattern((await got.at(-1)!)!.view!, 99)).toBe(true);
+  });
+
+  it("copies a lent tensor into memory the reader gave, and frees the slot at once", async () => {
+    const { writer, reader } = await pair({ poolBytes: 2 * MiB });
+    for (let i = 0; i < 8; i++) {
+      const loan = (await writer.loan(2 * MiB - 1, undefined))!;
+      loan.set(patterned(2 * MiB - 1, i));
+      const target = new Uint8Array(2 * MiB - 1);
+      await Promise.all([writer.send(loan, loan.length), reader.recv(target, target.length)]);
+      expect(hasPattern(target, i)).toBe(true);
+    }
+  });
+
+  it("holds the writer to its bound against a reader that never releases: a loan waits, under its signal", async () => {
+    const { writer, reader } = await pair({ poolBytes: 4 * MiB });
+    const held = [];
+    for (let i = 0; i < 2; i++) {
+      const loan = (await writer.loan(2 * MiB, undefined))!;
+      await writer.send(loan, loan.length);
+      held.push(await receive(reader, 2 * MiB));
+    }
+    await expect(writer.loan(2 * MiB, AbortSignal.timeout(50))).rejects.toMatchObject({
+      code: ErrorCode.TIMEOUT,
+      message: expect.stringMatching(/shared pool's 4194304 bytes are all lent: is the peer releasing/),
+    });
+    const waiting = writer.loan(2 * MiB, undefined)!;
+    held[1]!.release!();
+    expect((await waiting).byteLength).toBe(2 * MiB);
+    await expect(writer.loan(8 * MiB, undefined)).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/larger than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes/),
+    });
+  });
+
+  it("gives back a view the reader dropped, once it is collected", async () => {
+    const { writer, reader } = await pair({ poolBytes: 2 * MiB });
+    const loan = (await writer.loan(2 * MiB, undefined))!;
+    await writer.send(loan, loan.length);
+    await receive(reader, 2 * MiB);
+    await expect
+      .poll(async () => {
+        gc();
+        await new Promise((r) => setTimeout(r, 10));
+        return (await writer.loan(2 * MiB, AbortSignal.timeout(20)).catch(() => undefined))?.byteLength;
+      })
+      .toBe(2 * MiB);
+  });
+
+  it("refuses a place in a segment that is not a sealed memfd, and one past its segment's end", async () => {
+    const place = (fd: number, offset: number, length: number) =>
+      new NopWriter().structure(7).uint(process.pid).uint(1).uint(fd).uint(offset).uint(length).uint(0).uint(0).finish();
+    {
+      const { reader, raw } = await pair();
+      // fd 0 is this process's stdin: not a sealed memfd.
+      await raw[0]!.write([place(0, 0, MiB)]);
+      await expect(receive(reader, MiB)).rejects.toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/not a sealed memfd/) });
+    }
+    {
+      const { writer, reader, raw } = await pair();
+      const loan = (await writer.loan(MiB, undefined))!;
+      // The writer's segment, honestly announced once, then a place past its end.
+      await writer.send(loan, MiB);
+      const got = await receive(reader, MiB);
+      got.release!();
+      const fds = (writer as unknown as { pool: { segments: { fd: number; id: number }[] } }).pool.segments;
+      await raw[0]!.write([
+        new NopWriter()
+          .structure(7)
+          .uint(process.pid)
+          .uint(fds[0]!.id)
+          .uint(fds[0]!.fd)
+          .uint(2 * MiB)
+          .uint(MiB)
+          .uint(0)
+          .uint(1)
+          .finish(),
+      ]);
+      await expect(receive(reader, MiB)).rejects.toMatchObject({
+        code: ErrorCode.PROTOCOL,
+        message: expect.stringMatching(/bytes at 2097152 of a pool segment of 2097152/),
+      });
+    }
+  });
+
+  it("refuses a segment whose memory the writer has not allocated: mapping it would cost the reader", async () => {
+    const { reader, raw } = await pair();
+    const [id, fd] = loadAddon().addon!.createSegment(64 * MiB, true);
+    await raw[0]!.write([new NopWriter().structure(7).uint(process.pid).uint(id).uint(fd).uint(0).uint(MiB).uint(0).uint(0).finish()]);
+    await expect(receive(reader, MiB)).rejects.toMatchObject({
+      code: ErrorCode.PROTOCOL,
+      message: expect.stringMatching(/whose memory it has not all allocated/),
+    });
+    loadAddon().addon!.closeSegment(id);
+  });
+
+  it("treats a release of a slot the reader does not hold as a protocol error", async () => {
+    const { writer, reader } = await pair();
+    const loan = (await writer.loan(MiB, undefined))!;
+    await writer.send(loan, MiB);
+    const got = await receive(reader, MiB);
+    // On the reader's answers' connection: a release of slot 1, which it never got.
+    const f = new Uint8Array(9);
+    new DataView(f.buffer).setUint32(1, 1, true);
+    await (reader as unknown as { acks: Connection }).acks.write([f]);
+    const ended = await (writer as unknown as { descriptors: Connection }).descriptors.closed;
+    expect(ended).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/released pool slot 1 \(generation 0\), which it does not hold/) });
+    got.release!();
+  });
+});
