@@ -55,6 +55,15 @@ describe.skipIf(why !== null)("multi-host", () => {
     expect(out[1]).toEqual({ ok: true, messages: 20 });
   });
 
+  it("writes from pipe.loan() between hosts as from any memory: plain memory, copied, left in place", async () => {
+    // As between two machines: namespaces of one machine would pair cma (one boot, one pid namespace).
+    const peer = await peerOn("a", ["--channels", "mpt,basic"]);
+    const job = { url: peer.url, transports: ["uv"], channels: ["mpt", "basic"], scenario: "roundtrip", messages: 10, maxBytes: 4 << 20, loan: true };
+    const out = await runClient(net, "b", job);
+    expect(out[0]).toEqual({ transport: "uv", channel: "mpt" });
+    expect(out[1]).toEqual({ ok: true, messages: 10, loans: { kept: 10, taken: 0 } });
+  });
+
   it("serves several hosts at once", async () => {
     const peer = await peerOn("a");
     const job = { url: peer.url, transports: ["uv"], channels: ["basic", "mpt"], scenario: "roundtrip", messages: 10, maxBytes: 1 << 20 };

@@ -1,7 +1,9 @@
 /**
  * A client run on another test host (`ip netns exec NS node remote-client.js
  * JSON`): connects, runs a scenario, prints JSON lines. Scenarios:
- * - roundtrip: `messages` echoes of random sizes up to `maxBytes`, checked;
+ * - roundtrip: `messages` echoes of random sizes up to `maxBytes`, checked
+ *   (with `loan`, each written from pipe.loan(): prints how many loans the
+ *   write left in place, as plain memory is, and how many it took);
  * - throughput: one-way GB/s of `sizes` into the peer's reused buffer;
  * - stream: large writes until one fails, each with `timeout` ms (0: none,
  *   so that only the transport's peerTimeout can end it); prints
@@ -23,6 +25,7 @@ interface Job extends BackendChoice {
   count?: number;
   timeout?: number;
   rounds?: number;
+  loan?: boolean;
 }
 
 const job = JSON.parse(process.argv[2]!) as Job;
@@ -32,14 +35,22 @@ const context = await createContext(job);
 async function roundtrip(pipe: Pipe): Promise<void> {
   const rand = prng(7);
   const n = job.messages ?? 20;
+  const loans = { kept: 0, taken: 0 };
   for (let i = 0; i < n; i++) {
     const size = Math.floor(rand() * (job.maxBytes ?? 1 << 20));
-    const w = pipe.write({ metadata: `m${i}`, tensors: [{ buffer: patterned(size, i), targetDevice: CPU_DEVICE }] });
+    let buffer = patterned(size, i);
+    if (job.loan) {
+      const lent = await pipe.loan(size);
+      lent.set(buffer);
+      buffer = lent;
+    }
+    const w = pipe.write({ metadata: `m${i}`, tensors: [{ buffer, targetDevice: CPU_DEVICE }] });
     const m = await pipe.readMessage();
     await w;
     if (m.metadata !== `m${i}` || !hasPattern(m.tensors[0]!.buffer as Uint8Array, i)) throw new Error(`message ${i} came back wrong`);
+    if (job.loan && size > 0) loans[buffer.byteLength === size && hasPattern(buffer, i) ? "kept" : "taken"]++;
   }
-  say({ ok: true, messages: n });
+  say(job.loan ? { ok: true, messages: n, loans } : { ok: true, messages: n });
 }
 
 async function throughput(pipe: Pipe): Promise<void> {

@@ -1,0 +1,114 @@
+/**
+ * Zero-copy between two processes of one machine (Pipe.loan() over shm +
+ * cma): the reader's view is the writer's memory, a slot comes back only
+ * when the reader releases it, a reader that never releases holds the
+ * writer to its pool's bound, and where no channel lends a loan is plain
+ * memory, copied.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { CPU_DEVICE, Context, ErrorCode, type Listener, type Pipe } from "@tensorpipe/core";
+import { hasPattern, patterned } from "@tensorpipe/core/testing";
+import { registerCmaChannel } from "@tensorpipe/channel-cma";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { afterEach, describe, expect, it } from "vitest";
+import { createContext, spawnPeer } from "@tensorpipe/bench";
+
+const MiB = 1024 * 1024;
+const reader = fileURLToPath(new URL("./fixtures/lending-reader.mjs", import.meta.url));
+
+describe("zero-copy between two processes", () => {
+  const cleanup: (() => unknown)[] = [];
+  afterEach(async () => {
+    for (const c of cleanup.splice(0).reverse()) await c();
+  });
+
+  /** A writer here and lending-reader.mjs there, over shm + cma. */
+  async function start(mode: "views" | "copy", poolBytes?: number): Promise<Pipe> {
+    const context = new Context();
+    registerShmTransport(context);
+    registerCmaChannel(context, poolBytes === undefined ? undefined : { poolBytes });
+    cleanup.push(() => context.close());
+    const listener: Listener = await context.listen("shm://");
+    const child: ChildProcess = spawn(process.execPath, [reader, listener.addresses()[0]!, mode], { stdio: ["ignore", "inherit", "inherit"] });
+    cleanup.push(() => {
+      child.kill();
+    });
+    const pipe = await listener.accept();
+    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
+    return pipe;
+  }
+
+  async function ask(pipe: Pipe, metadata: string, buffer?: Uint8Array): Promise<Record<string, unknown>> {
+    await pipe.write({ metadata, tensors: buffer ? [{ buffer }] : [] });
+    using m = await pipe.readMessage();
+    return JSON.parse(m.metadata) as Record<string, unknown>;
+  }
+
+  it("hands the reader the writer's memory: a byte it writes is seen once it released the slot, and never before", async () => {
+    const pipe = await start("views");
+    const loan = await pipe.loan(MiB);
+    loan.set(patterned(MiB, 3));
+    expect(await ask(pipe, "hold 3", loan)).toEqual({ pattern: true });
+    // Sent: out of the writer's hands.
+    expect(loan.byteLength).toBe(0);
+    expect(await ask(pipe, "poke")).toEqual({ poked: true });
+    // Held by the reader: a loan now is other memory, without the reader's byte.
+    const kept = [await pipe.loan(MiB)];
+    expect(kept[0]![0]).not.toBe(0xee);
+    expect(await ask(pipe, "release")).toEqual({ released: 1, emptied: true });
+    // Released (its word comes on the channel's own connection): the slot comes back, with the reader's byte.
+    for (let i = 0; ; i++) {
+      const again = await pipe.loan(MiB);
+      if (again[0] === 0xee) break;
+      kept.push(again);
+      expect(i, "the released slot never came back").toBeLessThan(50);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  });
+
+  it("holds the writer to its pool's bound against a reader that never releases: a loan waits under its timeout, the pipe goes on", async () => {
+    const pipe = await start("views", 4 * MiB);
+    for (let seed = 0; seed < 2; seed++) {
+      const loan = await pipe.loan(2 * MiB);
+      loan.set(patterned(2 * MiB, seed));
+      expect(await ask(pipe, `hold ${seed}`, loan)).toEqual({ pattern: true });
+    }
+    await expect(pipe.loan(2 * MiB, { timeout: 300 })).rejects.toMatchObject({
+      code: ErrorCode.TIMEOUT,
+      message: expect.stringMatching(/pool's 4194304 bytes are all lent/),
+    });
+    await expect(pipe.loan(8 * MiB)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/poolBytes/) });
+    // The pipe is as it was: messages of plain memory go on.
+    expect(await ask(pipe, "length", new Uint8Array(5 * MiB))).toEqual({ length: 5 * MiB });
+    const waiting = pipe.loan(2 * MiB, { timeout: 5000 });
+    expect(await ask(pipe, "release")).toEqual({ released: 2, emptied: true });
+    expect((await waiting).byteLength).toBe(2 * MiB);
+  });
+
+  it("lands a lent tensor in memory the reader gave, freeing its slot at once", async () => {
+    const pipe = await start("copy", 4 * MiB);
+    for (let seed = 0; seed < 12; seed++) {
+      const size = MiB + seed * 77_777;
+      const loan = await pipe.loan(size, { timeout: 5000 });
+      loan.set(patterned(size, seed));
+      expect(await ask(pipe, String(seed), loan)).toEqual({ pattern: true });
+    }
+  });
+
+  it("gives plain memory where no channel lends (uv + basic), copied as any tensor", async () => {
+    const peer = await spawnPeer();
+    cleanup.push(() => peer.stop());
+    const context = await createContext({ transports: ["uv"], channels: ["basic"] });
+    cleanup.push(() => context.close());
+    const pipe = await context.connect(peer.url);
+    const loan = await pipe.loan(3 * MiB);
+    loan.set(patterned(3 * MiB, 9));
+    await pipe.write({ tensors: [{ buffer: loan, targetDevice: CPU_DEVICE }] });
+    const m = await pipe.readMessage();
+    expect(hasPattern(m.tensors[0]!.buffer, 9)).toBe(true);
+    // Copied: the loan is still the writer's.
+    expect(loan.byteLength).toBe(3 * MiB);
+    pipe.close();
+  });
+});
