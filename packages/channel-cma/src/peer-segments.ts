@@ -30,6 +30,8 @@ interface Held {
 
 /** The first byte of a release frame on the answers' connection: an answer's text never starts so. */
 export const RELEASE_FRAME = 0;
+/** Slots a release frame names at most: the writer reads frames of up to 4096 bytes. */
+const SLOTS_PER_FRAME = 511;
 
 /** One pipe's segments of its peer's pool. */
 export class PeerSegments {
@@ -97,12 +99,16 @@ export class PeerSegments {
   private flush(): void {
     this.flushing = false;
     if (this.closed || this.owed.length === 0) return;
-    const frame = new Uint8Array(1 + this.owed.length * 4);
-    const dv = new DataView(frame.buffer);
-    frame[0] = RELEASE_FRAME;
-    for (let i = 0; i < this.owed.length; i++) dv.setUint32(1 + i * 4, this.owed[i]!, true);
+    const owed = this.owed;
     this.owed = [];
-    this.sendReleases(frame);
+    for (let at = 0; at < owed.length; at += 2 * SLOTS_PER_FRAME) {
+      const n = Math.min(owed.length - at, 2 * SLOTS_PER_FRAME);
+      const frame = new Uint8Array(1 + n * 4);
+      const dv = new DataView(frame.buffer);
+      frame[0] = RELEASE_FRAME;
+      for (let i = 0; i < n; i++) dv.setUint32(1 + i * 4, owed[at + i]!, true);
+      this.sendReleases(frame);
+    }
   }
 
   /** The mapped segment `place` is in, mapping it first when it is new. */

@@ -102,6 +102,19 @@ describe("cma shared pool", () => {
     expect(hasPattern((await got.at(-1)!)!.view!, 99)).toBe(true);
   });
 
+  it("gives back more slots at once than one release frame names", async () => {
+    const { writer, reader } = await pair();
+    const views = [];
+    for (let i = 0; i < 600; i++) {
+      const loan = (await writer.loan(65 * KiB, undefined))!;
+      await writer.send(loan, loan.length);
+      views.push(await receive(reader, 65 * KiB));
+    }
+    for (const v of views) v.release!();
+    const pool = (writer as unknown as { pool: { lent: number } }).pool;
+    await expect.poll(() => pool.lent).toBe(0);
+  });
+
   it("copies a lent tensor into memory the reader gave, and frees the slot at once", async () => {
     const { writer, reader } = await pair({ poolBytes: 2 * MiB });
     for (let i = 0; i < 8; i++) {
