@@ -229,8 +229,8 @@ struct CmaEnv : AddonEnv {
 
 SharedSegments* SegmentsOf(Napi::Env env) { return &AddonEnv::Get<CmaEnv>(env)->segments; }
 
-// Large buffers get the whole 2 MiB pages inside them turned into huge
-// pages (WholeHugePages), once, on the thread pool: the bytes and the
+// Large buffers sent again get the whole 2 MiB pages inside them turned
+// into huge pages (WholeHugePages), once, on the thread pool: the bytes and the
 // buffer stay as they are, later transfers of it run faster.
 
 // The ranges handed to the kernel, so that a buffer sent or read again is
@@ -240,6 +240,10 @@ SharedSegments* SegmentsOf(Napi::Env env) { return &AddonEnv::Get<CmaEnv>(env)->
 class CollapsedRanges {
  public:
   // True when `range` needs a collapse now: it is then marked pending.
+  // Only from its second transfer on: a buffer sent once (a fresh one per
+  // request) would pay the collapse for nothing, and a fan-out front that
+  // sent a fresh 16 MiB buffer per request spent 12.4 ms of CPU on each
+  // against 6.9 without.
   bool Claim(uintptr_t begin, uint64_t length) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Range& r : ranges_) {
@@ -249,8 +253,8 @@ class CollapsedRanges {
       return true;
     }
     if (ranges_.size() == kRemembered) ranges_.erase(ranges_.begin());
-    ranges_.push_back({begin, length, true, false, 0});
-    return true;
+    ranges_.push_back({begin, length, false, false, 0});
+    return false;
   }
 
   // `ran`: the job ran (not cancelled); `ok`: the kernel collapsed it all.

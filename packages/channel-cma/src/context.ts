@@ -38,8 +38,9 @@ export interface CmaChannelOptions {
    */
   inlineMax?: number | undefined;
   /**
-   * Turn the 2 MiB pages inside large tensors into huge pages (off the
-   * loop, once per buffer) so that later copies of them run at memcpy
+   * Turn the 2 MiB pages inside large tensors sent again into huge pages
+   * (off the loop, once per buffer, at its second transfer: a buffer sent
+   * once is left as it is) so that later copies of them run at memcpy
    * speed (default true).
    */
   hugePages?: boolean | undefined;

@@ -189,6 +189,19 @@ describe("cma channel", () => {
     expect(targets.every((t) => hasPattern(t, 6))).toBe(true);
   });
 
+  it.skipIf(!/\[(always|madvise)\]/.test(thp))("leaves a buffer sent once as it is: a fresh buffer per request pays no collapse", async () => {
+    const { here, there } = await connections();
+    const sender = channel(here);
+    const receiver = channel(there);
+    const src = patterned(32 * MiB, 8);
+    const address = loadAddon().addon!.addressOf(src, false);
+    const aligned = (address + BigInt(HUGE_PAGE - 1)) & ~BigInt(HUGE_PAGE - 1);
+    const interior = Math.floor((Number(address - aligned) + src.length) / HUGE_PAGE) * HUGE_PAGE;
+    await Promise.all([sender.send(src, src.length), receiver.recv(new Uint8Array(src.length), src.length)]);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(hugeKiB(aligned, interior)).toBe(0);
+  });
+
   it("answers completions in order even when a later copy ends first", async () => {
     const { here, there } = await connections();
     const sender = channel(here);
