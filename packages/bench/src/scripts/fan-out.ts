@@ -7,7 +7,9 @@
  * (Dealer/Router over ipc://) and, as the in-process reference,
  * worker_threads with transferred ArrayBuffers; interleaved, each round
  * in another order. Batches are reused (the front sends the same memory
- * again once it is answered) or fresh (a new array per request).
+ * again once it is answered) or fresh (a new array per request); the
+ * "tensorpipe-loan" pool writes each batch from pipe.loan() (its workers
+ * read it in place with readMessage() and release it), the same in both.
  *
  *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
  *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--json]
@@ -36,12 +38,14 @@ const RESULT_FLOATS = 256;
 /** Seconds of each run not counted: the pool's first requests. */
 const WARMUP_S = 0.3;
 
-type Kind = "tensorpipe" | "worker_threads" | "ipc" | "zeromq";
-const KINDS: readonly Kind[] = ["tensorpipe", "worker_threads", "ipc", "zeromq"];
+type Kind = "tensorpipe" | "tensorpipe-loan" | "worker_threads" | "ipc" | "zeromq";
+const KINDS: readonly Kind[] = ["tensorpipe", "tensorpipe-loan", "worker_threads", "ipc", "zeromq"];
 
 /** One pool: send() a batch to worker `w`, resolved with the answer (and the batch, where sending transferred it away). */
 interface Pool {
-  send(w: number, batch: Float32Array): Promise<{ result: Float32Array; batch?: Float32Array }>;
+  /** The pool makes each batch itself (a loan): send() takes only its first float and its size. */
+  readonly lends?: boolean;
+  send(w: number, batch: Float32Array, bytes: number): Promise<{ result: Float32Array; batch?: Float32Array }>;
   close(): Promise<void>;
 }
 
@@ -90,6 +94,28 @@ async function tensorpipeWorker(): Promise<void> {
         await pipe.read({ payloads: [], tensors: [{ buffer: landing }] });
         result[0] = landing[0]!;
         void pipe.write({ metadata: d.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
+      }
+    })();
+  }
+}
+
+/** A worker that reads each batch in place, where the front lent it, and gives it back once answered. */
+async function tensorpipeLoanWorker(): Promise<void> {
+  const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
+  const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
+  process.send!({ urls: listener.addresses() });
+  const result = new Float32Array(RESULT_FLOATS);
+  for await (const pipe of listener) {
+    void (async () => {
+      try {
+        for await (const m of pipe) {
+          const batch = m.tensors[0]!.buffer;
+          result[0] = new Float32Array(batch.buffer, batch.byteOffset, 1)[0]!;
+          m.release();
+          void pipe.write({ metadata: m.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
+        }
+      } catch {
+        // The front went.
       }
     })();
   }
@@ -151,8 +177,8 @@ async function stopAll(children: ChildProcess[]): Promise<void> {
   );
 }
 
-async function tensorpipePool(n: number): Promise<Pool> {
-  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("tensorpipe")));
+async function tensorpipePool(n: number, lends: boolean): Promise<Pool> {
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe")));
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
   const pipes: { pipe: Pipe; order: InOrder<{ result: Float32Array }> }[] = [];
   for (const { hello } of workers) {
@@ -168,6 +194,24 @@ async function tensorpipePool(n: number): Promise<Pool> {
         order.settle({ result });
       }
     })();
+  }
+  if (lends) {
+    return {
+      lends,
+      async send(w, batch, bytes) {
+        const { pipe, order } = pipes[w]!;
+        const loan = await pipe.loan(bytes);
+        new Float32Array(loan.buffer, loan.byteOffset, 1)[0] = batch[0]!;
+        return new Promise((resolve, reject) => {
+          order.push(resolve);
+          pipe.write({ metadata: "b", tensors: [{ buffer: loan, targetDevice: CPU_DEVICE }] }).catch(reject);
+        });
+      },
+      async close() {
+        await context.close();
+        await stopAll(workers.map((w) => w.child));
+      },
+    };
   }
   return {
     send(w, batch) {
@@ -250,12 +294,12 @@ async function run(pool: Pool, kind: Kind, workers: number, bytes: number, fresh
   let stop = false;
   const lane = async (i: number) => {
     const w = i % workers;
-    let batch: Float32Array = new Float32Array(bytes / 4);
+    let batch: Float32Array = new Float32Array(pool.lends ? 1 : bytes / 4);
     while (!stop) {
-      if (fresh) batch = new Float32Array(bytes / 4);
+      if (fresh && !pool.lends) batch = new Float32Array(bytes / 4);
       batch[0] = i;
       const t0 = performance.now();
-      const answer = await pool.send(w, batch);
+      const answer = await pool.send(w, batch, bytes);
       if (measuring) {
         latencies.push((performance.now() - t0) * 1000);
         done++;
@@ -318,7 +362,16 @@ async function main(): Promise<void> {
   for (const n of workerCounts) {
     const pools = new Map<Kind, Pool>();
     for (const k of used)
-      pools.set(k, await (k === "tensorpipe" ? tensorpipePool(n) : k === "ipc" ? ipcPool(n) : k === "zeromq" ? zeromqPool(n) : threadPool(n)));
+      pools.set(
+        k,
+        await (k === "tensorpipe" || k === "tensorpipe-loan"
+          ? tensorpipePool(n, k === "tensorpipe-loan")
+          : k === "ipc"
+            ? ipcPool(n)
+            : k === "zeromq"
+              ? zeromqPool(n)
+              : threadPool(n)),
+      );
     try {
       for (const bytes of sizes) {
         for (const fresh of [false, true]) {
@@ -367,6 +420,7 @@ if (!isMainThread) threadWorker();
 else if (role >= 0) {
   const kind = process.argv[role + 1] as Kind;
   if (kind === "tensorpipe") await tensorpipeWorker();
+  else if (kind === "tensorpipe-loan") await tensorpipeLoanWorker();
   else if (kind === "ipc") ipcWorker();
   else await zeromqWorker();
 } else await main();
