@@ -92,8 +92,8 @@ export class PeerSegments {
     this.owed.push(slot, generation);
     if (this.flushing) return;
     this.flushing = true;
-    // Releases of one turn (a message's tensors, a batch of messages) go in one frame.
-    queueMicrotask(() => this.flush());
+    // Releases of one turn of the loop (a message's tensors, every message read in it) go in one frame.
+    setImmediate(() => this.flush());
   }
 
   private flush(): void {
