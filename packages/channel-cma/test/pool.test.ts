@@ -57,8 +57,11 @@ describe("cma shared pool", () => {
     return l;
   }
 
-  it("lends where both ends can, and says so in its wire extension", () => {
+  it("lends where both ends can, and says so in its wire extension; up to 64 KiB it leaves the pipe to give plain memory", async () => {
     expect(new CmaChannelContext().wireExtension()).toBe("inline:auto;pool");
+    const { writer } = await pair();
+    expect(writer.loan(64 * KiB, undefined)).toBeUndefined();
+    expect((await writer.loan(64 * KiB + 1, undefined))!.byteLength).toBe(64 * KiB + 1);
   });
 
   it("hands the reader the writer's own memory: a byte the reader writes is the writer's, seen only once the slot is released", async () => {
