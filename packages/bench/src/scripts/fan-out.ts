@@ -12,7 +12,7 @@
  * read it in place with readMessage() and release it), the same in both.
  *
  *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
- *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--json]
+ *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--kinds tensorpipe,...] [--json]
  *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
  * (user + system), and the p99 of its event loop's delay.
@@ -356,7 +356,8 @@ async function main(): Promise<void> {
   const seconds = Number(args.value("--seconds", "1.5"));
   const rounds = Number(args.value("--rounds", "2"));
   const zmqMissing = (await loadZmq()).reason;
-  const used = zmqMissing ? KINDS.filter((k) => k !== "zeromq") : KINDS;
+  const asked = args.value("--kinds", KINDS.join(",")).split(",") as Kind[];
+  const used = KINDS.filter((k) => asked.includes(k) && !(zmqMissing && k === "zeromq"));
   if (zmqMissing) console.error(`fan-out: ${zmqMissing}; zeromq left out`);
   const results: RunResult[] = [];
   for (const n of workerCounts) {
