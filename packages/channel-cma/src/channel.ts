@@ -14,6 +14,7 @@ import {
   type TensorLanding,
   writeFrame,
 } from "@tensorpipe/core/backend";
+import { loopIsBusy } from "./loop-load.js";
 import type { NativeAddon } from "./native.js";
 import { PeerSegments, RELEASE_FRAME } from "./peer-segments.js";
 import { SharedPool, type SlotPlace } from "./shared-pool.js";
@@ -204,7 +205,9 @@ export class CmaChannel implements Channel {
       this.readAnswers();
       return this.descriptors.write([encodePlace(place)]);
     }
-    if (length <= this.tuning.inlineMax) return this.copied(this.descriptors.write([EMPTY, bytes]), bytes);
+    // Past headerMin each tensor's header says how it comes, so the sender
+    // may choose: inline while its loop has time, else the reader copies.
+    if (length <= this.tuning.inlineMax && !loopIsBusy()) return this.copied(this.descriptors.write([EMPTY, bytes]), bytes);
     return this.copied(this.sendByAddress(bytes, length), bytes);
   }
 

@@ -34,7 +34,7 @@ describe("cma shared pool", () => {
     for (const c of open.splice(0)) c.close();
   });
 
-  async function pair(options = {}): Promise<{ writer: CmaChannel; reader: CmaChannel; raw: Connection[] }> {
+  async function pair(options = {}): Promise<{ writer: CmaChannel; reader: CmaChannel; raw: Connection[]; accepted: Connection[] }> {
     const accepted: Connection[] = [];
     const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
     const here = [await transport.connect(listener.address()), await transport.connect(listener.address())];
@@ -47,7 +47,7 @@ describe("cma shared pool", () => {
       channels.push(c);
       return c;
     };
-    return { writer: make(here), reader: make(accepted), raw: here };
+    return { writer: make(here), reader: make(accepted), raw: here, accepted };
   }
 
   async function receive(reader: CmaChannel, length: number) {
@@ -116,6 +116,23 @@ describe("cma shared pool", () => {
     for (const v of views) v.release!();
     const pool = (writer as unknown as { pool: { lent: number } }).pool;
     await expect.poll(() => pool.lent).toBe(0);
+  });
+
+  it("sends a tensor past 64 KiB by address, not inline, while the writer's loop is busy", async () => {
+    const { writer, accepted } = await pair();
+    // Idle: inline (up to 128 KiB over TCP), after an empty header.
+    await new Promise((r) => setTimeout(r, 150));
+    await writer.send(patterned(100 * KiB, 1), 100 * KiB);
+    expect((await accepted[0]!.read(64)).byteLength).toBe(0);
+    expect((await accepted[0]!.read(MiB)).byteLength).toBe(100 * KiB);
+    // Busy for the whole of the last tenth of a second: the reader copies it.
+    const until = performance.now() + 150;
+    while (performance.now() < until);
+    const sent = writer.send(patterned(100 * KiB, 2), 100 * KiB);
+    const header = await accepted[0]!.read(64);
+    expect(header.byteLength).toBeGreaterThan(0);
+    await accepted[1]!.write([new Uint8Array(0)]);
+    await sent;
   });
 
   it("copies a lent tensor into memory the reader gave, and frees the slot at once", async () => {
