@@ -65,6 +65,24 @@ function isDeviceBuffer(b: unknown): b is DeviceBuffer {
 }
 
 /** Throws unless tensor `i` (of an allocation needing `length` bytes there) has a buffer of memory the library takes. */
+/** Whether `view` is over a detached ArrayBuffer (a loan already written, a buffer transferred away): it then reads as empty. */
+export function isDetached(view: ArrayBufferView): boolean {
+  if (view.byteLength !== 0) return false;
+  try {
+    new Uint8Array(view.buffer, 0, 0);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** ERR_TP_INVALID_ARG for a part whose memory is detached: sent as it is, it would go as empty. */
+export function detachedPart(kind: "payload" | "tensor", i: number): TensorPipeError {
+  return invalid(
+    `${kind} ${i}: its memory is detached (a pipe.loan() already written, or an ArrayBuffer transferred to another thread), so it would go as empty: take a new loan for each write`,
+  );
+}
+
 export function checkTensorBuffer(i: number, tensor: unknown, length?: number): void {
   const { name, shape, size } = part("tensor", i, length);
   if (ArrayBuffer.isView(tensor)) throw invalid(`${name} must be an object ${shape}, got a ${tensor.constructor.name} itself: pass { buffer: it }`);

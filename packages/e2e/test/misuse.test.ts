@@ -7,6 +7,13 @@ import { type AddressInfo, createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 
+/** A view whose ArrayBuffer went to another thread: it reads as empty. */
+function transferred(): Uint8Array {
+  const view = new Uint8Array(64);
+  structuredClone(view.buffer, { transfer: [view.buffer] });
+  return view;
+}
+
 describe("misuse of write() and read()", () => {
   let server: Context;
   let client: Context;
@@ -58,6 +65,12 @@ describe("misuse of write() and read()", () => {
       /payload 0: data must be a TypedArray or DataView; got an ArrayBuffer: wrap it/,
     ],
     ["tensors that are not an array", { tensors: new Uint8Array(4) }, /tensors must be an array/],
+    [
+      "a tensor whose memory was transferred away",
+      { tensors: [{ buffer: transferred() }] },
+      /tensor 0: its memory is detached \(a pipe.loan\(\) already written, or an ArrayBuffer transferred to another thread\), so it would go as empty/,
+    ],
+    ["a payload whose memory was transferred away", { payloads: [{ data: transferred() }] }, /payload 0: its memory is detached/],
     [
       "an object that names the CPU as a tensor",
       { tensors: [{ buffer: { device: { type: "cpu", index: 0 }, byteLength: 8 } }] },

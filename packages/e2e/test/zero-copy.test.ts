@@ -102,6 +102,7 @@ describe("zero-copy between two processes", () => {
     const context = await createContext({ transports: ["uv"], channels: ["basic"] });
     cleanup.push(() => context.close());
     const pipe = await context.connect(peer.url);
+    await expect(pipe.loan(2 ** 33)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/a loan of 8589934592 bytes cannot be had/) });
     const loan = await pipe.loan(3 * MiB);
     loan.set(patterned(3 * MiB, 9));
     await pipe.write({ tensors: [{ buffer: loan, targetDevice: CPU_DEVICE }] });

@@ -7,7 +7,7 @@
 import { type Device, CPU_DEVICE, bufferDevice, deviceKey } from "../device.js";
 import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { Message, MessagePayload, MessageTensor } from "../message.js";
-import { badPayload, checkDevice, checkMessageShape, checkTensorBuffer } from "../message-check.js";
+import { badPayload, checkDevice, checkMessageShape, checkTensorBuffer, detachedPart, isDetached } from "../message-check.js";
 import type { NopWriter } from "../nop/writer.js";
 import { writeDescriptorHead, writePayloadDescriptor, writeTensorCount, writeTensorDescriptor } from "../protocol/message.js";
 import type { ChannelRoutes } from "./routes.js";
@@ -56,6 +56,7 @@ export class OutgoingMessage {
     for (let i = 0; i < payloads.length; i++) {
       const p = payloads[i]!;
       if (!ArrayBuffer.isView(p?.data)) throw badPayload(i, p);
+      if (isDetached(p.data)) throw detachedPart("payload", i);
       bytes += p.data.byteLength;
     }
     // Set only when it changes: an array shortened and grown again gets a fresh backing store.
@@ -64,6 +65,7 @@ export class OutgoingMessage {
     for (let i = 0; i < tensors.length; i++) {
       const t = tensors[i]!;
       checkTensorBuffer(i, t);
+      if (ArrayBuffer.isView(t.buffer) && isDetached(t.buffer)) throw detachedPart("tensor", i);
       if (t.targetDevice != null) checkDevice(i, t.targetDevice);
       const length = tensorLength(t);
       if (!Number.isSafeInteger(length) || length < 0 || length > t.buffer.byteLength) {

@@ -160,7 +160,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     if (lent === undefined) {
       deadline?.release();
-      return Promise.resolve(new Uint8Array(length));
+      try {
+        return Promise.resolve(new Uint8Array(length));
+      } catch (e) {
+        return this.refuse(new TensorPipeError(ErrorCode.INVALID_ARG, `a loan of ${length} bytes cannot be had: ${(e as Error).message}`, { cause: e }));
+      }
     }
     return deadline ? lent.finally(() => deadline.release()) : lent;
   }
