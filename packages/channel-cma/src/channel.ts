@@ -147,6 +147,8 @@ export class CmaChannel implements Channel {
   private lastAck: Promise<unknown> = Promise.resolve();
   private peer?: ProvenPeer;
   private closed = false;
+  /** The error that closed the channel, when one did (a peer's bad release, say). */
+  private closedWith?: Error;
   /** This side's pool, made by the first loan (pool mode). */
   private pool?: SharedPool;
   /** The peer's pool as mapped here, made by the first tensor lent (pool mode). */
@@ -180,7 +182,7 @@ export class CmaChannel implements Channel {
    */
   loan(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined {
     if (!this.tuning.pool || length <= this.headerMin) return undefined;
-    if (this.closed) return Promise.reject(new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where: "pipe loan" }));
+    if (this.closed) return Promise.reject(this.closedWith ?? new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where: "pipe loan" }));
     this.pool ??= new SharedPool(this.addon, this.tuning.poolBytes);
     return this.pool.loan(length, signal);
   }
@@ -454,6 +456,7 @@ export class CmaChannel implements Channel {
     this.acks.close(error);
     if (this.closed) return;
     this.closed = true;
+    this.closedWith = error;
     const err = error ?? new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed");
     for (const d of this.answers.splice(0)) d.reject(err);
     this.pool?.close(err);

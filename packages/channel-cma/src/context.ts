@@ -50,8 +50,8 @@ export interface CmaChannelOptions {
    * Bytes of shared memory each pipe may lend through Pipe.loan(), at
    * most: 4 KiB to 1 GiB (default 256 MiB). A pipe's pool grows with the
    * loans its peer holds, a segment at a time; a loan past the bound
-   * waits for the peer to release one. The peer maps up to 1 GiB of a
-   * pool (or this much, if more).
+   * waits for the peer to release one. Segments wholly free for 5 s go
+   * back to the system. The peer maps up to 1 GiB of a pool.
    */
   poolBytes?: number | undefined;
 }
@@ -95,7 +95,7 @@ export class CmaChannelContext implements ChannelContext {
       parallelism,
       hugePages: check.boolean("hugePages", options.hugePages) ?? true,
       poolBytes,
-      peerPoolBytes: Math.max(GiB, poolBytes),
+      peerPoolBytes: GiB,
     };
     const inlineMax = check.wholeNumber("inlineMax", options.inlineMax, 0);
     if (inlineMax !== undefined) this.inlineMax = inlineMax;

@@ -4,12 +4,14 @@
  * it owes the peer. A view goes back when its message is released, or when
  * it is collected; either way its slot's release goes to the peer with the
  * next batch. A segment is taken from the process proven to be the peer,
- * only when it is a sealed memfd, and mapped for the pipe's life; the
- * mapped bytes are bounded, segments without views going first.
+ * only when it is a sealed memfd, and kept mapped while tensors come in
+ * it: one without views, and none for IDLE_MS, is unmapped (mapped again
+ * if it comes back), and the mapped bytes are bounded, segments without
+ * views going first.
  */
 import { ErrorCode, TensorPipeError } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
-import type { SlotPlace } from "./shared-pool.js";
+import { IDLE_MS, type SlotPlace } from "./shared-pool.js";
 
 interface Mapped {
   /** The addon's number for it. */
@@ -17,6 +19,8 @@ interface Mapped {
   bytes: number;
   /** Views of it not released. */
   views: number;
+  /** When a tensor last came in it (performance.now()). */
+  usedAt: number;
 }
 
 /** A view handed out, until it is released or collected. */
@@ -42,6 +46,7 @@ export class PeerSegments {
   private owed: number[] = [];
   private flushing = false;
   private closed = false;
+  private trimmer?: NodeJS.Timeout;
   private readonly collected = new FinalizationRegistry<Held>((held) => this.release(held));
 
   constructor(
@@ -72,6 +77,7 @@ export class PeerSegments {
   /** Forgets every segment; views out keep theirs mapped until they go. */
   close(): void {
     this.closed = true;
+    clearInterval(this.trimmer);
     for (const m of this.mapped.values()) this.addon.closeSegment(m.id);
     this.mapped.clear();
     this.owed = [];
@@ -121,7 +127,7 @@ export class PeerSegments {
         });
       }
       const [id, bytes] = this.addon.attachSegment(pidfd, place.fd, this.cap);
-      m = { id, bytes, views: 0 };
+      m = { id, bytes, views: 0, usedAt: 0 };
       this.mappedBytes += bytes;
       this.evictIdle();
       if (this.mappedBytes > this.cap) {
@@ -129,18 +135,38 @@ export class PeerSegments {
         this.mappedBytes -= bytes;
         throw new TensorPipeError(
           ErrorCode.PROTOCOL,
-          `peer's pool segments held here would pass ${this.cap} bytes (CmaChannelOptions.poolBytes of this side, at least 1 GiB)`,
+          `peer's pool segments held here would pass ${this.cap} bytes: the peer holds more of its pool in messages to this side than any pool may have`,
           { where: "cma pool" },
         );
       }
       this.mapped.set(place.segment, m);
+      if (!this.trimmer) {
+        this.trimmer = setInterval(() => this.trim(), IDLE_MS);
+        this.trimmer.unref();
+      }
     }
+    m.usedAt = performance.now();
     if (place.offset + place.length > m.bytes) {
       throw new TensorPipeError(ErrorCode.PROTOCOL, `peer announced ${place.length} bytes at ${place.offset} of a pool segment of ${m.bytes}`, {
         where: "cma pool",
       });
     }
     return m;
+  }
+
+  /** Unmaps the segments that no view holds and no tensor came in for IDLE_MS. */
+  private trim(): void {
+    const before = performance.now() - IDLE_MS;
+    for (const [key, m] of this.mapped) {
+      if (m.views > 0 || m.usedAt > before) continue;
+      this.addon.closeSegment(m.id);
+      this.mapped.delete(key);
+      this.mappedBytes -= m.bytes;
+    }
+    if (this.mapped.size === 0) {
+      clearInterval(this.trimmer);
+      this.trimmer = undefined;
+    }
   }
 
   /** While past the cap, unmaps segments no view holds, oldest first (the peer dropped them, or will map them again). */

@@ -25,8 +25,11 @@ export interface SlotPlace {
 }
 
 const PAGE = 4096;
-/** Segments of at least this much, so that small slots come many to a segment (and a memfd). */
-const SEGMENT_MIN = 2 * 1024 * 1024;
+const MiB = 1024 * 1024;
+/** Segments of at least this much (or the pool's bound, if less), so that small slots come many to a segment (and a memfd). */
+const SEGMENT_MIN = 2 * MiB;
+/** A segment wholly free for this long goes back to the system: an idle pipe's pool follows its traffic. */
+export const IDLE_MS = 5000;
 
 interface Segment {
   /** The addon's number for it. */
@@ -37,6 +40,8 @@ interface Segment {
   /** Slots of it not lent. */
   free: number;
   slots: Slot[];
+  /** When a slot of it was last lent (performance.now()). */
+  usedAt: number;
 }
 
 interface Slot {
@@ -45,8 +50,15 @@ interface Slot {
   readonly offset: number;
   generation: number;
   state: "free" | "loaned" | "sent";
-  /** The ArrayBuffer of the loan out, while loaned. */
-  buffer: ArrayBuffer | undefined;
+  /** Places of it the peer holds (one per tensor sent from it). */
+  places: number;
+  /** The loan out, while loaned: what tells its collection apart from a later loan's. */
+  loan: Loan | undefined;
+}
+
+/** One loan of a slot, as the registry of unsent loans holds it: nothing of it may hold the loan's memory, or it would never be collected. */
+interface Loan {
+  slot: Slot;
 }
 
 interface Waiter {
@@ -55,8 +67,9 @@ interface Waiter {
   reject(e: unknown): void;
 }
 
-/** The class a loan of `length` bytes takes: a power of two, at least a page. */
+/** The class a loan of `length` bytes takes: a power of two from a page to 2 MiB, past that a multiple of 2 MiB. */
 function slotSizeFor(length: number): number {
+  if (length > 2 * MiB) return Math.ceil(length / (2 * MiB)) * 2 * MiB;
   return Math.max(PAGE, 2 ** Math.ceil(Math.log2(Math.max(1, length))));
 }
 
@@ -71,9 +84,10 @@ export class SharedPool {
   /** Slots sent and not released: the peer's hold on the pool. */
   private sent = 0;
   private closedWith?: Error;
+  private trimmer?: NodeJS.Timeout;
   /** A loan dropped unsent goes back to the pool when it is collected. */
-  private readonly unsent = new FinalizationRegistry<Slot>((slot) => {
-    if (slot.state === "loaned") this.free(slot);
+  private readonly unsent = new FinalizationRegistry<Loan>((loan) => {
+    if (loan.slot.loan === loan) this.free(loan.slot);
   });
 
   constructor(
@@ -82,7 +96,7 @@ export class SharedPool {
     readonly bound: number,
   ) {}
 
-  /** Whether the peer holds slots (the channel reads its releases while it does). */
+  /** Slots the peer holds (the channel reads its releases while it holds any). */
   get lent(): number {
     return this.sent;
   }
@@ -94,7 +108,7 @@ export class SharedPool {
       return Promise.reject(
         new TensorPipeError(
           ErrorCode.INVALID_ARG,
-          `a loan of ${length} bytes is larger than the pipe's shared pool (${this.bound} bytes): raise CmaChannelOptions.poolBytes, or write the tensor from memory of your own`,
+          `a loan of ${length} bytes takes a slot of ${slotSizeFor(length)}, more than the pipe's shared pool (${this.bound} bytes): raise CmaChannelOptions.poolBytes, or write the tensor from memory of your own`,
         ),
       );
     }
@@ -110,21 +124,36 @@ export class SharedPool {
       waiter = { length, resolve, reject };
     });
     this.waiters.push(waiter);
-    return raceSignal(waited, signal, `pipe loan (the shared pool's ${this.bound} bytes are all lent: is the peer releasing the messages it read?)`, () => {
+    return raceSignal(waited, signal, `pipe loan (${this.describeHold()})`, () => {
       const i = this.waiters.indexOf(waiter);
       if (i >= 0) this.waiters.splice(i, 1);
     });
   }
 
   /**
-   * The place of `view` when it is a loan of this pool, which goes to the
-   * peer now: the loan's buffer is detached and the slot is the peer's
-   * until it releases it. undefined for any other memory.
+   * The place of `view` when it lies within a loan of this pool, which
+   * goes to the peer now: the slot is the peer's until it releases every
+   * place sent from it. The loan's buffer is detached once the tensors of
+   * this turn are out (two tensors of one message may share a loan), so
+   * that nothing here changes bytes the peer holds. undefined for any
+   * other memory.
    */
   send(view: Uint8Array): SlotPlace | undefined {
-    const slot = this.byBuffer.get(view.buffer as ArrayBuffer);
-    if (slot?.state !== "loaned") return undefined;
-    const place: SlotPlace = {
+    const buffer = view.buffer as ArrayBuffer;
+    const slot = this.byBuffer.get(buffer);
+    if (!slot || slot.state === "free") return undefined;
+    if (slot.state === "loaned") {
+      this.unsent.unregister(slot.loan!);
+      slot.loan = undefined;
+      slot.state = "sent";
+      this.sent++;
+      queueMicrotask(() => {
+        this.byBuffer.delete(buffer);
+        this.addon.detachBuffer(buffer);
+      });
+    }
+    slot.places++;
+    return {
       segment: slot.segment.id,
       fd: slot.segment.fd,
       offset: slot.offset + view.byteOffset,
@@ -132,22 +161,19 @@ export class SharedPool {
       slot: slot.index,
       generation: slot.generation,
     };
-    this.lend(slot);
-    slot.state = "sent";
-    this.sent++;
-    return place;
   }
 
-  /** A loan of this pool that goes by copy after all (inline, or to an upstream peer): free again once the copy is done. */
+  /** A loan of this pool that went by copy after all (inline, or to an upstream peer): free again, its buffer detached. */
   copied(view: Uint8Array): void {
-    const slot = this.byBuffer.get(view.buffer as ArrayBuffer);
-    if (slot?.state === "loaned") {
-      this.lend(slot);
-      this.free(slot);
-    }
+    const buffer = view.buffer as ArrayBuffer;
+    const slot = this.byBuffer.get(buffer);
+    if (slot?.state !== "loaned") return;
+    this.byBuffer.delete(buffer);
+    this.addon.detachBuffer(buffer);
+    this.free(slot);
   }
 
-  /** The peer released the slot `index` it got in `generation`; a protocol error for one it does not hold. */
+  /** The peer released a place of slot `index` it got in `generation`; a protocol error for one it does not hold. */
   released(index: number, generation: number): void {
     const slot = this.slots[index];
     if (slot?.state !== "sent" || slot.generation !== generation) {
@@ -155,6 +181,7 @@ export class SharedPool {
         where: "cma pool",
       });
     }
+    if (--slot.places > 0) return;
     this.sent--;
     slot.generation = (slot.generation + 1) >>> 0;
     this.free(slot);
@@ -164,23 +191,31 @@ export class SharedPool {
   close(error: Error): void {
     if (this.closedWith) return;
     this.closedWith = error;
+    clearInterval(this.trimmer);
     for (const w of this.waiters.splice(0)) w.reject(error);
     for (const s of this.segments) this.addon.closeSegment(s.id);
     this.segments.length = 0;
     this.slots.length = 0;
   }
 
-  /** The loan's view goes out of the user's hands: no write of theirs reaches the slot from now on. */
-  private lend(slot: Slot): void {
-    this.unsent.unregister(slot);
-    this.addon.detachBuffer(slot.buffer!);
-    this.byBuffer.delete(slot.buffer!);
-    slot.buffer = undefined;
+  /** Who holds the pool, for a loan that waits. */
+  private describeHold(): string {
+    let peer = 0;
+    let here = 0;
+    for (const s of this.segments) {
+      for (const slot of s.slots) {
+        if (slot.state === "sent") peer += s.slotSize;
+        else if (slot.state === "loaned") here += s.slotSize;
+      }
+    }
+    return `the shared pool's ${this.bound} bytes are taken: ${peer} by messages the peer has not released, ${here} by loans of this side not yet written`;
   }
 
   private free(slot: Slot): void {
+    if (slot.loan) this.unsent.unregister(slot.loan);
+    slot.loan = undefined;
+    slot.places = 0;
     slot.state = "free";
-    slot.buffer = undefined;
     slot.segment.free++;
     this.serveWaiters();
   }
@@ -200,11 +235,12 @@ export class SharedPool {
     if (!slot) return undefined;
     slot.state = "loaned";
     slot.segment.free--;
-    // Zero-length loans have no memory to map.
-    const buffer = length === 0 ? new ArrayBuffer(0) : this.addon.viewSegment(slot.segment.id, slot.offset, length);
-    slot.buffer = buffer;
+    slot.segment.usedAt = performance.now();
+    const buffer = this.addon.viewSegment(slot.segment.id, slot.offset, length);
     this.byBuffer.set(buffer, slot);
-    this.unsent.register(buffer, slot, slot);
+    const loan: Loan = { slot };
+    slot.loan = loan;
+    this.unsent.register(buffer, loan, loan);
     return new Uint8Array(buffer);
   }
 
@@ -217,26 +253,39 @@ export class SharedPool {
   }
 
   private grow(size: number): Slot | undefined {
-    const bytes = Math.max(size, SEGMENT_MIN);
-    if (this.bytes + bytes > this.bound) this.dropIdle(this.bytes + bytes - this.bound);
+    const bytes = Math.max(size, Math.min(SEGMENT_MIN, this.bound));
+    if (this.bytes + bytes > this.bound) this.dropIdle(this.bytes + bytes - this.bound, Infinity);
     if (this.bytes + bytes > this.bound) return undefined;
     const [id, fd] = this.addon.createSegment(bytes);
-    const segment: Segment = { id, fd, bytes, slotSize: size, free: bytes / size, slots: [] };
-    for (let offset = 0; offset < bytes; offset += size) {
-      const slot: Slot = { index: this.slots.length, segment, offset, generation: 0, state: "free", buffer: undefined };
+    const segment: Segment = { id, fd, bytes, slotSize: size, free: Math.floor(bytes / size), slots: [], usedAt: performance.now() };
+    for (let offset = 0; offset + size <= bytes; offset += size) {
+      const slot: Slot = { index: this.slots.length, segment, offset, generation: 0, state: "free", places: 0, loan: undefined };
       this.slots.push(slot);
       segment.slots.push(slot);
     }
     this.segments.push(segment);
     this.bytes += bytes;
+    if (!this.trimmer) {
+      this.trimmer = setInterval(() => this.trim(), IDLE_MS);
+      this.trimmer.unref();
+    }
     return segment.slots[0];
   }
 
-  /** Drops segments of which no slot is lent, oldest first, until `needed` bytes are free. */
-  private dropIdle(needed: number): void {
+  /** Gives back the segments that have been wholly free for IDLE_MS. */
+  private trim(): void {
+    this.dropIdle(Infinity, performance.now() - IDLE_MS);
+    if (this.segments.length === 0) {
+      clearInterval(this.trimmer);
+      this.trimmer = undefined;
+    }
+  }
+
+  /** Drops segments of which no slot is lent and none was since `before`, oldest first, until `needed` bytes are free. */
+  private dropIdle(needed: number, before: number): void {
     for (let i = 0; i < this.segments.length && needed > 0; ) {
       const s = this.segments[i]!;
-      if (s.free !== s.slots.length) {
+      if (s.free !== s.slots.length || s.usedAt > before) {
         i++;
         continue;
       }

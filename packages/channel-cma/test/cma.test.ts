@@ -193,7 +193,8 @@ describe("cma channel", () => {
     const { here, there } = await connections();
     const sender = channel(here);
     const receiver = channel(there);
-    const src = patterned(32 * MiB, 8);
+    // A size no other test sends: the ranges remembered are by address and length.
+    const src = patterned(28 * MiB, 8);
     const address = loadAddon().addon!.addressOf(src, false);
     const aligned = (address + BigInt(HUGE_PAGE - 1)) & ~BigInt(HUGE_PAGE - 1);
     const interior = Math.floor((Number(address - aligned) + src.length) / HUGE_PAGE) * HUGE_PAGE;

@@ -1,6 +1,7 @@
 import { type Connection, ErrorCode, NopWriter, type TensorLanding } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { UvTransport } from "@tensorpipe/transport-uv";
+import { fstatSync, readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
@@ -135,6 +136,91 @@ describe("cma shared pool", () => {
     await sent;
   });
 
+  it("gives back a loan dropped unsent, once it is collected", async () => {
+    const { writer } = await pair({ poolBytes: 2 * MiB });
+    await (async () => {
+      (await writer.loan(2 * MiB, undefined))![0] = 1;
+    })();
+    await expect
+      .poll(async () => {
+        gc();
+        await new Promise((r) => setTimeout(r, 10));
+        return (await writer.loan(2 * MiB, AbortSignal.timeout(20)).catch(() => undefined))?.byteLength;
+      })
+      .toBe(2 * MiB);
+  });
+
+  it("sends two tensors cut from one loan, and frees the slot once both are released", async () => {
+    const { writer, reader } = await pair({ poolBytes: 2 * MiB });
+    const loan = (await writer.loan(2 * MiB, undefined))!;
+    loan.set(patterned(2 * MiB, 4));
+    await Promise.all([writer.send(loan.subarray(0, MiB), MiB), writer.send(loan.subarray(MiB), MiB)]);
+    const [a, b] = [await receive(reader, MiB), await receive(reader, MiB)];
+    const whole = new Uint8Array(2 * MiB);
+    whole.set(a.view!, 0);
+    whole.set(b.view!, MiB);
+    expect(hasPattern(whole, 4)).toBe(true);
+    expect(loan.byteLength).toBe(0);
+    a.release!();
+    const pool = (writer as unknown as { pool: { lent: number } }).pool;
+    await new Promise((r) => setTimeout(r, 20));
+    expect(pool.lent).toBe(1);
+    b.release!();
+    await expect.poll(() => pool.lent).toBe(0);
+  });
+
+  it("sizes a slot past 2 MiB to the next 2 MiB, and a pool under 2 MiB to itself", async () => {
+    {
+      const { writer } = await pair({ poolBytes: 48 * MiB });
+      // A power of two would have taken 64 MiB.
+      expect((await writer.loan(33 * MiB, AbortSignal.timeout(1000)))!.byteLength).toBe(33 * MiB);
+      expect((await writer.loan(12 * MiB, AbortSignal.timeout(1000)))!.byteLength).toBe(12 * MiB);
+    }
+    {
+      const { writer } = await pair({ poolBytes: MiB });
+      expect((await writer.loan(100 * KiB, AbortSignal.timeout(1000)))!.byteLength).toBe(100 * KiB);
+    }
+  });
+
+  it("says who holds the pool when a loan waits: the peer's messages, and this side's unsent loans", async () => {
+    const { writer, reader } = await pair({ poolBytes: 4 * MiB });
+    const sent = (await writer.loan(2 * MiB, undefined))!;
+    await writer.send(sent, sent.length);
+    const held = await receive(reader, 2 * MiB);
+    const kept = await writer.loan(2 * MiB, undefined);
+    await expect(writer.loan(2 * MiB, AbortSignal.timeout(30))).rejects.toMatchObject({
+      code: ErrorCode.TIMEOUT,
+      message: expect.stringMatching(/4194304 bytes are taken: 2097152 by messages the peer has not released, 2097152 by loans of this side not yet written/),
+    });
+    held.release!();
+    expect(kept!.byteLength).toBe(2 * MiB);
+  });
+
+  it("gives back segments idle for 5 s, at both ends, and maps them again when they come back", async () => {
+    const { writer, reader } = await pair();
+    const loan = (await writer.loan(MiB, undefined))!;
+    // The segment's mappings, by its memfd's inode: the writer's and the reader's.
+    const { fd } = (writer as unknown as { pool: { segments: { fd: number }[] } }).pool.segments[0]!;
+    const inode = String(fstatSync(fd).ino);
+    // Mappings go with their segment's last view: each count comes after a collection.
+    const mappings = () => {
+      gc();
+      return readFileSync("/proc/self/maps", "utf8")
+        .split("\n")
+        .filter((l) => l.split(/\s+/)[4] === inode).length;
+    };
+    await writer.send(loan, MiB);
+    (await receive(reader, MiB)).release!();
+    expect(mappings()).toBe(2);
+    await expect.poll(mappings, { timeout: 15_000, interval: 500 }).toBe(0);
+    const again = (await writer.loan(MiB, undefined))!;
+    again.set(patterned(MiB, 6));
+    await writer.send(again, MiB);
+    const got = await receive(reader, MiB);
+    expect(hasPattern(got.view!, 6)).toBe(true);
+    got.release!();
+  });
+
   it("copies a lent tensor into memory the reader gave, and frees the slot at once", async () => {
     const { writer, reader } = await pair({ poolBytes: 2 * MiB });
     for (let i = 0; i < 8; i++) {
@@ -156,14 +242,14 @@ describe("cma shared pool", () => {
     }
     await expect(writer.loan(2 * MiB, AbortSignal.timeout(50))).rejects.toMatchObject({
       code: ErrorCode.TIMEOUT,
-      message: expect.stringMatching(/shared pool's 4194304 bytes are all lent: is the peer releasing/),
+      message: expect.stringMatching(/shared pool's 4194304 bytes are taken: 4194304 by messages the peer has not released/),
     });
     const waiting = writer.loan(2 * MiB, undefined)!;
     held[1]!.release!();
     expect((await waiting).byteLength).toBe(2 * MiB);
     await expect(writer.loan(8 * MiB, undefined)).rejects.toMatchObject({
       code: ErrorCode.INVALID_ARG,
-      message: expect.stringMatching(/larger than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes/),
+      message: expect.stringMatching(/takes a slot of 8388608, more than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes/),
     });
   });
 
