@@ -78,46 +78,38 @@ class ById<T> {
 
 // ---- the workers' side ------------------------------------------------------
 
-async function tensorpipeWorker(): Promise<void> {
+/** A worker over tensorpipe-js: it answers each batch read into memory of its own, or (`lends`) read in place where the front lent it, given back once read. */
+async function tensorpipeWorker(lends: boolean): Promise<void> {
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
   const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
   process.send!({ urls: listener.addresses() });
   const result = new Float32Array(RESULT_FLOATS);
-  for await (const pipe of listener) {
-    void (async () => {
-      let landing = new Float32Array(0);
-      for (;;) {
-        const d = await pipe.readDescriptor().catch(() => undefined);
-        if (!d) return;
-        const bytes = d.tensors[0]!.length;
-        if (landing.byteLength < bytes) landing = new Float32Array(bytes / 4);
-        await pipe.read({ payloads: [], tensors: [{ buffer: landing }] });
-        result[0] = landing[0]!;
-        void pipe.write({ metadata: d.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
-      }
-    })();
+  for await (const pipe of listener) void (lends ? answerInPlace : answerInto)(pipe, result);
+}
+
+async function answerInto(pipe: Pipe, result: Float32Array): Promise<void> {
+  let landing = new Float32Array(0);
+  for (;;) {
+    const d = await pipe.readDescriptor().catch(() => undefined);
+    if (!d) return;
+    const bytes = d.tensors[0]!.length;
+    if (landing.byteLength < bytes) landing = new Float32Array(bytes / 4);
+    await pipe.read({ payloads: [], tensors: [{ buffer: landing }] });
+    result[0] = landing[0]!;
+    void pipe.write({ metadata: d.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
   }
 }
 
-/** A worker that reads each batch in place, where the front lent it, and gives it back once answered. */
-async function tensorpipeLoanWorker(): Promise<void> {
-  const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
-  const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
-  process.send!({ urls: listener.addresses() });
-  const result = new Float32Array(RESULT_FLOATS);
-  for await (const pipe of listener) {
-    void (async () => {
-      try {
-        for await (const m of pipe) {
-          const batch = m.tensors[0]!.buffer;
-          result[0] = new Float32Array(batch.buffer, batch.byteOffset, 1)[0]!;
-          m.release();
-          void pipe.write({ metadata: m.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
-        }
-      } catch {
-        // The front went.
-      }
-    })();
+async function answerInPlace(pipe: Pipe, result: Float32Array): Promise<void> {
+  try {
+    for await (const m of pipe) {
+      const batch = m.tensors[0]!.buffer;
+      result[0] = new Float32Array(batch.buffer, batch.byteOffset, 1)[0]!;
+      m.release();
+      void pipe.write({ metadata: m.metadata, tensors: [{ buffer: result, targetDevice: CPU_DEVICE }] }).catch(() => undefined);
+    }
+  } catch {
+    // The front went.
   }
 }
 
@@ -195,30 +187,18 @@ async function tensorpipePool(n: number, lends: boolean): Promise<Pool> {
       }
     })();
   }
-  if (lends) {
-    return {
-      lends,
-      async send(w, batch, bytes) {
-        const { pipe, order } = pipes[w]!;
-        const loan = await pipe.loan(bytes);
-        new Float32Array(loan.buffer, loan.byteOffset, 1)[0] = batch[0]!;
-        return new Promise((resolve, reject) => {
-          order.push(resolve);
-          pipe.write({ metadata: "b", tensors: [{ buffer: loan, targetDevice: CPU_DEVICE }] }).catch(reject);
-        });
-      },
-      async close() {
-        await context.close();
-        await stopAll(workers.map((w) => w.child));
-      },
-    };
-  }
   return {
-    send(w, batch) {
+    lends,
+    async send(w, batch, bytes) {
       const { pipe, order } = pipes[w]!;
+      let buffer: Float32Array | Uint8Array = batch;
+      if (lends) {
+        buffer = await pipe.loan(bytes);
+        new Float32Array(buffer.buffer, buffer.byteOffset, 1)[0] = batch[0]!;
+      }
       return new Promise((resolve, reject) => {
         order.push(resolve);
-        pipe.write({ metadata: "b", tensors: [{ buffer: batch, targetDevice: CPU_DEVICE }] }).catch(reject);
+        pipe.write({ metadata: "b", tensors: [{ buffer, targetDevice: CPU_DEVICE }] }).catch(reject);
       });
     },
     async close() {
@@ -420,8 +400,7 @@ const role = process.argv.indexOf("--worker");
 if (!isMainThread) threadWorker();
 else if (role >= 0) {
   const kind = process.argv[role + 1] as Kind;
-  if (kind === "tensorpipe") await tensorpipeWorker();
-  else if (kind === "tensorpipe-loan") await tensorpipeLoanWorker();
+  if (kind === "tensorpipe" || kind === "tensorpipe-loan") await tensorpipeWorker(kind === "tensorpipe-loan");
   else if (kind === "ipc") ipcWorker();
   else await zeromqWorker();
 } else await main();
