@@ -1,10 +1,10 @@
 import { type Connection, ErrorCode, NopReader, NopWriter, type TransportMedium } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
-import { UvTransport } from "@tensorpipe/transport-uv";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { type CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
+import { connectionPairs } from "./connections.js";
 
 const MiB = 1024 * 1024;
 const HUGE_PAGE = 2 * MiB;
@@ -32,22 +32,13 @@ const thp = (() => {
 })();
 
 describe("cma channel", () => {
-  const transport = new UvTransport();
   const open: Connection[] = [];
   afterEach(() => {
     for (const c of open.splice(0)) c.close();
   });
 
   /** Two connected pairs: [here, there] for descriptors and for acks. */
-  async function connections(): Promise<{ here: Connection[]; there: Connection[] }> {
-    const accepted: Connection[] = [];
-    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
-    const here = [await transport.connect(listener.address()), await transport.connect(listener.address())];
-    await expect.poll(() => accepted.length).toBe(2);
-    listener.close();
-    open.push(...here, ...accepted);
-    return { here, there: accepted };
-  }
+  const connections = () => connectionPairs(open);
 
   /** A channel between two tensorpipe-js ends, as negotiation makes it (the peer's wire extension is its own). */
   function between(context: CmaChannelContext, conns: Connection[], transportMedium: TransportMedium = "network") {

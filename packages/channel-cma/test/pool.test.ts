@@ -1,12 +1,12 @@
 import { type Connection, ErrorCode, NopWriter, type TensorLanding } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
-import { UvTransport } from "@tensorpipe/transport-uv";
 import { fstatSync, readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { type CmaChannel, CmaChannelContext } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
+import { connectionPairs } from "./connections.js";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
@@ -26,8 +26,14 @@ function landing(): TensorLanding & { view?: Uint8Array; made?: Uint8Array; rele
   return l;
 }
 
+/** A loan of `length` taken after a collection, or undefined when none comes within 20 ms. */
+async function loanAfterCollection(writer: CmaChannel, length: number): Promise<number | undefined> {
+  gc();
+  await new Promise((r) => setTimeout(r, 10));
+  return (await writer.loan(length, AbortSignal.timeout(20))?.catch(() => undefined))?.byteLength;
+}
+
 describe("cma shared pool", () => {
-  const transport = new UvTransport();
   const open: Connection[] = [];
   const channels: CmaChannel[] = [];
   afterEach(() => {
@@ -36,12 +42,7 @@ describe("cma shared pool", () => {
   });
 
   async function pair(options = {}): Promise<{ writer: CmaChannel; reader: CmaChannel; raw: Connection[]; accepted: Connection[] }> {
-    const accepted: Connection[] = [];
-    const listener = await transport.listen("127.0.0.1:0", (c) => accepted.push(c));
-    const here = [await transport.connect(listener.address()), await transport.connect(listener.address())];
-    await expect.poll(() => accepted.length).toBe(2);
-    listener.close();
-    open.push(...here, ...accepted);
+    const { here, there: accepted } = await connectionPairs(open);
     const make = (conns: Connection[]) => {
       const context = new CmaChannelContext(options);
       const c = context.createChannel(conns, "connect", { transportMedium: "network", peerWireExtension: context.wireExtension() }) as CmaChannel;
@@ -141,13 +142,7 @@ describe("cma shared pool", () => {
     await (async () => {
       (await writer.loan(2 * MiB, undefined))![0] = 1;
     })();
-    await expect
-      .poll(async () => {
-        gc();
-        await new Promise((r) => setTimeout(r, 10));
-        return (await writer.loan(2 * MiB, AbortSignal.timeout(20)).catch(() => undefined))?.byteLength;
-      })
-      .toBe(2 * MiB);
+    await expect.poll(() => loanAfterCollection(writer, 2 * MiB)).toBe(2 * MiB);
   });
 
   it("sends two tensors cut from one loan, and frees the slot once both are released", async () => {
@@ -258,13 +253,7 @@ describe("cma shared pool", () => {
     const loan = (await writer.loan(2 * MiB, undefined))!;
     await writer.send(loan, loan.length);
     await receive(reader, 2 * MiB);
-    await expect
-      .poll(async () => {
-        gc();
-        await new Promise((r) => setTimeout(r, 10));
-        return (await writer.loan(2 * MiB, AbortSignal.timeout(20)).catch(() => undefined))?.byteLength;
-      })
-      .toBe(2 * MiB);
+    await expect.poll(() => loanAfterCollection(writer, 2 * MiB)).toBe(2 * MiB);
   });
 
   it("refuses a place in a segment that is not a sealed memfd, and one past its segment's end", async () => {
