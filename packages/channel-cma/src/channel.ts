@@ -14,7 +14,6 @@ import {
   type TensorLanding,
   writeFrame,
 } from "@tensorpipe/core/backend";
-import { loopIsBusy } from "./loop-load.js";
 import type { NativeAddon } from "./native.js";
 import { PeerSegments, RELEASE_FRAME } from "./peer-segments.js";
 import { SharedPool, type SlotPlace } from "./shared-pool.js";
@@ -207,9 +206,7 @@ export class CmaChannel implements Channel {
       this.readAnswers();
       return this.descriptors.write([encodePlace(place)]);
     }
-    // Past headerMin each tensor's header says how it comes, so the sender
-    // may choose: inline while its loop has time, else the reader copies.
-    if (length <= this.tuning.inlineMax && !loopIsBusy()) return this.copied(this.descriptors.write([EMPTY, bytes]), bytes);
+    if (length <= this.tuning.inlineMax) return this.copied(this.descriptors.write([EMPTY, bytes]), bytes);
     return this.copied(this.sendByAddress(bytes, length), bytes);
   }
 

@@ -32,9 +32,7 @@ export interface CmaChannelOptions {
   /**
    * Tensors up to this size travel inline on the channel's connection: for
    * them a copy through the transport beats process_vm_readv. Default: by
-   * the pipe's transport (defaultInlineMax). Between two ends that lend
-   * (`;pool`), one past 64 KiB goes by address instead while the writer's
-   * loop is busy, so that the reader's threads copy it. Both ends must agree: between
+   * the pipe's transport (defaultInlineMax). Both ends must agree: between
    * ends set differently, as with upstream TensorPipe, every tensor is read
    * by address.
    */
