@@ -2,6 +2,7 @@ import { type Connection, ErrorCode, NopWriter, type TensorLanding } from "@tens
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { fstatSync, readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
+import { Worker } from "node:worker_threads";
 import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { type CmaChannel, CmaChannelContext } from "../src/index.js";
@@ -197,6 +198,23 @@ describe("cma shared pool", () => {
     const got = await receive(reader, MiB);
     expect(hasPattern(got.view!, 6)).toBe(true);
     got.release!();
+  });
+
+  it("goes with a worker terminated while it holds views and an unsent loan: no crash, no mapping left", async () => {
+    const mappings = () =>
+      readFileSync("/proc/self/maps", "utf8")
+        .split("\n")
+        .filter((l) => l.includes("tensorpipe-js pool")).length;
+    gc();
+    const before = mappings();
+    for (let round = 0; round < 3; round++) {
+      const workers = Array.from({ length: 4 }, () => new Worker(new URL("./workers/lender.mjs", import.meta.url)));
+      const said = await Promise.all(workers.map((w) => new Promise((resolve, reject) => w.once("message", resolve).once("error", reject))));
+      expect(said[0]).toEqual({ held: 20, last: 19, unsent: 4 << 20 });
+      await Promise.all(workers.map((w) => w.terminate()));
+    }
+    gc();
+    expect(mappings()).toBeLessThanOrEqual(before);
   });
 
   it("copies a lent tensor into memory the reader gave, and frees the slot at once", async () => {
