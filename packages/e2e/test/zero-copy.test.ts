@@ -11,6 +11,7 @@ import { CPU_DEVICE, Context, ErrorCode, type Listener, type Pipe } from "@tenso
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { registerCmaChannel } from "@tensorpipe/channel-cma";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
 import { createContext, spawnPeer } from "@tensorpipe/bench";
 
@@ -23,19 +24,20 @@ describe("zero-copy between two processes", () => {
     for (const c of cleanup.splice(0).reverse()) await c();
   });
 
-  /** A writer here and lending-reader.mjs there, over shm + cma. */
-  async function start(mode: "views" | "copy", poolBytes?: number): Promise<Pipe> {
+  /** A writer here and lending-reader.mjs there, over cma and `transport` (shm, or TCP on this machine). */
+  async function start(mode: "views" | "copy", poolBytes?: number, transport: "shm" | "uv" = "shm"): Promise<Pipe> {
     const context = new Context();
     registerShmTransport(context);
+    registerUvTransport(context);
     registerCmaChannel(context, poolBytes === undefined ? undefined : { poolBytes });
     cleanup.push(() => context.close());
-    const listener: Listener = await context.listen("shm://");
+    const listener: Listener = await context.listen(transport === "shm" ? "shm://" : "uv://127.0.0.1:0");
     const child: ChildProcess = spawn(process.execPath, [reader, listener.addresses()[0]!, mode], { stdio: ["ignore", "inherit", "inherit"] });
     cleanup.push(() => {
       child.kill();
     });
     const pipe = await listener.accept();
-    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("cma");
+    expect([pipe.transport, pipe.channelFor(CPU_DEVICE, CPU_DEVICE)]).toEqual([transport, "cma"]);
     return pipe;
   }
 
@@ -45,27 +47,30 @@ describe("zero-copy between two processes", () => {
     return JSON.parse(m.metadata) as Record<string, unknown>;
   }
 
-  it("hands the reader the writer's memory: a byte it writes is seen once it released the slot, and never before", async () => {
-    const pipe = await start("views");
-    const loan = await pipe.loan(MiB);
-    loan.set(patterned(MiB, 3));
-    expect(await ask(pipe, "hold 3", loan)).toEqual({ pattern: true });
-    // Sent: out of the writer's hands.
-    expect(loan.byteLength).toBe(0);
-    expect(await ask(pipe, "poke")).toEqual({ poked: true });
-    // Held by the reader: a loan now is other memory, without the reader's byte.
-    const kept = [await pipe.loan(MiB)];
-    expect(kept[0]![0]).not.toBe(0xee);
-    expect(await ask(pipe, "release")).toEqual({ released: 1, emptied: true });
-    // Released (its word comes on the channel's own connection): the slot comes back, with the reader's byte.
-    for (let i = 0; ; i++) {
-      const again = await pipe.loan(MiB);
-      if (again[0] === 0xee) break;
-      kept.push(again);
-      expect(i, "the released slot never came back").toBeLessThan(50);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  });
+  it.each(["shm", "uv"] as const)(
+    "hands the reader the writer's memory over %s: a byte it writes is seen once it released the slot, and never before",
+    async (transport) => {
+      const pipe = await start("views", undefined, transport);
+      const loan = await pipe.loan(MiB);
+      loan.set(patterned(MiB, 3));
+      expect(await ask(pipe, "hold 3", loan)).toEqual({ pattern: true });
+      // Sent: out of the writer's hands.
+      expect(loan.byteLength).toBe(0);
+      expect(await ask(pipe, "poke")).toEqual({ poked: true });
+      // Held by the reader: a loan now is other memory, without the reader's byte.
+      const kept = [await pipe.loan(MiB)];
+      expect(kept[0]![0]).not.toBe(0xee);
+      expect(await ask(pipe, "release")).toEqual({ released: 1, emptied: true });
+      // Released (its word comes on the channel's own connection): the slot comes back, with the reader's byte.
+      for (let i = 0; ; i++) {
+        const again = await pipe.loan(MiB);
+        if (again[0] === 0xee) break;
+        kept.push(again);
+        expect(i, "the released slot never came back").toBeLessThan(50);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+  );
 
   it("holds the writer to its pool's bound against a reader that never releases: a loan waits under its timeout, the pipe goes on", async () => {
     const pipe = await start("views", 4 * MiB);
