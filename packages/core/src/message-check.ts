@@ -64,7 +64,6 @@ function isDeviceBuffer(b: unknown): b is DeviceBuffer {
   return typeof b === "object" && b !== null && typeof d?.type === "string" && Number.isInteger(d.index) && typeof (b as DeviceBuffer).byteLength === "number";
 }
 
-/** Throws unless tensor `i` (of an allocation needing `length` bytes there) has a buffer of memory the library takes. */
 /** Whether `view` is over a detached ArrayBuffer (a loan already written, a buffer transferred away): it then reads as empty. */
 export function isDetached(view: ArrayBufferView): boolean {
   if (view.byteLength !== 0) return false;
@@ -83,6 +82,7 @@ export function detachedPart(kind: "payload" | "tensor", i: number): TensorPipeE
   );
 }
 
+/** Throws unless tensor `i` (of an allocation needing `length` bytes there) has a buffer of memory the library takes. */
 export function checkTensorBuffer(i: number, tensor: unknown, length?: number): void {
   const { name, shape, size } = part("tensor", i, length);
   if (ArrayBuffer.isView(tensor)) throw invalid(`${name} must be an object ${shape}, got a ${tensor.constructor.name} itself: pass { buffer: it }`);
