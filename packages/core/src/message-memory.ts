@@ -92,7 +92,7 @@ export class IncomingMemory {
   readonly payloads: Uint8Array[];
   readonly tensors: Uint8Array[];
   /** What gives back the views the sender lent, one per such tensor. */
-  readonly releases: (() => void)[] = [];
+  private readonly releases: (() => void)[] = [];
   private segment = new ArrayBuffer(0);
   private used = 0;
   /** Aligned bytes of the parts not yet made. */
@@ -120,6 +120,16 @@ export class IncomingMemory {
 
   tensorDevice(): Device {
     return CPU_DEVICE;
+  }
+
+  /** Whether a tensor came as a view the sender lent. */
+  get lent(): boolean {
+    return this.releases.length > 0;
+  }
+
+  /** Gives back every view the sender lent (each release does nothing the second time). */
+  releaseLent(): void {
+    for (const release of this.releases) release();
   }
 
   landing(i: number, length: number): TensorLanding {

@@ -26,13 +26,6 @@ function invalid(message: string): TensorPipeError {
 /** release() of a message that holds nothing lent. */
 const NOTHING_LENT = (): void => undefined;
 
-/** One release() for every view of a message that the sender lent. */
-function releaseAll(releases: (() => void)[]): () => void {
-  return () => {
-    for (const release of releases) release();
-  };
-}
-
 /** A write whose tensors were not all sent at once, as its timeout or abort names it: the likeliest cause is a peer that is not reading. */
 const WAITING_WRITE = "pipe write (a large tensor goes out only as the peer reads it: is the peer reading, and not itself waiting on this write?)";
 
@@ -302,10 +295,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     try {
       await this.readInto(memory, deadline, "readMessage");
     } catch (e) {
-      for (const release of memory.releases) release();
+      memory.releaseLent();
       throw e;
     }
-    const release = memory.releases.length === 0 ? NOTHING_LENT : releaseAll(memory.releases);
+    const release = memory.lent ? () => memory.releaseLent() : NOTHING_LENT;
     return {
       metadata: d.metadata,
       payloads: d.payloads.map((p, i) => ({ data: memory.payloads[i]!, metadata: p.metadata })),
