@@ -77,13 +77,7 @@ function decodeHeader(bytes: Uint8Array): "inline" | Source | (SlotPlace & { pid
   const r = new NopReader(bytes, "cma header");
   r.expect(Nop.Structure, "cma header");
   const members = r.uint(8);
-  if (members === 3) {
-    const pid = r.uint(32);
-    const address = r.uintBig();
-    const length = r.uint(64);
-    r.end();
-    return { pid, address, length };
-  }
+  if (members === 3) return decodeSource(false, bytes);
   if (members !== 7) throw protocolError(`cma header has ${members} members, expected 3 or 7`);
   const place = { pid: r.uint(32), segment: r.uint(32), fd: r.uint(32), offset: r.uint(64), length: r.uint(64), slot: r.uint(32), generation: r.uint(32) };
   r.end();
@@ -210,10 +204,10 @@ export class CmaChannel implements Channel {
     return this.copied(this.sendByAddress(bytes, length), bytes);
   }
 
-  /** `sent`, after which a loan sent by copy goes back to the pool. */
+  /** `sent`, after which a loan sent by copy goes back to the pool; any other memory's send as it is. */
   private copied(sent: Promise<void>, bytes: Uint8Array): Promise<void> {
     const pool = this.pool;
-    if (!pool) return sent;
+    if (!pool?.lends(bytes)) return sent;
     return sent.then(() => pool.copied(bytes));
   }
 

@@ -163,6 +163,11 @@ export class SharedPool {
     };
   }
 
+  /** Whether `view` lies within a loan of this pool not yet sent. */
+  lends(view: Uint8Array): boolean {
+    return this.byBuffer.get(view.buffer as ArrayBuffer)?.state === "loaned";
+  }
+
   /** A loan of this pool that went by copy after all (inline, or to an upstream peer): free again, its buffer detached. */
   copied(view: Uint8Array): void {
     const buffer = view.buffer as ArrayBuffer;
