@@ -129,7 +129,7 @@ export class PeerSegments {
       const [id, bytes] = this.addon.attachSegment(pidfd, place.fd, this.cap);
       m = { id, bytes, views: 0, usedAt: 0 };
       this.mappedBytes += bytes;
-      this.evictIdle();
+      this.unmapIdle(Infinity, true);
       if (this.mappedBytes > this.cap) {
         this.addon.closeSegment(id);
         this.mappedBytes -= bytes;
@@ -156,24 +156,22 @@ export class PeerSegments {
 
   /** Unmaps the segments that no view holds and no tensor came in for IDLE_MS. */
   private trim(): void {
-    const before = performance.now() - IDLE_MS;
-    for (const [key, m] of this.mapped) {
-      if (m.views > 0 || m.usedAt > before) continue;
-      this.addon.closeSegment(m.id);
-      this.mapped.delete(key);
-      this.mappedBytes -= m.bytes;
-    }
+    this.unmapIdle(performance.now() - IDLE_MS, false);
     if (this.mapped.size === 0) {
       clearInterval(this.trimmer);
       this.trimmer = undefined;
     }
   }
 
-  /** While past the cap, unmaps segments no view holds, oldest first (the peer dropped them, or will map them again). */
-  private evictIdle(): void {
+  /**
+   * Unmaps segments no view holds and no tensor came in since `before`,
+   * oldest first (the peer dropped them, or will map them again); with
+   * `toCap`, only while the mapped bytes are past the cap.
+   */
+  private unmapIdle(before: number, toCap: boolean): void {
     for (const [key, m] of this.mapped) {
-      if (this.mappedBytes <= this.cap) return;
-      if (m.views > 0) continue;
+      if (toCap && this.mappedBytes <= this.cap) return;
+      if (m.views > 0 || m.usedAt > before) continue;
       this.addon.closeSegment(m.id);
       this.mapped.delete(key);
       this.mappedBytes -= m.bytes;
