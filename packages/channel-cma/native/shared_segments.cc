@@ -47,6 +47,14 @@ uint32_t Register(Napi::Env env, std::shared_ptr<SharedSegment> segment) {
   return id;
 }
 
+// [id, value]: a segment's number for JS, and what it needs beside it.
+Napi::Value SegmentAnd(Napi::Env env, uint32_t id, double value) {
+  Napi::Array out = Napi::Array::New(env, 2);
+  out.Set(0u, Napi::Number::New(env, id));
+  out.Set(1u, Napi::Number::New(env, value));
+  return out;
+}
+
 std::shared_ptr<SharedSegment> Lookup(Napi::Env env, const Napi::Value& id) {
   SharedSegments* all = segmentsOf(env);
   auto it = all->byId.find(id.As<Napi::Number>().Uint32Value());
@@ -84,17 +92,13 @@ Napi::Value CreateSegment(const Napi::CallbackInfo& info) {
   // fault per page of each first use cost more than the copy it saves, and
   // the reader maps only segments whose memory is all there.
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (sparse ? 0 : MAP_POPULATE), fd, 0);
-  char* base = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-  if (base == nullptr) {
+  if (p == MAP_FAILED) {
     int err = errno;
     ::close(fd);
     throw UvError(env, uv_translate_sys_error(err), "mmap", "a pool segment of " + std::to_string(size) + " bytes");
   }
-  uint32_t id = Register(env, std::make_shared<SharedSegment>(base, size, fd));
-  Napi::Array out = Napi::Array::New(env, 2);
-  out.Set(0u, Napi::Number::New(env, id));
-  out.Set(1u, Napi::Number::New(env, fd));
-  return out;
+  uint32_t id = Register(env, std::make_shared<SharedSegment>(static_cast<char*>(p), size, fd));
+  return SegmentAnd(env, id, fd);
 }
 
 // attachSegment(pidfd, remoteFd, maxBytes) -> [id, bytes]: takes the peer's
@@ -145,10 +149,7 @@ Napi::Value AttachSegment(const Napi::CallbackInfo& info) {
   // The page tables now, not a fault per page at the first read of each slot.
   madvise(base, size, MADV_POPULATE_READ);
   uint32_t id = Register(env, std::make_shared<SharedSegment>(base, size, -1));
-  Napi::Array out = Napi::Array::New(env, 2);
-  out.Set(0u, Napi::Number::New(env, id));
-  out.Set(1u, Napi::Number::New(env, static_cast<double>(size)));
-  return out;
+  return SegmentAnd(env, id, static_cast<double>(size));
 }
 
 bool InSegment(const SharedSegment& s, uint64_t offset, uint64_t length) {
