@@ -39,6 +39,8 @@ export interface NativeFrameConnection {
   provePeerProcess?(pid: number): [number, number, number, number];
   /** See Connection.hasPendingInput. */
   hasPendingInput?(): boolean;
+  /** See Connection.serveArrived. */
+  serveArrived?(): void;
   /** See Connection.peerPid. */
   peerPid?(): number;
 }
@@ -193,6 +195,10 @@ export class NativeConnection implements Connection {
 
   hasPendingInput(): boolean {
     return !this.failure && (this.native.hasPendingInput?.() ?? false);
+  }
+
+  serveArrived(): void {
+    if (!this.failure) this.native.serveArrived?.();
   }
 
   provePeerProcess(pid: number): PeerProcess {

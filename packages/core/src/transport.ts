@@ -178,6 +178,16 @@ export interface Connection {
    * until its first frame is read.
    */
   hasPendingInput?(): boolean;
+  /**
+   * Serves the reads that wait on this connection from bytes that have
+   * arrived already, now rather than when the loop next polls it: for a
+   * channel that must take what its peer sent on one connection before it
+   * acts on what came on another (cma reads a release before it grows its
+   * pool for the loan an answer prompted). Promises settle as ever;
+   * readFrame() callbacks run within the call. Optional: without it such
+   * reads are served at the loop's next poll.
+   */
+  serveArrived?(): void;
 }
 
 /** Told of the next frame by Connection.readFrame(): an error, or the frame (lent: valid until this returns). */

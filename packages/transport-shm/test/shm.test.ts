@@ -390,6 +390,29 @@ describe("shm wake-ups", () => {
     }
   });
 
+  it("serveArrived() settles a waiting read from bytes already in the ring, before the loop polls again", async () => {
+    const transport = new ShmTransport();
+    const accepted: Connection[] = [];
+    const listener = await transport.listen("*", (c) => accepted.push(c));
+    const client = await transport.connect(listener.address());
+    try {
+      await expect.poll(() => accepted.length).toBe(1);
+      let got: Uint8Array | undefined;
+      const pending = client.read(64).then((f) => (got = f));
+      await accepted[0]!.write([patterned(8, 5)]);
+      // No turn of the loop from here on: only the call serves the read.
+      client.serveArrived!();
+      await null;
+      await null;
+      expect(got).toEqual(patterned(8, 5));
+      await pending;
+    } finally {
+      client.close();
+      accepted.forEach((c) => c.close());
+      listener.close();
+    }
+  });
+
   // How long a read polls is learnt from its waits: through a peer's
   // pauses it stops polling (which spun the loop for the whole spell before
   // each message), and once answers come at once it polls for them again

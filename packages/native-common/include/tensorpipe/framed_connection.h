@@ -55,6 +55,7 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
         Napi::ObjectWrap<T>::InstanceMethod("onFailure", &T::OnFailure),
         Napi::ObjectWrap<T>::InstanceMethod("provePeerProcess", &T::ProvePeerProcessOf),
         Napi::ObjectWrap<T>::InstanceMethod("hasPendingInput", &T::HasPendingInputOf),
+        Napi::ObjectWrap<T>::InstanceMethod("serveArrived", &T::ServeArrivedOf),
     };
     methods.insert(methods.end(), extra.begin(), extra.end());
     return Napi::ObjectWrap<T>::DefineClass(env, name, methods);
@@ -132,6 +133,13 @@ class FramedConnection : public Napi::ObjectWrap<T>, public EnvResource {
   // silent peer.
   Napi::Value HasPendingInputOf(const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(info.Env(), state_ == State::kOpen && self().HasPendingInput());
+  }
+
+  // serveArrived(): serves the reads that wait from bytes already here,
+  // now rather than when the loop next polls this connection.
+  Napi::Value ServeArrivedOf(const Napi::CallbackInfo& info) {
+    if (state_ == State::kOpen && !reads_.empty() && self().HasUnreadBytes()) PumpReads();
+    return info.Env().Undefined();
   }
 
   // provePeerProcess(pid) -> [real, effective, saved, fs] uids of process
