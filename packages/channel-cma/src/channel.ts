@@ -176,12 +176,15 @@ export class CmaChannel implements Channel {
   loan(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined {
     if (!this.tuning.pool || length <= this.headerMin) return undefined;
     if (this.closed) return Promise.reject(this.closedWith ?? new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where: "pipe loan" }));
-    this.pool ??= new SharedPool(this.addon, this.tuning.poolBytes);
+    this.pool ??= new SharedPool(this.addon, this.tuning.poolBytes, () => this.acks.serveArrived?.());
     return this.pool.loan(length, signal);
   }
 
   /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
+    // Releases owed go out ahead of this tensor: a peer that takes it as
+    // the answer to a lent one finds that slot free again, not a turn later.
+    this.peerSegments?.flush();
     let bytes: Uint8Array;
     try {
       bytes = cpuBytes(buffer, length, "cma");

@@ -102,7 +102,8 @@ export class PeerSegments {
     setImmediate(() => this.flush());
   }
 
-  private flush(): void {
+  /** Sends the releases owed now, in as few frames as they fit. */
+  flush(): void {
     this.flushing = false;
     if (this.closed || this.owed.length === 0) return;
     const owed = this.owed;

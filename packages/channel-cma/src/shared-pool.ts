@@ -63,6 +63,8 @@ interface Loan {
 
 interface Waiter {
   length: number;
+  /** It waits for the releases that have arrived before the pool grows for it. */
+  patient: boolean;
   resolve(view: Uint8Array): void;
   reject(e: unknown): void;
 }
@@ -85,6 +87,8 @@ export class SharedPool {
   private sent = 0;
   private closedWith?: Error;
   private trimmer?: NodeJS.Timeout;
+  /** Patient loans wait for the end of this turn of the loop. */
+  private patienceEnds = false;
   /** A loan dropped unsent goes back to the pool when it is collected. */
   private readonly unsent = new FinalizationRegistry<Loan>((loan) => {
     if (loan.slot.loan === loan) this.free(loan.slot);
@@ -94,6 +98,8 @@ export class SharedPool {
     private readonly addon: NativeAddon,
     /** The most bytes of segments the pool holds. */
     readonly bound: number,
+    /** Takes the releases the peer has sent and this side not yet read (Connection.serveArrived). */
+    private readonly takeArrived: () => void = () => undefined,
   ) {}
 
   /** Slots the peer holds (the channel reads its releases while it holds any). */
@@ -112,18 +118,31 @@ export class SharedPool {
         ),
       );
     }
+    // A release comes a little after the answer it goes with, on another
+    // connection: a front that lends again as each answer comes would
+    // grow its pool by every slot whose release is on its way (a 4-worker
+    // fan-out's pools grew by 512 segments, to their bound, in its first
+    // second of 1 MiB loans; by 16 now, one per 2 slots in flight). So
+    // a loan that finds no slot free while the peer holds some takes the
+    // releases that have arrived, and grows the pool only if none of them
+    // frees a slot by the end of this turn of the loop.
+    const patient = this.sent > 0;
     let view: Uint8Array | undefined;
     try {
-      view = this.tryLoan(length);
+      view = this.tryLoan(length, !patient);
     } catch (e) {
       return Promise.reject(e);
     }
     if (view) return Promise.resolve(view);
     let waiter!: Waiter;
     const waited = new Promise<Uint8Array>((resolve, reject) => {
-      waiter = { length, resolve, reject };
+      waiter = { length, patient, resolve, reject };
     });
     this.waiters.push(waiter);
+    if (patient) {
+      this.takeArrived();
+      this.endPatienceThisTurn();
+    }
     return raceSignal(waited, signal, `pipe loan (${this.describeHold()})`, () => {
       const i = this.waiters.indexOf(waiter);
       if (i >= 0) this.waiters.splice(i, 1);
@@ -227,16 +246,33 @@ export class SharedPool {
 
   private serveWaiters(): void {
     while (this.waiters.length > 0) {
-      const view = this.tryLoan(this.waiters[0]!.length);
+      const waiter = this.waiters[0]!;
+      const view = this.tryLoan(waiter.length, !waiter.patient);
       if (!view) return;
       this.waiters.shift()!.resolve(view);
     }
   }
 
-  /** A slot lent now, from a free one, a new segment, or room made by dropping segments wholly free; undefined when the pool is full. */
-  private tryLoan(length: number): Uint8Array | undefined {
+  /** At the end of this turn (the releases taken have been read), patient loans may grow the pool. */
+  private endPatienceThisTurn(): void {
+    if (this.patienceEnds) return;
+    this.patienceEnds = true;
+    setImmediate(() => {
+      this.patienceEnds = false;
+      if (this.closedWith) return;
+      for (const w of this.waiters) w.patient = false;
+      try {
+        this.serveWaiters();
+      } catch (e) {
+        for (const w of this.waiters.splice(0)) w.reject(e);
+      }
+    });
+  }
+
+  /** A slot lent now, from a free one or (`mayGrow`) a new segment or room made by dropping segments wholly free; undefined when none is. */
+  private tryLoan(length: number, mayGrow: boolean): Uint8Array | undefined {
     const size = slotSizeFor(length);
-    const slot = this.freeSlot(size) ?? this.grow(size);
+    const slot = this.freeSlot(size) ?? (mayGrow ? this.grow(size) : undefined);
     if (!slot) return undefined;
     slot.state = "loaned";
     slot.segment.free--;

@@ -7,6 +7,7 @@ import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { type CmaChannel, CmaChannelContext } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
+import { SharedPool } from "../src/shared-pool.js";
 import { connectionPairs } from "./connections.js";
 
 setFlagsFromString("--expose-gc");
@@ -316,5 +317,57 @@ describe("cma shared pool", () => {
     const ended = await (writer as unknown as { descriptors: Connection }).descriptors.closed;
     expect(ended).toMatchObject({ code: ErrorCode.PROTOCOL, message: expect.stringMatching(/released pool slot 1 \(generation 0\), which it does not hold/) });
     got.release!();
+  });
+});
+
+describe("cma shared pool's growth", () => {
+  const pools: SharedPool[] = [];
+  afterEach(() => {
+    for (const p of pools.splice(0)) p.close(new Error("test over"));
+  });
+
+  /** A pool (of 2 MiB slots below, a slot a segment: its bytes count the slots it made). */
+  function pool(takeArrived?: () => void): SharedPool & { bytes: number } {
+    const p = new SharedPool(loadAddon().addon!, 64 * MiB, takeArrived);
+    pools.push(p);
+    return p as SharedPool & { bytes: number };
+  }
+
+  /** Lends a slot and sends it: what the peer is told of it. */
+  async function sendOne(p: SharedPool) {
+    return p.send(await p.loan(2 * MiB, undefined))!;
+  }
+
+  it("does not grow for a release on its way: a loan made as the peer answers takes the slot the release frees", async () => {
+    const p = pool();
+    const first = await sendOne(p);
+    // The loan a front makes as the answer comes, the release read a moment later.
+    const next = p.loan(2 * MiB, undefined);
+    p.released(first.slot, first.generation);
+    expect((await next).byteLength).toBe(2 * MiB);
+    expect(p.bytes).toBe(2 * MiB);
+  });
+
+  it("takes the releases that have arrived before it grows", async () => {
+    let arrived: (() => void) | undefined;
+    const p = pool(() => arrived?.());
+    const first = await sendOne(p);
+    arrived = () => p.released(first.slot, first.generation);
+    expect((await p.loan(2 * MiB, undefined)).byteLength).toBe(2 * MiB);
+    expect(p.bytes).toBe(2 * MiB);
+  });
+
+  it("grows once the turn ends without a release: slots the peer keeps are its to keep", async () => {
+    const p = pool();
+    await sendOne(p);
+    let lent = false;
+    const next = p.loan(2 * MiB, undefined).then((v) => {
+      lent = true;
+      return v;
+    });
+    await Promise.resolve();
+    expect(lent).toBe(false);
+    expect((await next).byteLength).toBe(2 * MiB);
+    expect(p.bytes).toBe(4 * MiB);
   });
 });
