@@ -15,11 +15,12 @@
  *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--kinds tensorpipe,...] [--json]
  *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
- * (user + system), and the p99 of its event loop's delay.
+ * (user + system), that of the front and its workers together (threads
+ * are the front's), and the p99 of its event loop's delay.
  */
 import { type ChildProcess, fork } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -47,6 +48,19 @@ interface Pool {
   readonly lends?: boolean;
   send(w: number, batch: Float32Array, bytes: number): Promise<{ result: Float32Array; batch?: Float32Array }>;
   close(): Promise<void>;
+  /** The worker processes (none for threads, whose CPU is the front's). */
+  readonly children: readonly ChildProcess[];
+}
+
+/** CPU microseconds (user + system) `child` has used, all its threads, from /proc (in clock ticks of 10 ms). */
+function childCpuUs(child: ChildProcess): number {
+  try {
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    const fields = readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return 0;
+  }
 }
 
 /** The answers of one worker's requests, in the order they were sent (a pipe or a socket keeps order). */
@@ -189,6 +203,7 @@ async function tensorpipePool(n: number, lends: boolean): Promise<Pool> {
   }
   return {
     lends,
+    children: workers.map((w) => w.child),
     async send(w, batch, bytes) {
       const { pipe, order } = pipes[w]!;
       let buffer: Float32Array | Uint8Array = batch;
@@ -213,6 +228,7 @@ async function ipcPool(n: number): Promise<Pool> {
   const answers = new ById<{ result: Float32Array }>();
   for (const { child } of workers) child.on("message", (m: { id: number; result: Float32Array }) => answers.settle(m.id, { result: m.result }));
   return {
+    children: workers.map((w) => w.child),
     send(w, batch) {
       const { id, answer } = answers.open();
       workers[w]!.child.send({ id, batch });
@@ -236,6 +252,7 @@ async function zeromqPool(n: number): Promise<Pool> {
   });
   const header = Buffer.from("b");
   return {
+    children: workers.map((w) => w.child),
     send(w, batch) {
       const { d, order } = dealers[w]!;
       return new Promise((resolve, reject) => {
@@ -255,6 +272,7 @@ async function threadPool(n: number): Promise<Pool> {
   const answers = new ById<{ result: Float32Array; batch: Float32Array }>();
   for (const t of threads) t.on("message", (m: { id: number; result: Float32Array; batch: Float32Array }) => answers.settle(m.id, m));
   return {
+    children: [],
     send(w, batch) {
       const { id, answer } = answers.open();
       threads[w]!.postMessage({ id, batch }, [batch.buffer as ArrayBuffer]);
@@ -293,12 +311,14 @@ async function run(pool: Pool, kind: Kind, workers: number, bytes: number, fresh
   const loop = monitorEventLoopDelay({ resolution: 1 });
   loop.enable();
   const cpu0 = process.cpuUsage();
+  const children0 = pool.children.reduce((sum, c) => sum + childCpuUs(c), 0);
   const t0 = performance.now();
   measuring = true;
   await new Promise((r) => setTimeout(r, seconds * 1000));
   measuring = false;
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  const childrenUs = pool.children.reduce((sum, c) => sum + childCpuUs(c), 0) - children0;
   loop.disable();
   stop = true;
   await Promise.all(lanes);
@@ -312,6 +332,7 @@ async function run(pool: Pool, kind: Kind, workers: number, bytes: number, fresh
     p50ms: percentile(latencies, 50) / 1000,
     p99ms: percentile(latencies, 99) / 1000,
     cpuUsPerRequest: (cpu.user + cpu.system) / Math.max(1, done),
+    allCpuUsPerRequest: (cpu.user + cpu.system + childrenUs) / Math.max(1, done),
     loopDelayP99ms: loop.percentile(99) / 1e6,
   };
 }
@@ -325,6 +346,8 @@ interface RunResult {
   p50ms: number;
   p99ms: number;
   cpuUsPerRequest: number;
+  /** The front's and its worker processes' together. */
+  allCpuUsPerRequest: number;
   loopDelayP99ms: number;
 }
 
@@ -386,6 +409,7 @@ async function main(): Promise<void> {
     { header: "p50 ms", width: 9, cell: (r) => r.p50ms.toFixed(2) },
     { header: "p99 ms", width: 9, cell: (r) => r.p99ms.toFixed(2) },
     { header: "front us/req", width: 13, cell: (r) => r.cpuUsPerRequest.toFixed(0) },
+    { header: "all us/req", width: 11, cell: (r) => r.allCpuUsPerRequest.toFixed(0) },
     { header: "loop p99 ms", width: 12, cell: (r) => r.loopDelayP99ms.toFixed(2) },
   ];
   printResults(
