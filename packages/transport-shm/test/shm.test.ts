@@ -354,15 +354,26 @@ describe("shm transport options", () => {
 });
 
 describe("shm wake-ups", () => {
-  // A waiting read polls its ring from the loop, and for a moment holds the
-  // loop while it does: never for longer, whatever the peer does.
-  it("a read waiting on a silent peer leaves the loop turning", async () => {
+  /** Runs `test` on a connected pair over a new transport, closing both after. */
+  async function withPair(test: (client: Connection, peer: Connection) => Promise<void>): Promise<void> {
     const transport = new ShmTransport();
     const accepted: Connection[] = [];
     const listener = await transport.listen("*", (c) => accepted.push(c));
     const client = await transport.connect(listener.address());
     try {
       await expect.poll(() => accepted.length).toBe(1);
+      await test(client, accepted[0]!);
+    } finally {
+      client.close();
+      accepted.forEach((c) => c.close());
+      listener.close();
+    }
+  }
+
+  // A waiting read polls its ring from the loop, and for a moment holds the
+  // loop while it does: never for longer, whatever the peer does.
+  it("a read waiting on a silent peer leaves the loop turning", () =>
+    withPair(async (client, peer) => {
       // The read starts from the loop's check phase, just before the next
       // turn polls its ring; the loop must go on turning all the same.
       let pending!: Promise<Uint8Array>;
@@ -381,37 +392,22 @@ describe("shm wake-ups", () => {
       });
       pending.catch(() => undefined);
       expect(turns).toBeGreaterThan(100);
-      await accepted[0]!.write([patterned(8, 3)]);
+      await peer.write([patterned(8, 3)]);
       expect(await pending).toEqual(patterned(8, 3));
-    } finally {
-      client.close();
-      accepted.forEach((c) => c.close());
-      listener.close();
-    }
-  });
+    }));
 
-  it("serveArrived() settles a waiting read from bytes already in the ring, before the loop polls again", async () => {
-    const transport = new ShmTransport();
-    const accepted: Connection[] = [];
-    const listener = await transport.listen("*", (c) => accepted.push(c));
-    const client = await transport.connect(listener.address());
-    try {
-      await expect.poll(() => accepted.length).toBe(1);
+  it("serveArrived() settles a waiting read from bytes already in the ring, before the loop polls again", () =>
+    withPair(async (client, peer) => {
       let got: Uint8Array | undefined;
       const pending = client.read(64).then((f) => (got = f));
-      await accepted[0]!.write([patterned(8, 5)]);
+      await peer.write([patterned(8, 5)]);
       // No turn of the loop from here on: only the call serves the read.
       client.serveArrived!();
       await null;
       await null;
       expect(got).toEqual(patterned(8, 5));
       await pending;
-    } finally {
-      client.close();
-      accepted.forEach((c) => c.close());
-      listener.close();
-    }
-  });
+    }));
 
   // How long a read polls is learnt from its waits: through a peer's
   // pauses it stops polling (which spun the loop for the whole spell before
