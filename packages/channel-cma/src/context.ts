@@ -1,3 +1,4 @@
+import { statSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import {
   type Channel,
@@ -71,6 +72,22 @@ export function defaultInlineMax(medium: TransportMedium | undefined): number {
   return medium === "shared-memory" ? 4 * MiB : 128 * KiB;
 }
 
+/** This process's network namespace, as its wire extension names it ("" when /proc cannot say). */
+let networkNamespace: string | undefined;
+function thisNetworkNamespace(): string {
+  if (networkNamespace === undefined) {
+    try {
+      networkNamespace = `;net:${statSync("/proc/self/ns/net").ino}`;
+    } catch {
+      networkNamespace = "";
+    }
+  }
+  return networkNamespace;
+}
+
+/** A wire extension less the network namespace it names. */
+const withoutNetwork = (extension: string): string => extension.replace(/;net:[^;]*$/, "");
+
 /**
  * Cross-memory attach: tensors between processes of one machine, one user
  * and one pid namespace, copied once with process_vm_readv. A peer on
@@ -120,10 +137,11 @@ export class CmaChannelContext implements ChannelContext {
   /**
    * Between two tensorpipe-js ends, tensors up to the inline threshold go
    * inline and a failed read is told with its reason; ends that would cut
-   * tensors at different sizes speak upstream's wire instead.
+   * tensors at different sizes speak upstream's wire instead. It names the
+   * network namespace too: see createChannel().
    */
   wireExtension(): string {
-    return `inline:${this.inlineMax ?? "auto"}${this.lends() ? ";pool" : ""}`;
+    return `inline:${this.inlineMax ?? "auto"}${this.lends() ? ";pool" : ""}${thisNetworkNamespace()}`;
   }
 
   /** Whether pipes here can lend shared memory (memfd and pidfd_getfd work). */
@@ -152,10 +170,25 @@ export class CmaChannelContext implements ChannelContext {
   createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    if (pipe?.peerWireExtension !== this.wireExtension()) {
+    const mine = this.wireExtension();
+    const peers = pipe?.peerWireExtension;
+    if (peers !== mine) {
+      // One pid namespace, two network namespaces (containers sharing the
+      // host's pids, not its network): no kernel record this side can read
+      // proves which process holds the other end of a connection, so
+      // nothing is read by address or lent. Every tensor goes inline, as
+      // basic sends it, and the pipe works as it would have without cma.
+      if (peers !== undefined && withoutNetwork(peers) === withoutNetwork(mine)) {
+        return new CmaChannel(addon, connections[0]!, connections[1]!, {
+          ...this.tuning,
+          inlineMax: Number.MAX_SAFE_INTEGER,
+          upstreamWire: false,
+          pool: false,
+        });
+      }
       return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax: -1, upstreamWire: true, pool: false });
     }
-    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe.transportMedium);
+    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transportMedium);
     return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax, upstreamWire: false, pool: this.lends() });
   }
 

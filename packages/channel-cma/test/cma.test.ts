@@ -1,12 +1,14 @@
 import { type Connection, ErrorCode, NopReader, NopWriter, type TransportMedium } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { type CmaChannel, CmaChannelContext, defaultInlineMax } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
 import { connectionPairs } from "./connections.js";
 
 const MiB = 1024 * 1024;
+/** How this process's wire extension names its network namespace. */
+const NET = `;net:${statSync("/proc/self/ns/net").ino}`;
 const HUGE_PAGE = 2 * MiB;
 
 /** KiB of [address, address + length) that sit in huge pages, from /proc/self/smaps. */
@@ -59,7 +61,7 @@ describe("cma channel", () => {
     expect(d!.descriptor).toMatch(
       new RegExp(`^cma:[0-9a-f-]{36}_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_${process.getuid!()}_${process.getgid!()}(_[0-9a-f]+)?$`),
     );
-    expect(ctx.wireExtension()).toBe("inline:auto;pool");
+    expect(ctx.wireExtension()).toBe(`inline:auto;pool${NET}`);
   });
 
   it("says which part of two descriptors differs, and what would make them pair", () => {
@@ -99,8 +101,8 @@ describe("cma channel", () => {
     const ctx = (o = {}) => new CmaChannelContext(o);
     // One descriptor for all: ends set differently, and upstream's, still pair.
     expect(ctx({ inlineMax: 1024 }).deviceDescriptors()).toEqual(ctx().deviceDescriptors());
-    expect([ctx().wireExtension(), ctx({ inlineMax: 1024 }).wireExtension()]).toEqual(["inline:auto;pool", "inline:1024;pool"]);
-    for (const peerWireExtension of [undefined, "inline:auto;pool", "inline:1024", "something else"]) {
+    expect([ctx().wireExtension(), ctx({ inlineMax: 1024 }).wireExtension()]).toEqual([`inline:auto;pool${NET}`, `inline:1024;pool${NET}`]);
+    for (const peerWireExtension of [undefined, `inline:auto;pool${NET}`, "inline:1024", `inline:1024${NET}`, "something else"]) {
       const { here, there } = await connections();
       const sender = ctx({ inlineMax: 1024 }).createChannel(here, "connect", { transportMedium: "network", peerWireExtension });
       const sent = sender.send(patterned(100, 3), 100);
@@ -115,6 +117,22 @@ describe("cma channel", () => {
       // An empty tensor is not on upstream's wire at all.
       await sender.send(new Uint8Array(0), 0);
     }
+  });
+
+  it("sends every tensor inline to an end in another network namespace: no process there can be proven", async () => {
+    const ctx = new CmaChannelContext();
+    // The peer's extension as this side's, but for its network namespace.
+    const peerWireExtension = ctx.wireExtension().replace(/;net:\d+$/, ";net:1");
+    const { here, there } = await connections();
+    const sender = ctx.createChannel(here, "connect", { transportMedium: "network", peerWireExtension }) as CmaChannel;
+    const sent = sender.send(patterned(8 * MiB, 6), 8 * MiB);
+    // The tensor itself on the wire, not where it lives.
+    const frame = await there[0]!.read(16 * MiB);
+    expect(frame.byteLength).toBe(8 * MiB);
+    expect(hasPattern(frame, 6)).toBe(true);
+    await sent;
+    // Nothing lent: a loan is the pipe's plain memory.
+    expect(sender.loan(MiB, undefined)).toBeUndefined();
   });
 
   it("by default sends through the transport up to 4 MiB over shm and 128 KiB over TCP", async () => {

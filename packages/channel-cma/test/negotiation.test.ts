@@ -1,9 +1,13 @@
 import { type Channel, type Connection, CPU_DEVICE, Context, type Endpoint, type PipeInfo } from "@tensorpipe/core/backend";
 import { describeNegotiationConformance } from "@tensorpipe/core/testing";
+import { statSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { CMA_PRIORITY, CmaChannelContext } from "../src/index.js";
+
+/** How this process's wire extension names its network namespace. */
+const NET = `;net:${statSync("/proc/self/ns/net").ino}`;
 
 for (const transport of [
   { name: "uv", create: () => new UvTransport(), listenUrl: "uv://127.0.0.1:0" },
@@ -23,8 +27,8 @@ describe("cma's own wire between two tensorpipe-js ends", () => {
   }
 
   it.each([
-    [{}, {}, "inline:auto;pool", "inline:auto;pool"],
-    [{ inlineMax: 100 }, { inlineMax: 200 }, "inline:200;pool", "inline:100;pool"],
+    [{}, {}, `inline:auto;pool${NET}`, `inline:auto;pool${NET}`],
+    [{ inlineMax: 100 }, { inlineMax: 200 }, `inline:200;pool${NET}`, `inline:100;pool${NET}`],
   ])("is told to both ends in the handshake (%o here, %o there)", async (here, there, dialerSees, listenerSees) => {
     const [a, b] = [new Context(), new Context()];
     const [ca, cb] = [new Recording(here), new Recording(there)];

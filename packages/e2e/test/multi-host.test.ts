@@ -64,6 +64,14 @@ describe.skipIf(why !== null)("multi-host", () => {
     expect(out[1]).toEqual({ ok: true, messages: 10, loans: { kept: 10, taken: 0 } });
   });
 
+  it("pairs cma between network namespaces of one machine, its tensors sent inline: there is no process to prove", async () => {
+    // One boot and one pid namespace, as containers sharing the host's pids: cma's descriptors pair.
+    const peer = await peerOn("a", ["--channels", "cma"]);
+    const out = await runClient(net, "b", { url: peer.url, transports: ["uv"], channels: ["cma"], scenario: "roundtrip", messages: 10, maxBytes: 4 << 20 });
+    expect(out[0]).toEqual({ transport: "uv", channel: "cma" });
+    expect(out[1]).toEqual({ ok: true, messages: 10 });
+  });
+
   it("serves several hosts at once", async () => {
     const peer = await peerOn("a");
     const job = { url: peer.url, transports: ["uv"], channels: ["basic", "mpt"], scenario: "roundtrip", messages: 10, maxBytes: 1 << 20 };
