@@ -33,6 +33,20 @@ describe("a large message's parts", () => {
     await expect(read).rejects.toBeTruthy();
   });
 
+  it("go to readMessage() callers in order: one that calls while another's descriptor is being taken waits its turn", async () => {
+    const network = new MemoryNetwork();
+    network.hold();
+    const { client, server } = memoryPipePair({ network });
+    for (const metadata of ["a", "b"]) void client.write({ metadata, tensors: [{ buffer: Uint8Array.of(1), targetDevice: CPU_DEVICE }] });
+    const first = server.readMessage();
+    network.flush();
+    // The first caller's descriptor came, its message not yet read: a second caller, as a front's next lane.
+    const second = server.readMessage();
+    network.release();
+    expect((await first).metadata).toBe("a");
+    expect((await second).metadata).toBe("b");
+  });
+
   it("all land, in order, by readMessage and by read, before the next message's", async () => {
     const { client, server } = memoryPipePair();
     const sizes = Array.from({ length: 300 }, (_, i) => (i * 37) % 5000);

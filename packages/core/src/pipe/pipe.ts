@@ -246,11 +246,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   }
 
   /** The next descriptor, waited for under `deadline` (which the caller releases). */
-  private take(deadline: Deadline | undefined, what: string): Promise<Descriptor> {
+  private take(deadline: Deadline | undefined, what: "readDescriptor" | "readMessage"): Promise<Descriptor> {
     const { engine } = this;
     if (engine.failure) return this.engine.ended();
-    if (engine.reader.canRead) return this.refuse(invalid(`${what}() while the descriptor readDescriptor() gave is unread: read() that message first`));
-    return engine.reader.take(deadline?.signal, what);
+    if (engine.reader.callerHolds) return this.refuse(invalid(`${what}() while the descriptor readDescriptor() gave is unread: read() that message first`));
+    return engine.reader.take(deadline?.signal, what, what === "readMessage");
   }
 
   /** Lands the offered message in `allocation` (or, readMessage()'s, memory made as it goes); releases `deadline` once it is over. */
@@ -261,7 +261,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       return e === engine.failure ? this.engine.ended() : this.refuse(e);
     };
     if (engine.failure) return refused(engine.failure);
-    if (!engine.reader.canRead) {
+    if (!(allocation instanceof IncomingMemory ? engine.reader.canRead : engine.reader.callerHolds)) {
       deadline?.release();
       return Promise.reject(invalid("read() needs a descriptor: call readDescriptor() first"));
     }

@@ -26,6 +26,8 @@ export interface ReadOwner {
 export class ReadOperation {
   state: ReadState = "descriptor awaited";
   descriptor?: Descriptor;
+  /** Taken by readMessage(), which reads it at once: offered, it is not the caller's to read() or to hold up others. */
+  byMessage = false;
   private waiter?: Deferred<Descriptor>;
   /** Handlers of the landing promise, bound once for the life of the operation. */
   readonly onLanded: () => void;
@@ -79,5 +81,6 @@ export class ReadOperation {
     this.state = "descriptor awaited";
     this.descriptor = undefined;
     this.waiter = undefined;
+    this.byMessage = false;
   }
 }

@@ -164,11 +164,12 @@ export class Reader implements ReadOwner {
    * offered and unread), waited for under `signal`. An abort leaves the
    * pipe as it was: nothing was consumed.
    */
-  take(signal: AbortSignal | undefined, what: string): Promise<Descriptor> {
+  take(signal: AbortSignal | undefined, what: string, byMessage: boolean): Promise<Descriptor> {
     const failure = this.host.failure;
     if (failure) return Promise.reject(failure);
     if (this.end && !this.arrived) return Promise.reject(this.end);
     const op = this.pooled > 0 ? this.pool[--this.pooled]! : new ReadOperation(this);
+    op.byMessage = byMessage;
     if (this.arrived && this.waiting.length === 0) {
       op.offer(this.arrived);
       this.arrived = undefined;
@@ -232,9 +233,14 @@ export class Reader implements ReadOwner {
     this.pool[this.pooled++] = op;
   }
 
-  /** Whether read() has a message to read. */
+  /** Whether a message is offered: readMessage()'s, or one readDescriptor() gave. */
   get canRead(): boolean {
     return this.offered !== undefined;
+  }
+
+  /** Whether readDescriptor() gave a message that is not read yet: read() reads it, and no other caller may take the next. */
+  get callerHolds(): boolean {
+    return this.offered !== undefined && !this.offered.byMessage;
   }
 
   /**
