@@ -182,9 +182,6 @@ export class CmaChannel implements Channel {
 
   /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
-    // Releases owed go out ahead of this tensor: a peer that takes it as
-    // the answer to a lent one finds that slot free again, not a turn later.
-    this.peerSegments?.flush();
     let bytes: Uint8Array;
     try {
       bytes = cpuBytes(buffer, length, "cma");

@@ -34,17 +34,12 @@ interface Held {
 
 /** The first byte of a release frame on the answers' connection: an answer's text never starts so. */
 export const RELEASE_FRAME = 0;
-/** Slots a release frame names at most: the writer reads frames of up to 4096 bytes. */
-const SLOTS_PER_FRAME = 511;
 
 /** One pipe's segments of its peer's pool. */
 export class PeerSegments {
   /** By the peer's segment number. */
   private readonly mapped = new Map<number, Mapped>();
   private mappedBytes = 0;
-  /** Slot and generation pairs to release, not yet sent. */
-  private owed: number[] = [];
-  private flushing = false;
   private closed = false;
   private trimmer?: NodeJS.Timeout;
   private readonly collected = new FinalizationRegistry<Held>((held) => this.release(held));
@@ -80,7 +75,6 @@ export class PeerSegments {
     clearInterval(this.trimmer);
     for (const m of this.mapped.values()) this.addon.closeSegment(m.id);
     this.mapped.clear();
-    this.owed = [];
   }
 
   private release(held: Held): void {
@@ -93,29 +87,20 @@ export class PeerSegments {
     this.owe(held.slot, held.generation);
   }
 
+  /**
+   * Gives a slot back at once, in a frame of its own: the peer reads it
+   * before the answer this side writes next, so its next loan finds the
+   * slot free. (Batched to the end of the turn, a front's releases came
+   * after its answers, and every pool grew to its bound.)
+   */
   private owe(slot: number, generation: number): void {
     if (this.closed) return;
-    this.owed.push(slot, generation);
-    if (this.flushing) return;
-    this.flushing = true;
-    // Releases of one turn of the loop (a message's tensors, every message read in it) go in one frame.
-    setImmediate(() => this.flush());
-  }
-
-  /** Sends the releases owed now, in as few frames as they fit. */
-  flush(): void {
-    this.flushing = false;
-    if (this.closed || this.owed.length === 0) return;
-    const owed = this.owed;
-    this.owed = [];
-    for (let at = 0; at < owed.length; at += 2 * SLOTS_PER_FRAME) {
-      const n = Math.min(owed.length - at, 2 * SLOTS_PER_FRAME);
-      const frame = new Uint8Array(1 + n * 4);
-      const dv = new DataView(frame.buffer);
-      frame[0] = RELEASE_FRAME;
-      for (let i = 0; i < n; i++) dv.setUint32(1 + i * 4, owed[at + i]!, true);
-      this.sendReleases(frame);
-    }
+    const frame = new Uint8Array(9);
+    const dv = new DataView(frame.buffer);
+    frame[0] = RELEASE_FRAME;
+    dv.setUint32(1, slot, true);
+    dv.setUint32(5, generation, true);
+    this.sendReleases(frame);
   }
 
   /** The mapped segment `place` is in, mapping it first when it is new. */

@@ -7,6 +7,7 @@ import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { type CmaChannel, CmaChannelContext } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
+import { PeerSegments } from "../src/peer-segments.js";
 import { SharedPool } from "../src/shared-pool.js";
 import { connectionPairs } from "./connections.js";
 
@@ -369,5 +370,33 @@ describe("cma shared pool's growth", () => {
     expect(lent).toBe(false);
     expect((await next).byteLength).toBe(2 * MiB);
     expect(p.bytes).toBe(4 * MiB);
+  });
+});
+
+describe("cma shared pool's releases", () => {
+  it("go to the writer at once, each in a frame of its own: before the answer the reader writes next", () => {
+    const addon = loadAddon().addon!;
+    const [segment, fd] = addon.createSegment(2 * MiB);
+    // This process as its own peer: its pidfd takes its own segment.
+    const pidfd = addon.pinProcess(process.pid);
+    const frames: Uint8Array[] = [];
+    const segments = new PeerSegments(addon, 64 * MiB, (f) => frames.push(f));
+    try {
+      const place = (slot: number) => ({ segment, fd, offset: slot * MiB, length: MiB, slot, generation: 7 });
+      const [a, b] = [segments.view(pidfd, place(0)), segments.view(pidfd, place(1))];
+      a.release();
+      expect(frames.map((f) => [...f])).toEqual([[0, 0, 0, 0, 0, 7, 0, 0, 0]]);
+      b.release();
+      expect(frames.map((f) => [...f])).toEqual([
+        [0, 0, 0, 0, 0, 7, 0, 0, 0],
+        [0, 1, 0, 0, 0, 7, 0, 0, 0],
+      ]);
+      // A view reads as empty once released.
+      expect(a.view.byteLength).toBe(0);
+    } finally {
+      segments.close();
+      addon.closeSegment(segment);
+      addon.unpinProcess(pidfd);
+    }
   });
 });
