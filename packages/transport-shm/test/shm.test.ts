@@ -529,7 +529,10 @@ describe("shm wake-ups", () => {
     const counts = await syscallCounts(script, ["sendto"]);
     if (!counts) return; // no strace, or no ptrace, here
     // A wake-up is a byte sent; sleeping at each wait took 2000 and more.
-    expect(counts.get("sendto")).toBeLessThan(100);
+    // Polling takes none, but under strace every system call stops the
+    // process, and on a shared 2-core machine a spell now and then lapses
+    // before its answer: 105 to 551 in 8 of 19 runs here.
+    expect(counts.get("sendto")).toBeLessThan(1000);
   }, 30_000);
 
   // The peer wakes a read only while the read says it sleeps, and the
