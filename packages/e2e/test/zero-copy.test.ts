@@ -72,6 +72,25 @@ describe("zero-copy between two processes", () => {
     },
   );
 
+  it("writes a loan once, through the pipe that lent it: through another, or again, ERR_TP_INVALID_ARG, and both pipes go on", async () => {
+    const [lender, other] = [await start("views"), await start("views")];
+    const loan = await lender.loan(8 * MiB);
+    loan.set(patterned(8 * MiB, 4));
+    // Through another pipe it would go by address from a slot its lender lends again.
+    await expect(other.write({ tensors: [{ buffer: loan }] })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/tensor 0 is a loan of the pipe to .*: write it there, or send a copy \(loan\.slice\(\)\) through this pipe/),
+    });
+    // Again in the same turn, before the first write took it out of this side's hands.
+    const first = ask(lender, "hold 4", loan);
+    await expect(lender.write({ metadata: "again", tensors: [{ buffer: loan }] })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/tensor 0 is a loan written already/),
+    });
+    expect(await first).toEqual({ pattern: true });
+    expect(await ask(other, "hold 5", patterned(MiB, 5))).toEqual({ pattern: true });
+  });
+
   it("holds the writer to its pool's bound against a reader that never releases: a loan waits under its timeout, the pipe goes on", async () => {
     const pipe = await start("views", 4 * MiB);
     for (let seed = 0; seed < 2; seed++) {

@@ -17,6 +17,7 @@ import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { PipeCounters, PipeStats } from "../stats.js";
 import { DONE } from "../transport.js";
 import { PipeEngine } from "./engine.js";
+import { recordLoan, takeLoans } from "./loans.js";
 import type { PipeParts } from "./parts.js";
 
 function invalid(message: string): TensorPipeError {
@@ -113,7 +114,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     let sent: Promise<void>;
     try {
       deadline = operationDeadline(options, "pipe write");
-      sent = engine.writer.send(engine.writer.prepare(message), started);
+      const prepared = engine.writer.prepare(message);
+      takeLoans(prepared.tensors, engine);
+      sent = engine.writer.send(prepared, started);
     } catch (e) {
       deadline?.release();
       return this.refuse(e);
@@ -132,8 +135,10 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
    * when the reader releases its message (or drops it); while the pool is
    * at its bound (CmaChannelOptions.poolBytes) a loan waits, under
    * `options`. Elsewhere (another machine, an upstream peer) it is plain
-   * memory, copied as any tensor is. The pool's memory is the peer's to
-   * read and write while it holds it: keep nothing else there.
+   * memory, copied as any tensor is. A slot of a pool goes in one write,
+   * through this pipe only (ERR_TP_INVALID_ARG otherwise). The pool's
+   * memory is the peer's to read and write while it holds it: keep
+   * nothing else there.
    */
   loan(length: number, options?: OperationOptions): Promise<Uint8Array> {
     const { engine } = this;
@@ -159,7 +164,8 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         return this.refuse(new TensorPipeError(ErrorCode.INVALID_ARG, `a loan of ${length} bytes cannot be had: ${(e as Error).message}`, { cause: e }));
       }
     }
-    return deadline ? lent.finally(() => deadline.release()) : lent;
+    const recorded = lent.then((view) => recordLoan(view, engine, this.peer));
+    return deadline ? recorded.finally(() => deadline.release()) : recorded;
   }
 
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
