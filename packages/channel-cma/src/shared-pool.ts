@@ -143,9 +143,11 @@ export class SharedPool {
       this.takeArrived();
       this.endPatienceThisTurn();
     }
-    return raceSignal(waited, signal, `pipe loan (${this.describeHold()})`, () => {
+    return raceSignal(waited, signal, "pipe loan", (err) => {
       const i = this.waiters.indexOf(waiter);
       if (i >= 0) this.waiters.splice(i, 1);
+      // Who holds the pool when the wait ends (not when it began, nor at each loan that waits); a reason of the caller's own is left as it is.
+      if (err !== signal?.reason) err.message = `${err.message}: ${this.describeHold()}`;
     });
   }
 

@@ -177,6 +177,25 @@ describe("cma shared pool", () => {
     expect(kept!.byteLength).toBe(2 * MiB);
   });
 
+  it("says who holds the pool when the wait ends, not when it began", async () => {
+    const { writer, reader } = await pair({ poolBytes: 4 * MiB });
+    const held = [];
+    for (let i = 0; i < 2; i++) {
+      const sent = (await writer.loan(2 * MiB, undefined))!;
+      await writer.send(sent, sent.length);
+      held.push(await receive(reader, 2 * MiB));
+    }
+    const first = writer.loan(2 * MiB, undefined)!;
+    const second = writer.loan(2 * MiB, AbortSignal.timeout(100));
+    // The first waiter takes the slot released: the pool is half the peer's, half an unsent loan's.
+    held[0]!.release!();
+    await first;
+    await expect(second).rejects.toMatchObject({
+      code: ErrorCode.TIMEOUT,
+      message: expect.stringMatching(/taken: 2097152 by messages the peer has not released, 2097152 by loans of this side not yet written/),
+    });
+  });
+
   it("gives back segments idle for 5 s, at both ends, and maps them again when they come back", async () => {
     const { writer, reader } = await pair();
     const loan = (await writer.loan(MiB, undefined))!;
