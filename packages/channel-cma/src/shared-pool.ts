@@ -78,8 +78,12 @@ function slotSizeFor(length: number): number {
 /** One pipe's pool. */
 export class SharedPool {
   private readonly segments: Segment[] = [];
-  /** Every slot by its number (a slot keeps its number for the pool's life). */
+  /** Every slot by its number (a slot keeps its number while its segment lives). */
   private readonly slots: (Slot | undefined)[] = [];
+  /** Numbers of slots whose segments went, for the next ones: the table holds what the pool held at most. */
+  private readonly freeNumbers: number[] = [];
+  /** The generation a number's next slot starts at, where an earlier slot had it: a late release of that one is no release of the next. */
+  private readonly nextGeneration: number[] = [];
   private readonly byBuffer = new WeakMap<ArrayBuffer, Slot>();
   private readonly waiters: Waiter[] = [];
   private bytes = 0;
@@ -302,8 +306,9 @@ export class SharedPool {
     const [id, fd] = this.addon.createSegment(bytes);
     const segment: Segment = { id, fd, bytes, slotSize: size, free: Math.floor(bytes / size), slots: [], usedAt: performance.now() };
     for (let offset = 0; offset + size <= bytes; offset += size) {
-      const slot: Slot = { index: this.slots.length, segment, offset, generation: 0, state: "free", places: 0, loan: undefined };
-      this.slots.push(slot);
+      const index = this.freeNumbers.pop() ?? this.slots.length;
+      const slot: Slot = { index, segment, offset, generation: this.nextGeneration[index] ?? 0, state: "free", places: 0, loan: undefined };
+      this.slots[index] = slot;
       segment.slots.push(slot);
     }
     this.segments.push(segment);
@@ -333,7 +338,11 @@ export class SharedPool {
         continue;
       }
       this.segments.splice(i, 1);
-      for (const slot of s.slots) this.slots[slot.index] = undefined;
+      for (const slot of s.slots) {
+        this.slots[slot.index] = undefined;
+        this.nextGeneration[slot.index] = (slot.generation + 1) >>> 0;
+        this.freeNumbers.push(slot.index);
+      }
       this.addon.closeSegment(s.id);
       this.bytes -= s.bytes;
       needed -= s.bytes;

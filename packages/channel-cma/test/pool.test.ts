@@ -377,6 +377,19 @@ describe("cma shared pool's growth", () => {
     expect(p.bytes).toBe(2 * MiB);
   });
 
+  it("numbers its slots again once their segments go: a pool that trades sizes keeps a table of what it held", async () => {
+    // 4 MiB: a segment of 128 KiB slots and one 4 MiB slot cannot both be held, so each loan drops the other's.
+    const p = new SharedPool(loadAddon().addon!, 4 * MiB);
+    pools.push(p);
+    for (let i = 0; i < 100; i++) {
+      for (const length of [100 * 1024, 3 * MiB]) {
+        const sent = p.send(await p.loan(length, undefined))!;
+        p.released(sent.slot, sent.generation);
+      }
+    }
+    expect((p as unknown as { slots: unknown[] }).slots.length).toBeLessThanOrEqual(17);
+  });
+
   it("grows once the turn ends without a release: slots the peer keeps are its to keep", async () => {
     const p = pool();
     await sendOne(p);
