@@ -6,6 +6,8 @@
  */
 import type { ChannelContext } from "./channel.js";
 import type { Context } from "./context.js";
+import { describeValue } from "./describe-value.js";
+import { ErrorCode, TensorPipeError } from "./errors.js";
 import type { TransportContext } from "./transport.js";
 
 /** A transport package's `backend`. */
@@ -68,6 +70,13 @@ export function registerBackend(
   options?: object,
   priority = backend.priority,
 ): TransportContext | ChannelContext {
+  const registering = `registering the ${backend.name} ${backend.kind}`;
+  if (typeof (context as Partial<Context> | null)?.registerChannel !== "function") {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `${registering}: context must be a Context (new Context()), got ${describeValue(context)}`);
+  }
+  if (options !== undefined && (typeof options !== "object" || options === null || Array.isArray(options))) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `${registering}: options must be an object of its options, or left out; got ${describeValue(options)}`);
+  }
   if (backend.kind === "transport") {
     const made = backend.create(options);
     context.registerTransport(priority, backend.name, made);

@@ -6,6 +6,9 @@ import { type Allocation, CPU_DEVICE, Context, ErrorCode, type Message, type Pip
 import { type AddressInfo, createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
+import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerShmTransport } from "@tensorpipe/transport-shm";
+import { registerUvTransport } from "@tensorpipe/transport-uv";
 
 /** A view whose ArrayBuffer went to another thread: it reads as empty. */
 function transferred(): Uint8Array {
@@ -271,6 +274,40 @@ describe("misuse of ContextOptions", () => {
     ["fast", 'ContextOptions must be an object, got the string "fast"'],
   ])("%j is refused with ERR_TP_INVALID_ARG saying what it takes", (options, message) => {
     expect(() => new Context(options as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
+  });
+});
+
+describe("misuse of the backends' register functions and of channelFor()", () => {
+  it.each([
+    [
+      "no context",
+      () => registerShmTransport(undefined as never),
+      /registering the shm transport: context must be a Context \(new Context\(\)\), got undefined/,
+    ],
+    ["a plain object as the context", () => registerBasicChannel({} as never), /registering the basic channel: context must be a Context/],
+    [
+      "a string as the options",
+      () => registerBasicChannel(new Context(), "x" as never),
+      /registering the basic channel: options must be an object of its options, or left out; got the string "x"/,
+    ],
+    ["null as the options", () => registerUvTransport(new Context(), null as never), /registering the uv transport: options must be an object/],
+  ])("%s is ERR_TP_INVALID_ARG saying what it takes", (_, call, message) => {
+    expect(call).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(message) }));
+  });
+
+  it("channelFor() with something that is no device is ERR_TP_INVALID_ARG", async () => {
+    const [a, b] = [await createContext({ transports: ["uv"], channels: ["basic"] }), await createContext({ transports: ["uv"], channels: ["basic"] })];
+    const listener = await b.listen("uv://127.0.0.1:0");
+    const [pipe] = await Promise.all([a.connect(listener.addresses()[0]!), listener.accept()]);
+    expect(() => pipe.channelFor(null as never, CPU_DEVICE)).toThrow(
+      expect.objectContaining({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringMatching(/channelFor\(local, remote\): local must be a device \{ type, index \}/),
+      }),
+    );
+    expect(pipe.channelFor(CPU_DEVICE, CPU_DEVICE)).toBe("basic");
+    await a.close();
+    await b.close();
   });
 });
 

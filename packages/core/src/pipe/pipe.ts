@@ -98,6 +98,15 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
 
   /** The channel name used for tensors from `local` here to `remote` there. */
   channelFor(local: Device, remote: Device): string | undefined {
+    for (const [name, d] of [
+      ["local", local],
+      ["remote", remote],
+    ] as const) {
+      const device = d as Partial<Device> | null | undefined;
+      if (typeof device !== "object" || device === null || typeof device.type !== "string" || !Number.isInteger(device.index)) {
+        throw invalid(`channelFor(local, remote): ${name} must be a device { type, index }, e.g. CPU_DEVICE; got ${describeValue(d)}`);
+      }
+    }
     return this.channelForDevicePair.find((p) => sameDevice(p.local, local) && sameDevice(p.remote, remote))?.channel;
   }
 
