@@ -62,6 +62,17 @@ describe("cma shared pool", () => {
     return l;
   }
 
+  /** `count` loans of `length` sent, the reader holding each as received. */
+  async function lendAndHold(writer: CmaChannel, reader: CmaChannel, count: number, length: number) {
+    const held = [];
+    for (let i = 0; i < count; i++) {
+      const loan = (await writer.loan(length, undefined))!;
+      await writer.send(loan, loan.length);
+      held.push(await receive(reader, length));
+    }
+    return held;
+  }
+
   it("lends where both ends can, and says so in its wire extension; up to 64 KiB it leaves the pipe to give plain memory", async () => {
     expect(new CmaChannelContext().wireExtension()).toMatch(/^inline:auto;pool;net:\d+$/);
     const { writer } = await pair();
@@ -179,12 +190,7 @@ describe("cma shared pool", () => {
 
   it("says who holds the pool when the wait ends, not when it began", async () => {
     const { writer, reader } = await pair({ poolBytes: 4 * MiB });
-    const held = [];
-    for (let i = 0; i < 2; i++) {
-      const sent = (await writer.loan(2 * MiB, undefined))!;
-      await writer.send(sent, sent.length);
-      held.push(await receive(reader, 2 * MiB));
-    }
+    const held = await lendAndHold(writer, reader, 2, 2 * MiB);
     const first = writer.loan(2 * MiB, undefined)!;
     const second = writer.loan(2 * MiB, AbortSignal.timeout(100));
     // The first waiter takes the slot released: the pool is half the peer's, half an unsent loan's.
@@ -251,12 +257,7 @@ describe("cma shared pool", () => {
 
   it("holds the writer to its bound against a reader that never releases: a loan waits, under its signal", async () => {
     const { writer, reader } = await pair({ poolBytes: 4 * MiB });
-    const held = [];
-    for (let i = 0; i < 2; i++) {
-      const loan = (await writer.loan(2 * MiB, undefined))!;
-      await writer.send(loan, loan.length);
-      held.push(await receive(reader, 2 * MiB));
-    }
+    const held = await lendAndHold(writer, reader, 2, 2 * MiB);
     await expect(writer.loan(2 * MiB, AbortSignal.timeout(50))).rejects.toMatchObject({
       code: ErrorCode.TIMEOUT,
       message: expect.stringMatching(/shared pool's 4194304 bytes are taken: 4194304 by messages the peer has not released/),
