@@ -180,6 +180,11 @@ export class CmaChannel implements Channel {
     return this.pool.loan(length, signal);
   }
 
+  /** Takes back a loan of this pipe's pool that will not be sent. */
+  unloan(view: Uint8Array): void {
+    this.pool?.giveBack(view);
+  }
+
   /** Sends the first `length` bytes of `buffer`; resolves when the buffer may be reused. */
   send(buffer: TensorBuffer, length: number): Promise<void> {
     let bytes: Uint8Array;
@@ -208,7 +213,7 @@ export class CmaChannel implements Channel {
   private copied(sent: Promise<void>, bytes: Uint8Array): Promise<void> {
     const pool = this.pool;
     if (!pool?.lends(bytes)) return sent;
-    return sent.then(() => pool.copied(bytes));
+    return sent.then(() => pool.giveBack(bytes));
   }
 
   /** Announces where the tensor lives and waits for the peer's answer that it has copied it. */

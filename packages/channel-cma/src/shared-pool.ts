@@ -193,8 +193,8 @@ export class SharedPool {
     return this.byBuffer.get(view.buffer as ArrayBuffer)?.state === "loaned";
   }
 
-  /** A loan of this pool that went by copy after all (inline, or to an upstream peer): free again, its buffer detached. */
-  copied(view: Uint8Array): void {
+  /** A loan of this pool given back unsent, or that went by copy after all (inline, or to an upstream peer): free again, its buffer detached. */
+  giveBack(view: Uint8Array): void {
     const buffer = view.buffer as ArrayBuffer;
     const slot = this.byBuffer.get(buffer);
     if (slot?.state !== "loaned") return;

@@ -88,6 +88,8 @@ export interface Channel {
    * memory. May wait for room while `signal` lets it.
    */
   loan?(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined;
+  /** Takes back a loan of this channel's that will not be sent (Pipe.unloan()): its memory is free for the next loan, `view` detached. */
+  unloan?(view: Uint8Array): void;
   /**
    * Receives `length` bytes for memory the pipe makes (readMessage()): a
    * channel that got the sender's own memory (a loan) hands a view of it

@@ -91,6 +91,23 @@ describe("zero-copy between two processes", () => {
     expect(await ask(other, "hold 5", patterned(MiB, 5))).toEqual({ pattern: true });
   });
 
+  it("takes back a loan not written: its slot is lent again at once, with no collection", async () => {
+    const pipe = await start("views", 2 * MiB);
+    const dropped = await pipe.loan(2 * MiB);
+    pipe.unloan(dropped);
+    expect(dropped.byteLength).toBe(0);
+    // The pool holds one slot: without unloan() this loan would wait for a collection of `dropped`.
+    const loan = await pipe.loan(2 * MiB, { timeout: 500 });
+    loan.set(patterned(2 * MiB, 6));
+    expect(await ask(pipe, "hold 6", loan)).toEqual({ pattern: true });
+    // A loan written already, and plain memory, are left as they are.
+    pipe.unloan(loan);
+    pipe.unloan(new Uint8Array(4));
+    expect(() => pipe.unloan("loan" as never)).toThrow(
+      expect.objectContaining({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/unloan\(\) takes a Uint8Array that loan\(\) gave/) }),
+    );
+  });
+
   it("holds the writer to its pool's bound against a reader that never releases: a loan waits under its timeout, the pipe goes on", async () => {
     const pipe = await start("views", 4 * MiB);
     for (let seed = 0; seed < 2; seed++) {

@@ -59,6 +59,21 @@ export function takeLoans(tensors: readonly MessageTensor[], writer: object): vo
   }
 }
 
+/**
+ * Whether `view` is an unsent loan of the pipe of `lender`, which may take
+ * it back: ERR_TP_INVALID_ARG for a loan of another pipe. Taken back, it
+ * counts as written (its memory is detached anyway).
+ */
+export function takeBack(view: Uint8Array, lender: object): boolean {
+  const loan = none ? undefined : loans.get(view.buffer as ArrayBuffer);
+  if (!loan || loan.written) return false;
+  if (loan.lender !== lender) {
+    throw new TensorPipeError(ErrorCode.INVALID_ARG, `unloan(): this is a loan of the pipe to ${loan.peer}: give it back there`);
+  }
+  loan.written = true;
+  return true;
+}
+
 function loanOf(t: MessageTensor): Loan | undefined {
   return ArrayBuffer.isView(t.buffer) ? loans.get(t.buffer.buffer as ArrayBuffer) : undefined;
 }

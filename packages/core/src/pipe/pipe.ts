@@ -17,7 +17,7 @@ import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { PipeCounters, PipeStats } from "../stats.js";
 import { DONE } from "../transport.js";
 import { PipeEngine } from "./engine.js";
-import { recordLoan, takeLoans } from "./loans.js";
+import { recordLoan, takeBack, takeLoans } from "./loans.js";
 import type { PipeParts } from "./parts.js";
 
 function invalid(message: string): TensorPipeError {
@@ -175,6 +175,17 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     const recorded = lent.then((view) => recordLoan(view, engine, this.peer));
     return deadline ? recorded.finally(() => deadline.release()) : recorded;
+  }
+
+  /**
+   * Gives back a loan that will not be written (an error path, a request
+   * given up): its slot is free for the next loan at once, where a loan
+   * dropped waits for a collection, and `view` reads as empty after. Plain
+   * memory, and a loan written already, are left as they are.
+   */
+  unloan(view: Uint8Array): void {
+    if (!(view instanceof Uint8Array)) throw invalid(`unloan() takes a Uint8Array that loan() gave, got ${describeValue(view)}`);
+    if (takeBack(view, this.engine)) this.engine.routes.between(CPU_DEVICE, CPU_DEVICE)?.unloan?.(view);
   }
 
   /** Resolves with the next message's descriptor; call read() with memory for it next. */
