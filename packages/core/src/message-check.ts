@@ -97,10 +97,15 @@ export function checkTensorBuffer(i: number, tensor: unknown, length?: number): 
   throw invalid(`${name}: buffer must be a TypedArray, DataView or CudaBuffer${size}; got ${describeValue(buffer)}${fix(buffer)}`);
 }
 
+/** Whether `device` is a { type, index } device. */
+export function isDevice(device: unknown): device is Device {
+  const d = device as Partial<Device> | undefined;
+  return typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0;
+}
+
 /** Throws unless `device` is a { type, index } device (a tensor's targetDevice). */
 export function checkDevice(i: number, device: unknown): void {
-  const d = device as Partial<Device> | undefined;
-  if (typeof d === "object" && d !== null && typeof d.type === "string" && Number.isInteger(d.index) && d.index! >= 0) return;
+  if (isDevice(device)) return;
   throw invalid(`tensor ${i}: targetDevice must be { type, index }, e.g. CPU_DEVICE or { type: "cuda", index: 0 }; got ${describeValue(device)}`);
 }
 

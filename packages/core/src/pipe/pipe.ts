@@ -11,6 +11,7 @@ import { describeValue } from "../describe-value.js";
 import { ErrorCode, TensorPipeError, closedError } from "../errors.js";
 import type { FlightEvent } from "../flight-recorder.js";
 import type { Allocation, Descriptor, Message, ReceivedMessage } from "../message.js";
+import { isDevice } from "../message-check.js";
 import { IncomingMemory } from "../message-memory.js";
 import type { PathReport } from "../path-report.js";
 import type { DevicePairChoice } from "../protocol/handshake.js";
@@ -102,10 +103,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       ["local", local],
       ["remote", remote],
     ] as const) {
-      const device = d as Partial<Device> | null | undefined;
-      if (typeof device !== "object" || device === null || typeof device.type !== "string" || !Number.isInteger(device.index)) {
-        throw invalid(`channelFor(local, remote): ${name} must be a device { type, index }, e.g. CPU_DEVICE; got ${describeValue(d)}`);
-      }
+      if (!isDevice(d)) throw invalid(`channelFor(local, remote): ${name} must be a device { type, index }, e.g. CPU_DEVICE; got ${describeValue(d)}`);
     }
     return this.channelForDevicePair.find((p) => sameDevice(p.local, local) && sameDevice(p.remote, remote))?.channel;
   }
