@@ -172,24 +172,20 @@ export class CmaChannelContext implements ChannelContext {
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
     const mine = this.wireExtension();
     const peers = pipe?.peerWireExtension;
-    if (peers !== mine) {
+    let wire: Pick<Tuning, "inlineMax" | "upstreamWire" | "pool">;
+    if (peers === mine) {
+      wire = { inlineMax: this.inlineMax ?? defaultInlineMax(pipe?.transportMedium), upstreamWire: false, pool: this.lends() };
+    } else if (peers !== undefined && withoutNetwork(peers) === withoutNetwork(mine)) {
       // One pid namespace, two network namespaces (containers sharing the
       // host's pids, not its network): no kernel record this side can read
       // proves which process holds the other end of a connection, so
       // nothing is read by address or lent. Every tensor goes inline, as
       // basic sends it, and the pipe works as it would have without cma.
-      if (peers !== undefined && withoutNetwork(peers) === withoutNetwork(mine)) {
-        return new CmaChannel(addon, connections[0]!, connections[1]!, {
-          ...this.tuning,
-          inlineMax: Number.MAX_SAFE_INTEGER,
-          upstreamWire: false,
-          pool: false,
-        });
-      }
-      return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax: -1, upstreamWire: true, pool: false });
+      wire = { inlineMax: Number.MAX_SAFE_INTEGER, upstreamWire: false, pool: false };
+    } else {
+      wire = { inlineMax: -1, upstreamWire: true, pool: false };
     }
-    const inlineMax = this.inlineMax ?? defaultInlineMax(pipe?.transportMedium);
-    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, inlineMax, upstreamWire: false, pool: this.lends() });
+    return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, ...wire });
   }
 
   /** Releases what the backend holds; called by Context.close(). */
