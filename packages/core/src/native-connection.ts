@@ -3,6 +3,7 @@ import { type DebugLog, debugLog, describeError } from "./debug.js";
 import { Deferred } from "./deferred.js";
 import { ErrorCode, TensorPipeError, closedError, fromNativeError } from "./errors.js";
 import { type Connection, DONE, type DetachedSocket, type FrameCallback, type PeerProcess } from "./transport.js";
+import { turnBudget } from "./turn-budget.js";
 
 /**
  * What a native addon's connection object offers (see native-common's
@@ -69,6 +70,8 @@ export class NativeConnection implements Connection {
   private readonly pendingWrites: Deferred<void>[] = [];
   // A read waits as a promise (read, readInto) or as a callback (readFrame).
   private readonly pendingReads: (Deferred<Uint8Array | undefined> | FrameCallback)[] = [];
+  /** Reads put off to a later turn of the loop (turnBudget): later reads wait behind them. */
+  private putOff = 0;
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
   private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
@@ -139,6 +142,11 @@ export class NativeConnection implements Connection {
   }
 
   readFrame(maxLength: number, callback: FrameCallback): void {
+    if (this.putOff > 0 || turnBudget.spent) this.putOffRead(() => this.readFrameNow(maxLength, callback));
+    else this.readFrameNow(maxLength, callback);
+  }
+
+  private readFrameNow(maxLength: number, callback: FrameCallback): void {
     if (this.failure) {
       callback(this.failure);
       return;
@@ -148,7 +156,18 @@ export class NativeConnection implements Connection {
     else if (r instanceof Error) {
       this.close(r);
       callback(this.failure!);
-    } else callback(null, r as Uint8Array);
+    } else {
+      turnBudget.spend();
+      callback(null, r as Uint8Array);
+    }
+  }
+
+  private putOffRead(read: () => void): void {
+    this.putOff++;
+    turnBudget.later(() => {
+      this.putOff--;
+      read();
+    });
   }
 
   /** The native read's answer, a throw turned into the Error it carries. */
@@ -161,6 +180,13 @@ export class NativeConnection implements Connection {
   }
 
   private startRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
+    if (this.putOff === 0 && !turnBudget.spent) return this.readNow(target, maxLength);
+    const d = new Deferred<Uint8Array | undefined>();
+    this.putOffRead(() => this.readNow(target, maxLength).then(d.resolve, d.reject));
+    return d.promise;
+  }
+
+  private readNow(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
     if (this.failure) return Promise.reject(this.failure);
     const r = this.nativeRead(target, maxLength);
     if (r === false) {
@@ -172,6 +198,7 @@ export class NativeConnection implements Connection {
       this.close(r);
       return Promise.reject(this.failure);
     }
+    turnBudget.spend();
     return r === true ? (DONE as Promise<undefined>) : Promise.resolve(r);
   }
 
@@ -179,7 +206,7 @@ export class NativeConnection implements Connection {
     if (!this.native.detach) return null;
     await Promise.allSettled(this.pendingWrites.map((d) => d.promise));
     if (this.failure) throw this.failure;
-    if (this.pendingReads.length > 0) {
+    if (this.pendingReads.length > 0 || this.putOff > 0) {
       throw new TensorPipeError(ErrorCode.INVALID_ARG, `${this.transport} connection has reads pending: cannot hand it over`);
     }
     let socket: DetachedSocket;

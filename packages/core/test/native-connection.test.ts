@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { DONE, NativeConnection, type NativeFrameConnection, writeFrame } from "../src/backend.js";
+import { READS_PER_TURN } from "../src/turn-budget.js";
 
 type ReadCallback = (err: Error | null, frame?: Uint8Array) => void;
 
@@ -90,5 +91,34 @@ describe("NativeConnection's hot path", () => {
     expect(errors[0]).toMatchObject({ code: "ERR_TP_CONNECTION_RESET" });
     c.readFrame(64, (err) => errors.push(err));
     expect(errors[1]).toBe(errors[0]);
+  });
+
+  it("puts reads past READS_PER_TURN in one turn off to the next turn, in the order asked, over every connection", async () => {
+    const native = new FakeNative();
+    const other = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    const d = new NativeConnection(other, "fake");
+    const n = READS_PER_TURN + 10;
+    // A turn of its own: the tests before may have spent some of theirs.
+    await new Promise((r) => setImmediate(r));
+    for (let i = 0; i < n; i++) native.ready.push(new Uint8Array([i % 256]));
+    other.ready.push(new Uint8Array([7]));
+    // Each read's frame, by the read's place in the order asked.
+    const got: number[] = [];
+    const reads: Promise<unknown>[] = [];
+    for (let i = 0; i < n; i++) {
+      if (i % 2 === 0) c.readFrame(64, (err, frame) => (got[i] = err ? -1 : frame![0]!));
+      else reads.push(c.read(64).then((frame) => (got[i] = frame[0]!)));
+    }
+    let otherGot = -1;
+    d.readFrame(64, (_err, frame) => (otherGot = frame![0]!));
+    await Promise.resolve();
+    // Every read called back or resolved so far completed at once.
+    expect(got.filter((v) => v !== undefined)).toHaveLength(READS_PER_TURN);
+    expect(otherGot).toBe(-1);
+    await new Promise((r) => setImmediate(r));
+    await Promise.all(reads);
+    expect(got).toEqual(Array.from({ length: n }, (_, i) => i % 256));
+    expect(otherGot).toBe(7);
   });
 });

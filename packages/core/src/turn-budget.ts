@@ -1,0 +1,51 @@
+import { Fifo } from "./fifo.js";
+
+/** Reads that may complete at once in one turn of the event loop. */
+export const READS_PER_TURN = 256;
+
+/**
+ * Reads whose bytes are already here complete at once, and the code that
+ * awaits them reads again: one chain of promises that never yields while a
+ * peer keeps a ring full. It would hold this thread's event loop (its
+ * timers, its other sockets) for as long as the peer writes. Past
+ * READS_PER_TURN such reads in a turn, a read waits for the loop's next
+ * turn (setImmediate); those that wait go in the order they were asked for.
+ */
+class TurnBudget {
+  private used = 0;
+  private armed = false;
+  private readonly waiting = new Fifo<() => void>();
+
+  /** Whether this turn's reads are spent: the next must wait (later()). */
+  get spent(): boolean {
+    return this.used >= READS_PER_TURN;
+  }
+
+  /** Counts a read that completed at once. */
+  spend(): void {
+    this.used++;
+    this.arm();
+  }
+
+  /** Runs `job` in a later turn, after the jobs given before it. */
+  later(job: () => void): void {
+    this.waiting.push(job);
+    this.arm();
+  }
+
+  private arm(): void {
+    if (this.armed) return;
+    this.armed = true;
+    setImmediate(this.nextTurn);
+  }
+
+  private readonly nextTurn = (): void => {
+    this.armed = false;
+    this.used = 0;
+    while (!this.spent && this.waiting.length > 0) this.waiting.shift()!();
+    if (this.waiting.length > 0) this.arm();
+  };
+}
+
+/** This thread's budget, shared by every connection. */
+export const turnBudget = new TurnBudget();
