@@ -1,6 +1,7 @@
 import {
   type Channel,
   type Connection,
+  type OperationOptions,
   Deferred,
   ErrorCode,
   Nop,
@@ -173,11 +174,11 @@ export class CmaChannel implements Channel {
    * than lending it (16 KiB batches: 102,713 requests/s from reused
    * arrays, 45,651 from slots).
    */
-  loan(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined {
+  loan(length: number, options: OperationOptions | undefined): Promise<Uint8Array> | undefined {
     if (!this.tuning.pool || length <= this.headerMin) return undefined;
     if (this.closed) return Promise.reject(this.closedWith ?? new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where: "pipe loan" }));
     this.pool ??= new SharedPool(this.addon, this.tuning.poolBytes, () => this.acks.serveArrived?.());
-    return this.pool.loan(length, signal);
+    return this.pool.loan(length, options);
   }
 
   /** Takes back a loan of this pipe's pool that will not be sent. */

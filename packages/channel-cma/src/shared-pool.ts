@@ -8,7 +8,7 @@
  * needs the rights process_vm_readv does); the pool grows a segment at a
  * time up to its bound, and a loan past it waits for a release.
  */
-import { ErrorCode, TensorPipeError, raceSignal } from "@tensorpipe/core/backend";
+import { ErrorCode, type OperationOptions, TensorPipeError, operationDeadline } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 
 /** Where a lent slot's bytes are, as the peer is told. */
@@ -111,8 +111,8 @@ export class SharedPool {
     return this.sent;
   }
 
-  /** A fresh slot of at least `length` bytes, waited for under `signal` while the pool is at its bound. */
-  loan(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> {
+  /** A fresh slot of at least `length` bytes, waited for under `options` while the pool is at its bound. */
+  loan(length: number, options: OperationOptions | undefined): Promise<Uint8Array> {
     if (this.closedWith) return Promise.reject(this.closedWith);
     if (slotSizeFor(length) > this.bound) {
       return Promise.reject(
@@ -147,11 +147,14 @@ export class SharedPool {
       this.takeArrived();
       this.endPatienceThisTurn();
     }
-    return raceSignal(waited, signal, "pipe loan", (err) => {
+    // Made only now: a loan served at once costs no timer.
+    const deadline = operationDeadline(options);
+    if (!deadline) return waited;
+    return deadline.race(waited, "pipe loan", (err) => {
       const i = this.waiters.indexOf(waiter);
       if (i >= 0) this.waiters.splice(i, 1);
       // Who holds the pool when the wait ends (not when it began, nor at each loan that waits); a reason of the caller's own is left as it is.
-      if (err !== signal?.reason) err.message = `${err.message}: ${this.describeHold()}`;
+      if (err !== deadline.signal.reason) err.message = `${err.message}: ${this.describeHold()}`;
     });
   }
 

@@ -33,7 +33,7 @@ function landing(): TensorLanding & { view?: Uint8Array; made?: Uint8Array; rele
 async function loanAfterCollection(writer: CmaChannel, length: number): Promise<number | undefined> {
   gc();
   await new Promise((r) => setTimeout(r, 10));
-  return (await writer.loan(length, AbortSignal.timeout(20))?.catch(() => undefined))?.byteLength;
+  return (await writer.loan(length, { timeout: 20 })?.catch(() => undefined))?.byteLength;
 }
 
 describe("cma shared pool", () => {
@@ -165,12 +165,12 @@ describe("cma shared pool", () => {
     {
       const { writer } = await pair({ poolBytes: 48 * MiB });
       // A power of two would have taken 64 MiB.
-      expect((await writer.loan(33 * MiB, AbortSignal.timeout(1000)))!.byteLength).toBe(33 * MiB);
-      expect((await writer.loan(12 * MiB, AbortSignal.timeout(1000)))!.byteLength).toBe(12 * MiB);
+      expect((await writer.loan(33 * MiB, { timeout: 1000 }))!.byteLength).toBe(33 * MiB);
+      expect((await writer.loan(12 * MiB, { timeout: 1000 }))!.byteLength).toBe(12 * MiB);
     }
     {
       const { writer } = await pair({ poolBytes: MiB });
-      expect((await writer.loan(100 * KiB, AbortSignal.timeout(1000)))!.byteLength).toBe(100 * KiB);
+      expect((await writer.loan(100 * KiB, { timeout: 1000 }))!.byteLength).toBe(100 * KiB);
     }
   });
 
@@ -180,7 +180,7 @@ describe("cma shared pool", () => {
     await writer.send(sent, sent.length);
     const held = await receive(reader, 2 * MiB);
     const kept = await writer.loan(2 * MiB, undefined);
-    await expect(writer.loan(2 * MiB, AbortSignal.timeout(30))).rejects.toMatchObject({
+    await expect(writer.loan(2 * MiB, { timeout: 30 })).rejects.toMatchObject({
       code: ErrorCode.TIMEOUT,
       message: expect.stringMatching(/4194304 bytes are taken: 2097152 by messages the peer has not released, 2097152 by loans of this side not yet written/),
     });
@@ -192,7 +192,7 @@ describe("cma shared pool", () => {
     const { writer, reader } = await pair({ poolBytes: 4 * MiB });
     const held = await lendAndHold(writer, reader, 2, 2 * MiB);
     const first = writer.loan(2 * MiB, undefined)!;
-    const second = writer.loan(2 * MiB, AbortSignal.timeout(100));
+    const second = writer.loan(2 * MiB, { timeout: 100 });
     // The first waiter takes the slot released: the pool is half the peer's, half an unsent loan's.
     held[0]!.release!();
     await first;
@@ -258,7 +258,7 @@ describe("cma shared pool", () => {
   it("holds the writer to its bound against a reader that never releases: a loan waits, under its signal", async () => {
     const { writer, reader } = await pair({ poolBytes: 4 * MiB });
     const held = await lendAndHold(writer, reader, 2, 2 * MiB);
-    await expect(writer.loan(2 * MiB, AbortSignal.timeout(50))).rejects.toMatchObject({
+    await expect(writer.loan(2 * MiB, { timeout: 50 })).rejects.toMatchObject({
       code: ErrorCode.TIMEOUT,
       message: expect.stringMatching(/shared pool's 4194304 bytes are taken: 4194304 by messages the peer has not released/),
     });

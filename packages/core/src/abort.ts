@@ -82,6 +82,17 @@ export class Deadline {
  * pipe, listener or context as it was, and release()s it once it is over.
  */
 export function operationDeadline(options: OperationOptions | undefined, what?: string): Deadline | undefined {
+  const ms = checkOperationOptions(options, what);
+  if (options?.signal === undefined && ms === undefined) return undefined;
+  return new Deadline(options!.signal, ms);
+}
+
+/**
+ * Checks `options` as operationDeadline() does, making nothing: for an
+ * operation that makes its deadline only if it has to wait. The timeout in
+ * whole milliseconds, or undefined for none.
+ */
+export function checkOperationOptions(options: OperationOptions | undefined, what?: string): number | undefined {
   if (options === undefined) return undefined;
   checkOptionsObject(options);
   const { signal, timeout } = options;
@@ -104,18 +115,14 @@ export function operationDeadline(options: OperationOptions | undefined, what?: 
     }
     if (what !== undefined && aborted) throw abortError(signal, what);
   }
-  let ms: number | undefined;
-  if (timeout !== undefined && timeout !== Infinity) {
-    if (typeof timeout !== "number" || !(timeout >= 0) || timeout > MAX_TIMEOUT) {
-      throw new TensorPipeError(
-        ErrorCode.INVALID_ARG,
-        `timeout must be a number of milliseconds from 0 to ${MAX_TIMEOUT} (Infinity or none for no deadline), got ${describeValue(timeout)}`,
-      );
-    }
-    ms = Math.ceil(timeout);
+  if (timeout === undefined || timeout === Infinity) return undefined;
+  if (typeof timeout !== "number" || !(timeout >= 0) || timeout > MAX_TIMEOUT) {
+    throw new TensorPipeError(
+      ErrorCode.INVALID_ARG,
+      `timeout must be a number of milliseconds from 0 to ${MAX_TIMEOUT} (Infinity or none for no deadline), got ${describeValue(timeout)}`,
+    );
   }
-  if (signal === undefined && ms === undefined) return undefined;
-  return new Deadline(signal, ms);
+  return Math.ceil(timeout);
 }
 
 /** ERR_TP_INVALID_ARG unless `options` is an object (or undefined). */

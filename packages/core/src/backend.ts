@@ -37,6 +37,7 @@ export type { ChannelContext, Channel, DeviceDescriptor, Endpoint, PipeInfo, Ten
 export { VIABLE, notViable } from "./viability.js";
 export { fromNativeError, protocolError, closedError } from "./errors.js";
 export { Deadline, operationDeadline, raceSignal, abortError } from "./abort.js";
+export type { OperationOptions } from "./abort.js";
 export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";

@@ -4,6 +4,7 @@
  * the pipe's transport (numConnectionsNeeded of them) plus whatever it has of
  * its own (shared memory, CUDA IPC, RDMA).
  */
+import type { OperationOptions } from "./abort.js";
 import type { Device, TensorBuffer } from "./device.js";
 import type { Connection, TransportMedium } from "./transport.js";
 import type { Viability } from "./viability.js";
@@ -85,9 +86,11 @@ export interface Channel {
    * CPU memory of `length` bytes that this channel sends without a copy
    * (a slot of a pool shared with the peer), for Pipe.loan(); undefined
    * where this pipe's channel has none, and the pipe then gives plain
-   * memory. May wait for room while `signal` lets it.
+   * memory. May wait for room under `options` (the caller's, checked
+   * already): a channel makes their deadline (operationDeadline()) only
+   * when it has to wait, so that a loan served at once costs no timer.
    */
-  loan?(length: number, signal: AbortSignal | undefined): Promise<Uint8Array> | undefined;
+  loan?(length: number, options: OperationOptions | undefined): Promise<Uint8Array> | undefined;
   /** Takes back a loan of this channel's that will not be sent (Pipe.unloan()): its memory is free for the next loan, `view` detached. */
   unloan?(view: Uint8Array): void;
   /**

@@ -12,7 +12,7 @@ import { hasPattern, patterned } from "@tensorpipe/core/testing";
 import { registerCmaChannel } from "@tensorpipe/channel-cma";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createContext, spawnPeer } from "@tensorpipe/bench";
 
 const MiB = 1024 * 1024;
@@ -125,6 +125,25 @@ describe("zero-copy between two processes", () => {
     const waiting = pipe.loan(2 * MiB, { timeout: 5000 });
     expect(await ask(pipe, "release")).toEqual({ released: 2, emptied: true });
     expect((await waiting).byteLength).toBe(2 * MiB);
+  });
+
+  it("makes a loan's deadline only when it has to wait: one served at once starts no timer", async () => {
+    const pipe = await start("views", 4 * MiB);
+    const timers = vi.spyOn(globalThis, "setTimeout");
+    try {
+      const loan = await pipe.loan(2 * MiB, { timeout: 987_654, signal: new AbortController().signal });
+      loan.set(patterned(2 * MiB, 7));
+      expect(await ask(pipe, "hold 7", loan)).toEqual({ pattern: true });
+      expect(timers.mock.calls.filter((c) => c[1] === 987_654)).toEqual([]);
+      // The pool is at its bound once the reader holds two: this one waits, under its deadline.
+      await pipe.loan(2 * MiB);
+      await expect(pipe.loan(2 * MiB, { timeout: 987_654, signal: AbortSignal.timeout(200) })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
+      expect(timers.mock.calls.filter((c) => c[1] === 987_654)).toHaveLength(1);
+    } finally {
+      timers.mockRestore();
+    }
+    await expect(pipe.loan(MiB, { signal: AbortSignal.abort() })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
+    await expect(pipe.loan(MiB, { timeout: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
   });
 
   it("lands a lent tensor in memory the reader gave, freeing its slot at once", async () => {

@@ -4,7 +4,7 @@
  * (DescriptorReply) and one channel per chosen device pair (tensors). The
  * public API alone: the state and the operations are in PipeEngine.
  */
-import { type Deadline, type OperationOptions, operationDeadline } from "../abort.js";
+import { type Deadline, type OperationOptions, checkOperationOptions, operationDeadline } from "../abort.js";
 import type { Device } from "../device.js";
 import { CPU_DEVICE, sameDevice } from "../device.js";
 import { describeValue } from "../describe-value.js";
@@ -154,25 +154,21 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     }
     const refusal = engine.refusal;
     if (refusal) return refusal === engine.failure ? this.engine.ended() : Promise.reject(refusal);
-    let deadline: Deadline | undefined;
     let lent: Promise<Uint8Array> | undefined;
     try {
-      deadline = operationDeadline(options, "pipe loan");
-      lent = engine.routes.between(CPU_DEVICE, CPU_DEVICE)?.loan?.(length, deadline?.signal);
+      checkOperationOptions(options, "pipe loan");
+      lent = engine.routes.between(CPU_DEVICE, CPU_DEVICE)?.loan?.(length, options);
     } catch (e) {
-      deadline?.release();
       return this.refuse(e);
     }
     if (lent === undefined) {
-      deadline?.release();
       try {
         return Promise.resolve(new Uint8Array(length));
       } catch (e) {
         return this.refuse(new TensorPipeError(ErrorCode.INVALID_ARG, `a loan of ${length} bytes cannot be had: ${(e as Error).message}`, { cause: e }));
       }
     }
-    const recorded = lent.then((view) => recordLoan(view, engine, this.peer));
-    return deadline ? recorded.finally(() => deadline.release()) : recorded;
+    return lent.then((view) => recordLoan(view, engine, this.peer));
   }
 
   /**
