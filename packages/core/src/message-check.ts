@@ -78,7 +78,7 @@ export function isDetached(view: ArrayBufferView): boolean {
 /** ERR_TP_INVALID_ARG for a part whose memory is detached: sent as it is, it would go as empty. */
 export function detachedPart(kind: "payload" | "tensor", i: number): TensorPipeError {
   return invalid(
-    `${kind} ${i}: its memory is detached (a pipe.loan() already written, or an ArrayBuffer transferred to another thread), so it would go as empty: take a new loan for each write`,
+    `${kind} ${i}: its memory is detached (a pipe.loan() already written or given back, a received message's view after release(), or an ArrayBuffer transferred to another thread), so it would go as empty: take a new loan for each write, or copy what you keep of a message before releasing it`,
   );
 }
 

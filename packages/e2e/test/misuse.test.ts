@@ -71,7 +71,7 @@ describe("misuse of write() and read()", () => {
     [
       "a tensor whose memory was transferred away",
       { tensors: [{ buffer: transferred() }] },
-      /tensor 0: its memory is detached \(a pipe.loan\(\) already written, or an ArrayBuffer transferred to another thread\), so it would go as empty/,
+      /tensor 0: its memory is detached \(a pipe.loan\(\) already written or given back, a received message's view after release\(\), or an ArrayBuffer transferred to another thread\), so it would go as empty/,
     ],
     ["a payload whose memory was transferred away", { payloads: [{ data: transferred() }] }, /payload 0: its memory is detached/],
     [
@@ -261,6 +261,32 @@ describe("misuse of write() and read()", () => {
     controller.abort(reason);
     await expect(waiting).rejects.toMatchObject({ code: ErrorCode.ABORTED, message: expect.stringMatching(/shutting down/), cause: reason });
     await stillWorks();
+  });
+});
+
+describe("misuse of lent memory", () => {
+  it("a received view written back after release() is ERR_TP_INVALID_ARG saying to copy what is kept first; the pipe goes on", async () => {
+    const [server, client] = [await createContext({ transports: ["shm"], channels: ["cma"] }), await createContext({ transports: ["shm"], channels: ["cma"] })];
+    try {
+      const listener = await server.listen("shm://*");
+      const [here, there] = await Promise.all([client.connect(listener.addresses()[0]!), listener.accept()]);
+      const loan = await here.loan(1024 * 1024);
+      await here.write({ tensors: [{ buffer: loan }] });
+      const m = await there.readMessage();
+      const view = m.tensors[0]!.buffer as Uint8Array;
+      m.release();
+      await expect(there.write({ tensors: [{ buffer: view }] })).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringMatching(
+          /tensor 0: its memory is detached \(.*a received message's view after release\(\).*copy what you keep of a message before releasing it/,
+        ),
+      });
+      await there.write({ metadata: "ok" });
+      expect((await here.readMessage()).metadata).toBe("ok");
+    } finally {
+      await client.close();
+      await server.close();
+    }
   });
 });
 
