@@ -104,6 +104,7 @@ export class NativeConnection implements Connection {
   }
 
   private completeRead(err: Error | null, frame?: Uint8Array): void {
+    turnBudget.fresh();
     const waiting = this.pendingReads[0];
     if (typeof waiting !== "function") {
       this.complete(this.pendingReads as Deferred<Uint8Array | undefined>[], err, frame);
@@ -142,8 +143,19 @@ export class NativeConnection implements Connection {
   }
 
   readFrame(maxLength: number, callback: FrameCallback): void {
-    if (this.putOff > 0 || turnBudget.spent) this.putOffRead(() => this.readFrameNow(maxLength, callback));
+    if (this.putOff > 0 || turnBudget.spent) this.putOffFrameRead(maxLength, callback);
     else this.readFrameNow(maxLength, callback);
+  }
+
+  // Closures of their own: captured here, the arguments of every read would be allocated a context.
+  private putOffFrameRead(maxLength: number, callback: FrameCallback): void {
+    this.putOffRead(() => this.readFrameNow(maxLength, callback));
+  }
+
+  private putOffPromisedRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
+    const d = new Deferred<Uint8Array | undefined>();
+    this.putOffRead(() => this.readNow(target, maxLength).then(d.resolve, d.reject));
+    return d.promise;
   }
 
   private readFrameNow(maxLength: number, callback: FrameCallback): void {
@@ -180,10 +192,7 @@ export class NativeConnection implements Connection {
   }
 
   private startRead(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {
-    if (this.putOff === 0 && !turnBudget.spent) return this.readNow(target, maxLength);
-    const d = new Deferred<Uint8Array | undefined>();
-    this.putOffRead(() => this.readNow(target, maxLength).then(d.resolve, d.reject));
-    return d.promise;
+    return this.putOff === 0 && !turnBudget.spent ? this.readNow(target, maxLength) : this.putOffPromisedRead(target, maxLength);
   }
 
   private readNow(target: ArrayBufferView | null, maxLength: number): Promise<Uint8Array | undefined> {

@@ -8,15 +8,17 @@ export const READS_PER_TURN = 256;
  * awaits them reads again: one chain of promises that never yields while a
  * peer keeps a ring full. It would hold this thread's event loop (its
  * timers, its other sockets) for as long as the peer writes. Past
- * READS_PER_TURN such reads in a turn, a read waits for the loop's next
- * turn (setImmediate); those that wait go in the order they were asked for.
+ * READS_PER_TURN such reads since the loop last called in, a read waits
+ * for the loop's next turn (setImmediate); those that wait go in the order
+ * they were asked for. A read that completes later, from the loop, starts
+ * the count again: the hot path allocates no Immediate per turn.
  */
 class TurnBudget {
   private used = 0;
   private armed = false;
   private readonly waiting = new Fifo<() => void>();
 
-  /** Whether this turn's reads are spent: the next must wait (later()). */
+  /** Whether the reads are spent: the next must wait (later()). */
   get spent(): boolean {
     return this.used >= READS_PER_TURN;
   }
@@ -24,16 +26,16 @@ class TurnBudget {
   /** Counts a read that completed at once. */
   spend(): void {
     this.used++;
-    this.arm();
+  }
+
+  /** The loop called in (a read completed from it): nothing runs on from an earlier turn. */
+  fresh(): void {
+    this.used = 0;
   }
 
   /** Runs `job` in a later turn, after the jobs given before it. */
   later(job: () => void): void {
     this.waiting.push(job);
-    this.arm();
-  }
-
-  private arm(): void {
     if (this.armed) return;
     this.armed = true;
     setImmediate(this.nextTurn);
@@ -43,7 +45,10 @@ class TurnBudget {
     this.armed = false;
     this.used = 0;
     while (!this.spent && this.waiting.length > 0) this.waiting.shift()!();
-    if (this.waiting.length > 0) this.arm();
+    if (this.waiting.length > 0) {
+      this.armed = true;
+      setImmediate(this.nextTurn);
+    }
   };
 }
 
