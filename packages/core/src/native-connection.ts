@@ -72,6 +72,8 @@ export class NativeConnection implements Connection {
   private readonly pendingReads: (Deferred<Uint8Array | undefined> | FrameCallback)[] = [];
   /** Reads put off to a later turn of the loop (turnBudget): later reads wait behind them. */
   private putOff = 0;
+  /** Within serveArrived(). */
+  private serving = false;
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
   private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
@@ -104,7 +106,7 @@ export class NativeConnection implements Connection {
   }
 
   private completeRead(err: Error | null, frame?: Uint8Array): void {
-    turnBudget.fresh();
+    if (!this.serving) turnBudget.fresh();
     const waiting = this.pendingReads[0];
     if (typeof waiting !== "function") {
       this.complete(this.pendingReads as Deferred<Uint8Array | undefined>[], err, frame);
@@ -234,7 +236,14 @@ export class NativeConnection implements Connection {
   }
 
   serveArrived(): void {
-    if (!this.failure) this.native.serveArrived?.();
+    if (this.failure) return;
+    // Reads it completes come from JS, not from the loop: they start no new count (turnBudget).
+    this.serving = true;
+    try {
+      this.native.serveArrived?.();
+    } finally {
+      this.serving = false;
+    }
   }
 
   provePeerProcess(pid: number): PeerProcess {

@@ -33,6 +33,13 @@ class FakeNative implements NativeFrameConnection {
   }
 }
 
+/** Starts the count of reads completed at once again, as a read completed from the loop does. */
+function loopCalledIn(): void {
+  const native = new FakeNative();
+  new NativeConnection(native, "fake").readFrame(64, () => undefined);
+  native.readCallback!(null, new Uint8Array(1));
+}
+
 describe("NativeConnection's hot path", () => {
   it("answers a write that finished at once with DONE, and a queued one with its own promise", async () => {
     const native = new FakeNative();
@@ -99,8 +106,8 @@ describe("NativeConnection's hot path", () => {
     const c = new NativeConnection(native, "fake");
     const d = new NativeConnection(other, "fake");
     const n = READS_PER_TURN + 10;
-    // A turn of its own: the tests before may have spent some of theirs.
-    await new Promise((r) => setImmediate(r));
+    // The tests before may have spent some of the count.
+    loopCalledIn();
     for (let i = 0; i < n; i++) native.ready.push(new Uint8Array([i % 256]));
     other.ready.push(new Uint8Array([7]));
     // Each read's frame, by the read's place in the order asked.
@@ -120,5 +127,25 @@ describe("NativeConnection's hot path", () => {
     await Promise.all(reads);
     expect(got).toEqual(Array.from({ length: n }, (_, i) => i % 256));
     expect(otherGot).toBe(7);
+  });
+
+  it("counts on through a read that serveArrived() completes: it comes from JS, not from the loop", async () => {
+    loopCalledIn();
+    const serving = new FakeNative();
+    const c = new NativeConnection(Object.assign(serving, { serveArrived: () => serving.readCallback!(null, new Uint8Array([9])) }), "fake");
+    const native = new FakeNative();
+    const d = new NativeConnection(native, "fake");
+    let served = -1;
+    c.readFrame(64, (_err, frame) => (served = frame![0]!));
+    for (let i = 0; i <= READS_PER_TURN; i++) native.ready.push(new Uint8Array([1]));
+    let sync = 0;
+    for (let i = 0; i < READS_PER_TURN - 1; i++) d.readFrame(64, () => sync++);
+    c.serveArrived();
+    expect(served).toBe(9);
+    d.readFrame(64, () => sync++);
+    d.readFrame(64, () => sync++);
+    expect(sync).toBe(READS_PER_TURN);
+    await new Promise((r) => setImmediate(r));
+    expect(sync).toBe(READS_PER_TURN + 1);
   });
 });
