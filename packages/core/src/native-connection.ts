@@ -72,11 +72,13 @@ export class NativeConnection implements Connection {
   private readonly pendingReads: (Deferred<Uint8Array | undefined> | FrameCallback)[] = [];
   /** Reads put off to a later turn of the loop (turnBudget): later reads wait behind them. */
   private putOff = 0;
+  /** Writes done whose completion is told in a later turn (turnBudget): later ones are told behind them. */
+  private writesPutOff = 0;
   /** Within serveArrived(). */
   private serving = false;
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
-  private readonly onWrite = (err: Error | null) => this.complete(this.pendingWrites, err, undefined);
+  private readonly onWrite = (err: Error | null) => this.completeWrite(err);
   private readonly onRead = (err: Error | null, frame?: Uint8Array) => this.completeRead(err, frame);
 
   constructor(
@@ -121,11 +123,21 @@ export class NativeConnection implements Connection {
     }
   }
 
+  private completeWrite(err: Error | null): void {
+    turnBudget.fresh();
+    if (err || this.writesPutOff === 0) this.complete(this.pendingWrites, err, undefined);
+    else this.tellWriteLater(this.pendingWrites.shift());
+  }
+
   write(frames: readonly ArrayBufferView[]): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
     try {
       // true: the kernel took every byte at once and no callback follows.
-      if (this.native.write(frames as ArrayBufferView[], this.onWrite)) return DONE;
+      if (this.native.write(frames as ArrayBufferView[], this.onWrite)) {
+        if (this.writesPutOff > 0 || turnBudget.spent) return this.putOffWriteDone();
+        turnBudget.spend();
+        return DONE;
+      }
     } catch (e) {
       this.close(e as Error);
       return Promise.reject(this.failure);
@@ -133,6 +145,23 @@ export class NativeConnection implements Connection {
     const d = new Deferred<void>();
     this.pendingWrites.push(d);
     return d.promise;
+  }
+
+  /** A write done at once, told in a later turn: the bytes are gone, a loop of writes yields. */
+  private putOffWriteDone(): Promise<void> {
+    const d = new Deferred<void>();
+    this.tellWriteLater(d);
+    return d.promise;
+  }
+
+  private tellWriteLater(d: Deferred<void> | undefined): void {
+    if (!d) return;
+    this.writesPutOff++;
+    turnBudget.later(() => {
+      this.writesPutOff--;
+      turnBudget.spend();
+      d.resolve();
+    });
   }
 
   read(maxLength: number): Promise<Uint8Array> {

@@ -1,34 +1,36 @@
 import { Fifo } from "./fifo.js";
 
-/** Reads that may complete at once in one turn of the event loop. */
-export const READS_PER_TURN = 256;
+/** Reads and writes that may complete at once in one turn of the event loop. */
+export const AT_ONCE_PER_TURN = 256;
 
 /**
- * Reads whose bytes are already here complete at once, and the code that
- * awaits them reads again: one chain of promises that never yields while a
- * peer keeps a ring full. It would hold this thread's event loop (its
- * timers, its other sockets) for as long as the peer writes. Past
- * READS_PER_TURN such reads since the loop last called in, a read waits
- * for the loop's next turn (setImmediate); those that wait go in the order
- * they were asked for. A read that completes later, from the loop, starts
- * the count again: the hot path allocates no Immediate per turn.
+ * Reads whose bytes are already here, and writes the ring or the kernel
+ * takes whole, complete at once, and the code that awaits them goes on to
+ * the next: one chain of promises that never yields while a peer keeps a
+ * ring full, or keeps reading as fast as this side writes. It would hold
+ * this thread's event loop (its timers, its other sockets) for as long as
+ * that lasts. Past AT_ONCE_PER_TURN such completions since the loop last
+ * called in, a read waits for the loop's next turn (setImmediate), and a
+ * write done is told then; each in the order asked for. An operation that
+ * completes later, from the loop, starts the count again: the hot path
+ * allocates no Immediate per turn.
  */
 class TurnBudget {
   private used = 0;
   private armed = false;
   private readonly waiting = new Fifo<() => void>();
 
-  /** Whether the reads are spent: the next must wait (later()). */
+  /** Whether the count is spent: the next operation must wait (later()). */
   get spent(): boolean {
-    return this.used >= READS_PER_TURN;
+    return this.used >= AT_ONCE_PER_TURN;
   }
 
-  /** Counts a read that completed at once. */
+  /** Counts an operation that completed at once. */
   spend(): void {
     this.used++;
   }
 
-  /** The loop called in (a read completed from it): nothing runs on from an earlier turn. */
+  /** The loop called in (an operation completed from it): nothing runs on from an earlier turn. */
   fresh(): void {
     this.used = 0;
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { DONE, NativeConnection, type NativeFrameConnection, writeFrame } from "../src/backend.js";
-import { READS_PER_TURN } from "../src/turn-budget.js";
+import { AT_ONCE_PER_TURN } from "../src/turn-budget.js";
 
 type ReadCallback = (err: Error | null, frame?: Uint8Array) => void;
 
@@ -100,12 +100,12 @@ describe("NativeConnection's hot path", () => {
     expect(errors[1]).toBe(errors[0]);
   });
 
-  it("puts reads past READS_PER_TURN in one turn off to the next turn, in the order asked, over every connection", async () => {
+  it("puts reads past AT_ONCE_PER_TURN completed at once off to the next turn, in the order asked, over every connection", async () => {
     const native = new FakeNative();
     const other = new FakeNative();
     const c = new NativeConnection(native, "fake");
     const d = new NativeConnection(other, "fake");
-    const n = READS_PER_TURN + 10;
+    const n = AT_ONCE_PER_TURN + 10;
     // The tests before may have spent some of the count.
     loopCalledIn();
     for (let i = 0; i < n; i++) native.ready.push(new Uint8Array([i % 256]));
@@ -121,7 +121,7 @@ describe("NativeConnection's hot path", () => {
     d.readFrame(64, (_err, frame) => (otherGot = frame![0]!));
     await Promise.resolve();
     // Every read called back or resolved so far completed at once.
-    expect(got.filter((v) => v !== undefined)).toHaveLength(READS_PER_TURN);
+    expect(got.filter((v) => v !== undefined)).toHaveLength(AT_ONCE_PER_TURN);
     expect(otherGot).toBe(-1);
     await new Promise((r) => setImmediate(r));
     await Promise.all(reads);
@@ -137,15 +137,39 @@ describe("NativeConnection's hot path", () => {
     const d = new NativeConnection(native, "fake");
     let served = -1;
     c.readFrame(64, (_err, frame) => (served = frame![0]!));
-    for (let i = 0; i <= READS_PER_TURN; i++) native.ready.push(new Uint8Array([1]));
+    for (let i = 0; i <= AT_ONCE_PER_TURN; i++) native.ready.push(new Uint8Array([1]));
     let sync = 0;
-    for (let i = 0; i < READS_PER_TURN - 1; i++) d.readFrame(64, () => sync++);
+    for (let i = 0; i < AT_ONCE_PER_TURN - 1; i++) d.readFrame(64, () => sync++);
     c.serveArrived();
     expect(served).toBe(9);
     d.readFrame(64, () => sync++);
     d.readFrame(64, () => sync++);
-    expect(sync).toBe(READS_PER_TURN);
+    expect(sync).toBe(AT_ONCE_PER_TURN);
     await new Promise((r) => setImmediate(r));
-    expect(sync).toBe(READS_PER_TURN + 1);
+    expect(sync).toBe(AT_ONCE_PER_TURN + 1);
+  });
+
+  it("tells of writes done at once past AT_ONCE_PER_TURN in the next turn, in order, behind a read's count, and of none twice", async () => {
+    loopCalledIn();
+    const native = new FakeNative();
+    const c = new NativeConnection(native, "fake");
+    native.ready.push(new Uint8Array([1]));
+    c.readFrame(64, () => undefined);
+    const told: number[] = [];
+    const writes: Promise<void>[] = [];
+    for (let i = 0; i < AT_ONCE_PER_TURN + 5; i++) writes.push(c.write([new Uint8Array([i % 256])]));
+    // Every write went out at once; those past the count are told later.
+    expect(native.written).toHaveLength(AT_ONCE_PER_TURN + 5);
+    expect(writes.filter((w) => w === DONE)).toHaveLength(AT_ONCE_PER_TURN - 1);
+    // One that completes from the loop meanwhile is told behind them.
+    native.finishWrites = false;
+    writes.push(c.write([new Uint8Array([7])]));
+    writes.forEach((w, i) => void w.then(() => told.push(i)));
+    native.writeCallbacks.shift()!(null);
+    await Promise.resolve();
+    expect(told.length).toBe(AT_ONCE_PER_TURN - 1);
+    await new Promise((r) => setImmediate(r));
+    await Promise.all(writes);
+    expect(told).toEqual(Array.from({ length: AT_ONCE_PER_TURN + 6 }, (_, i) => i));
   });
 });

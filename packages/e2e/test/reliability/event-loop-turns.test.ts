@@ -1,4 +1,4 @@
-import { Context } from "@tensorpipe/core";
+import { Context, type Pipe } from "@tensorpipe/core";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
@@ -7,45 +7,76 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
 const floodWriter = fileURLToPath(new URL("../fixtures/flood-writer.mjs", import.meta.url));
+const fastReader = fileURLToPath(new URL("../fixtures/fast-reader.mjs", import.meta.url));
 
-describe.each([
+/**
+ * Runs `step` over and over for a second, with a 1 ms interval timer
+ * beside it: how many steps, how often the timer fired, and the longest
+ * time between two of its ticks (or from the start, or to the end).
+ */
+async function whileTimerTicks(step: () => Promise<unknown>): Promise<{ steps: number; ticks: number; longest: number }> {
+  let last = performance.now();
+  let longest = 0;
+  let ticks = 0;
+  const ticker = setInterval(() => {
+    const now = performance.now();
+    ticks++;
+    longest = Math.max(longest, now - last);
+    last = now;
+  }, 1);
+  const until = performance.now() + 1000;
+  let steps = 0;
+  while (performance.now() < until) {
+    await step();
+    steps++;
+  }
+  clearInterval(ticker);
+  longest = Math.max(longest, performance.now() - last);
+  return { steps, ticks, longest };
+}
+
+/** A pipe accepted here from `fixture`, run in a child process; stopped after `use`. */
+async function withChild(register: (c: Context) => unknown, url: string, fixture: string, use: (pipe: Pipe) => Promise<void>): Promise<void> {
+  const server = new Context();
+  register(server);
+  registerBasicChannel(server);
+  const listener = await server.listen(url);
+  const child = spawn(process.execPath, [fixture, listener.addresses()[0]!], { stdio: "inherit" });
+  try {
+    await use(await listener.accept());
+  } finally {
+    child.kill();
+    await server.close();
+  }
+}
+
+const transports = [
   ["shm", registerShmTransport, "shm://*"],
   ["uv", registerUvTransport, "uv://127.0.0.1:0"],
-] as const)("reading from a peer that keeps the %s connection full", (_name, register, url) => {
+] as const;
+
+describe.each(transports)("reading from a peer that keeps the %s connection full", (_name, register, url) => {
   it("leaves the event loop turns: timers fire while every read finds its bytes already here", async () => {
-    const server = new Context();
-    register(server);
-    registerBasicChannel(server);
-    const listener = await server.listen(url);
-    const child = spawn(process.execPath, [floodWriter, listener.addresses()[0]!], { stdio: "inherit" });
-    try {
-      const pipe = await listener.accept();
+    await withChild(register, url, floodWriter, async (pipe) => {
       // The flood is under way once the first messages are here.
       for (let i = 0; i < 100; i++) await pipe.readMessage();
-      let last = performance.now();
-      let longest = 0;
-      let ticks = 0;
-      const ticker = setInterval(() => {
-        const now = performance.now();
-        ticks++;
-        longest = Math.max(longest, now - last);
-        last = now;
-      }, 1);
-      const until = performance.now() + 1000;
-      let read = 0;
-      while (performance.now() < until) {
-        await pipe.readMessage();
-        read++;
-      }
-      clearInterval(ticker);
-      longest = Math.max(longest, performance.now() - last);
-      expect(read).toBeGreaterThan(1000);
+      const { steps, ticks, longest } = await whileTimerTicks(() => pipe.readMessage());
+      expect(steps).toBeGreaterThan(1000);
       // Held in one chain of reads, the loop would not turn for the whole second.
       expect(ticks).toBeGreaterThan(50);
       expect(longest).toBeLessThan(200);
-    } finally {
-      child.kill();
-      await server.close();
-    }
+    });
+  });
+});
+
+describe.each(transports)("writing over %s to a peer that reads as fast", (_name, register, url) => {
+  it("leaves the event loop turns: timers fire while every write is taken at once", async () => {
+    await withChild(register, url, fastReader, async (pipe) => {
+      const message = { metadata: "m" };
+      const { steps, ticks, longest } = await whileTimerTicks(() => pipe.write(message));
+      expect(steps).toBeGreaterThan(1000);
+      expect(ticks).toBeGreaterThan(50);
+      expect(longest).toBeLessThan(200);
+    });
   });
 });
