@@ -225,8 +225,14 @@ export class CmaChannel implements Channel {
       this.tuning.pool ? this.answer() : this.acks.read(4096),
     ]);
     // `bytes` stays referenced until here: the peer has finished reading it.
-    if (answer.byteLength > 0 || bytes.byteLength !== length) {
+    if (answer.byteLength > 0) {
       throw new TensorPipeError(ErrorCode.CONNECTION_RESET, `peer could not read the tensor: ${Buffer.from(answer).toString()}`);
+    }
+    if (bytes.byteLength !== length) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        "the tensor's memory was detached (its ArrayBuffer transferred) while the peer read it, so what it read may not be what was written: keep a tensor's memory until its write resolves",
+      );
     }
   }
 

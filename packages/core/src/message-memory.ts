@@ -8,6 +8,7 @@
 import type { TensorLanding } from "./channel.js";
 import { type Device, CPU_DEVICE, deviceKey } from "./device.js";
 import { ErrorCode, TensorPipeError } from "./errors.js";
+import { adoptLent } from "./lent-views.js";
 import type { Descriptor } from "./message.js";
 
 /** Where each part starts: a multiple of 64, so that any TypedArray (and a cache line) fits its start. */
@@ -137,7 +138,7 @@ export class IncomingMemory {
       make: () => this.tensor(i, length),
       adopt: (view, release) => {
         this.tensors[i] = view;
-        this.releases.push(release);
+        this.releases.push(adoptLent(view, release));
       },
     };
   }

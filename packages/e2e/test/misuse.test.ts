@@ -7,6 +7,7 @@ import { type AddressInfo, createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createContext } from "@tensorpipe/bench";
 import { registerBasicChannel } from "@tensorpipe/channel-basic";
+import { registerCmaChannel } from "@tensorpipe/channel-cma";
 import { registerShmTransport } from "@tensorpipe/transport-shm";
 import { registerUvTransport } from "@tensorpipe/transport-uv";
 
@@ -286,6 +287,39 @@ describe("misuse of lent memory", () => {
     } finally {
       await client.close();
       await server.close();
+    }
+  });
+});
+
+describe("releasing a lent view that a write still sends", () => {
+  it("gives the memory back once the write is over: the write's reader gets what was written, not the lender's next loan", async () => {
+    const [lender, borrower] = [new Context(), new Context()];
+    for (const c of [lender, borrower]) {
+      registerShmTransport(c);
+      // One slot: the lender's next loan can only be the memory it lent.
+      registerCmaChannel(c, { poolBytes: 8 * 1024 * 1024 });
+    }
+    try {
+      const listener = await lender.listen("shm://*");
+      const [b, a] = await Promise.all([borrower.connect(listener.addresses()[0]!), listener.accept()]);
+      const loan = (await a.loan(8 * 1024 * 1024)).fill(42);
+      await a.write({ tensors: [{ buffer: loan }] });
+      const m = await b.readMessage();
+      // Sent back from where it was lent (by address), and released before the write resolves.
+      const back = b.write({ tensors: [{ buffer: m.tensors[0]!.buffer }] });
+      m.release();
+      await new Promise((r) => setTimeout(r, 50));
+      const next = a.loan(8 * 1024 * 1024, { timeout: 5000 }).then((view) => view.fill(7));
+      const echoed = await a.readMessage();
+      const got = echoed.tensors[0]!.buffer as Uint8Array;
+      expect(got.every((byte) => byte === 42)).toBe(true);
+      echoed.release();
+      await back;
+      // The slot comes back once the write is over.
+      expect((await next).byteLength).toBe(8 * 1024 * 1024);
+    } finally {
+      await borrower.close();
+      await lender.close();
     }
   });
 });

@@ -18,6 +18,7 @@ import type { DevicePairChoice } from "../protocol/handshake.js";
 import type { PipeCounters, PipeStats } from "../stats.js";
 import { DONE } from "../transport.js";
 import { PipeEngine } from "./engine.js";
+import { holdLentViews } from "../lent-views.js";
 import { recordLoan, takeBack, takeLoans } from "./loans.js";
 import type { PipeParts } from "./parts.js";
 
@@ -123,7 +124,9 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
       deadline = operationDeadline(options, "pipe write");
       const prepared = engine.writer.prepare(message);
       takeLoans(prepared.tensors, engine);
+      const held = holdLentViews(prepared.payloads, prepared.tensors);
       sent = engine.writer.send(prepared, started);
+      if (held) void sent.then(held, held);
     } catch (e) {
       deadline?.release();
       return this.refuse(e);
