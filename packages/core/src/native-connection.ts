@@ -74,8 +74,6 @@ export class NativeConnection implements Connection {
   private putOff = 0;
   /** Writes done whose completion is told in a later turn (turnBudget): later ones are told behind them. */
   private writesPutOff = 0;
-  /** Within serveArrived(). */
-  private serving = false;
   private failure?: TensorPipeError;
   private readonly closedDeferred = new Deferred<Error | undefined>();
   private readonly onWrite = (err: Error | null) => this.completeWrite(err);
@@ -108,7 +106,6 @@ export class NativeConnection implements Connection {
   }
 
   private completeRead(err: Error | null, frame?: Uint8Array): void {
-    if (!this.serving) turnBudget.fresh();
     const waiting = this.pendingReads[0];
     if (typeof waiting !== "function") {
       this.complete(this.pendingReads as Deferred<Uint8Array | undefined>[], err, frame);
@@ -124,7 +121,6 @@ export class NativeConnection implements Connection {
   }
 
   private completeWrite(err: Error | null): void {
-    turnBudget.fresh();
     if (err || this.writesPutOff === 0) this.complete(this.pendingWrites, err, undefined);
     else this.tellWriteLater(this.pendingWrites.shift());
   }
@@ -265,14 +261,7 @@ export class NativeConnection implements Connection {
   }
 
   serveArrived(): void {
-    if (this.failure) return;
-    // Reads it completes come from JS, not from the loop: they start no new count (turnBudget).
-    this.serving = true;
-    try {
-      this.native.serveArrived?.();
-    } finally {
-      this.serving = false;
-    }
+    if (!this.failure) this.native.serveArrived?.();
   }
 
   provePeerProcess(pid: number): PeerProcess {

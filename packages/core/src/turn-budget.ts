@@ -9,15 +9,21 @@ export const AT_ONCE_PER_TURN = 256;
  * the next: one chain of promises that never yields while a peer keeps a
  * ring full, or keeps reading as fast as this side writes. It would hold
  * this thread's event loop (its timers, its other sockets) for as long as
- * that lasts. Past AT_ONCE_PER_TURN such completions since the loop last
- * called in, a read waits for the loop's next turn (setImmediate), and a
- * write done is told then; each in the order asked for. An operation that
- * completes later, from the loop, starts the count again: the hot path
- * allocates no Immediate per turn.
+ * that lasts. Past AT_ONCE_PER_TURN such completions, a read waits for
+ * the loop's next turn (setImmediate), and a write done is told then; each
+ * in the order asked for. The count starts again only once the loop has
+ * turned (a timer of 1 ms fired, or the reads put off ran): not at each
+ * connection's wake-up, or a peer with many pipes woken in one turn would
+ * get the count many times over. The timer is one, refreshed, so the hot
+ * path allocates nothing per turn.
  */
 class TurnBudget {
   private used = 0;
+  /** setImmediate(nextTurn) is pending. */
   private armed = false;
+  /** The timer that starts the count again is pending. */
+  private counting = false;
+  private timer: NodeJS.Timeout | undefined;
   private readonly waiting = new Fifo<() => void>();
 
   /** Whether the count is spent: the next operation must wait (later()). */
@@ -28,11 +34,11 @@ class TurnBudget {
   /** Counts an operation that completed at once. */
   spend(): void {
     this.used++;
-  }
-
-  /** The loop called in (an operation completed from it): nothing runs on from an earlier turn. */
-  fresh(): void {
-    this.used = 0;
+    if (this.counting) return;
+    this.counting = true;
+    if (this.timer) this.timer.refresh();
+    // Unref'd: the operations' own handles keep the process alive.
+    else this.timer = setTimeout(this.loopTurned, 1).unref();
   }
 
   /** Runs `job` in a later turn, after the jobs given before it. */
@@ -42,6 +48,11 @@ class TurnBudget {
     this.armed = true;
     setImmediate(this.nextTurn);
   }
+
+  private readonly loopTurned = (): void => {
+    this.counting = false;
+    this.used = 0;
+  };
 
   private readonly nextTurn = (): void => {
     this.armed = false;

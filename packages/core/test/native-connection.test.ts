@@ -33,11 +33,9 @@ class FakeNative implements NativeFrameConnection {
   }
 }
 
-/** Starts the count of reads completed at once again, as a read completed from the loop does. */
-function loopCalledIn(): void {
-  const native = new FakeNative();
-  new NativeConnection(native, "fake").readFrame(64, () => undefined);
-  native.readCallback!(null, new Uint8Array(1));
+/** Lets the loop turn: the count of operations completed at once starts again. */
+function loopTurns(): Promise<void> {
+  return new Promise((r) => setTimeout(r, 5));
 }
 
 describe("NativeConnection's hot path", () => {
@@ -107,7 +105,7 @@ describe("NativeConnection's hot path", () => {
     const d = new NativeConnection(other, "fake");
     const n = AT_ONCE_PER_TURN + 10;
     // The tests before may have spent some of the count.
-    loopCalledIn();
+    await loopTurns();
     for (let i = 0; i < n; i++) native.ready.push(new Uint8Array([i % 256]));
     other.ready.push(new Uint8Array([7]));
     // Each read's frame, by the read's place in the order asked.
@@ -129,10 +127,10 @@ describe("NativeConnection's hot path", () => {
     expect(otherGot).toBe(7);
   });
 
-  it("counts on through a read that serveArrived() completes: it comes from JS, not from the loop", async () => {
-    loopCalledIn();
-    const serving = new FakeNative();
-    const c = new NativeConnection(Object.assign(serving, { serveArrived: () => serving.readCallback!(null, new Uint8Array([9])) }), "fake");
+  it("counts on through reads completed from the loop in the same turn: many connections woken at once share one count", async () => {
+    await loopTurns();
+    const woken = new FakeNative();
+    const c = new NativeConnection(woken, "fake");
     const native = new FakeNative();
     const d = new NativeConnection(native, "fake");
     let served = -1;
@@ -140,7 +138,8 @@ describe("NativeConnection's hot path", () => {
     for (let i = 0; i <= AT_ONCE_PER_TURN; i++) native.ready.push(new Uint8Array([1]));
     let sync = 0;
     for (let i = 0; i < AT_ONCE_PER_TURN - 1; i++) d.readFrame(64, () => sync++);
-    c.serveArrived();
+    // Another connection's wake-up, in the same turn.
+    woken.readCallback!(null, new Uint8Array([9]));
     expect(served).toBe(9);
     d.readFrame(64, () => sync++);
     d.readFrame(64, () => sync++);
@@ -150,7 +149,7 @@ describe("NativeConnection's hot path", () => {
   });
 
   it("tells of writes done at once past AT_ONCE_PER_TURN in the next turn, in order, behind a read's count, and of none twice", async () => {
-    loopCalledIn();
+    await loopTurns();
     const native = new FakeNative();
     const c = new NativeConnection(native, "fake");
     native.ready.push(new Uint8Array([1]));
