@@ -8,7 +8,7 @@
  * needs the rights process_vm_readv does); the pool grows a segment at a
  * time up to its bound, and a loan past it waits for a release.
  */
-import { ErrorCode, type OperationOptions, TensorPipeError, operationDeadline } from "@tensorpipe/core/backend";
+import { type Deadline, ErrorCode, type OperationOptions, TensorPipeError, abortError, operationDeadline } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 
 /** Where a lent slot's bytes are, as the peer is told. */
@@ -65,6 +65,10 @@ interface Waiter {
   length: number;
   /** It waits for the releases that have arrived before the pool grows for it. */
   patient: boolean;
+  /** The caller's options, and when it asked: its deadline is made once it waits past its patience. */
+  options: OperationOptions | undefined;
+  since: number;
+  deadline: Deadline | undefined;
   resolve(view: Uint8Array): void;
   reject(e: unknown): void;
 }
@@ -140,22 +144,53 @@ export class SharedPool {
     if (view) return Promise.resolve(view);
     let waiter!: Waiter;
     const waited = new Promise<Uint8Array>((resolve, reject) => {
-      waiter = { length, patient, resolve, reject };
+      waiter = {
+        length,
+        patient,
+        options,
+        since: options?.timeout === undefined ? 0 : performance.now(),
+        deadline: undefined,
+        resolve: (v) => {
+          waiter.deadline?.release();
+          resolve(v);
+        },
+        reject: (e) => {
+          waiter.deadline?.release();
+          reject(e);
+        },
+      };
     });
     this.waiters.push(waiter);
     if (patient) {
       this.takeArrived();
       this.endPatienceThisTurn();
-    }
-    // Made only now: a loan served at once costs no timer.
-    const deadline = operationDeadline(options);
-    if (!deadline) return waited;
-    return deadline.race(waited, "pipe loan", (err) => {
-      const i = this.waiters.indexOf(waiter);
-      if (i >= 0) this.waiters.splice(i, 1);
+    } else this.armDeadline(waiter);
+    return waited;
+  }
+
+  /**
+   * Starts `w`'s deadline, what is left of it: made only for a loan that
+   * waits for the pool's bound, so that one served at once, or by the
+   * releases of its turn, costs no timer.
+   */
+  private armDeadline(w: Waiter): void {
+    const { options } = w;
+    if (!options || (options.signal === undefined && options.timeout === undefined)) return;
+    const timeout = options.timeout === undefined ? undefined : Math.max(0, options.timeout - (performance.now() - w.since));
+    const deadline = operationDeadline({ signal: options.signal, timeout });
+    if (!deadline) return;
+    w.deadline = deadline;
+    const abort = (): void => {
+      const i = this.waiters.indexOf(w);
+      if (i < 0) return;
+      this.waiters.splice(i, 1);
+      const err = abortError(deadline.signal, "pipe loan");
       // Who holds the pool when the wait ends (not when it began, nor at each loan that waits); a reason of the caller's own is left as it is.
       if (err !== deadline.signal.reason) err.message = `${err.message}: ${this.describeHold()}`;
-    });
+      w.reject(err);
+    };
+    if (deadline.signal.aborted) abort();
+    else deadline.signal.addEventListener("abort", abort, { once: true });
   }
 
   /**
@@ -269,12 +304,14 @@ export class SharedPool {
     setImmediate(() => {
       this.patienceEnds = false;
       if (this.closedWith) return;
-      for (const w of this.waiters) w.patient = false;
+      const ended = this.waiters.filter((w) => w.patient);
+      for (const w of ended) w.patient = false;
       try {
         this.serveWaiters();
       } catch (e) {
         for (const w of this.waiters.splice(0)) w.reject(e);
       }
+      for (const w of ended) if (this.waiters.includes(w)) this.armDeadline(w);
     });
   }
 

@@ -4,7 +4,7 @@ import { fstatSync, readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { Worker } from "node:worker_threads";
 import { runInNewContext } from "node:vm";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { type CmaChannel, CmaChannelContext } from "../src/index.js";
 import { loadAddon } from "../src/native.js";
 import { PeerSegments } from "../src/peer-segments.js";
@@ -389,6 +389,27 @@ describe("cma shared pool's growth", () => {
       }
     }
     expect((p as unknown as { slots: unknown[] }).slots.length).toBeLessThanOrEqual(17);
+  });
+
+  it("makes a patient loan's deadline only once its patience ends: served by a release in its turn, it starts no timer", async () => {
+    const timers = vi.spyOn(globalThis, "setTimeout");
+    try {
+      const p = pool();
+      const first = await sendOne(p);
+      const next = p.loan(2 * MiB, { timeout: 987_654 });
+      p.released(first.slot, first.generation);
+      expect((await next).byteLength).toBe(2 * MiB);
+      expect(timers.mock.calls.filter((c) => (c[1] ?? 0) > 900_000)).toEqual([]);
+    } finally {
+      timers.mockRestore();
+    }
+    // At its bound past its patience, it waits what is left of its timeout, from when it was asked.
+    const small = new SharedPool(loadAddon().addon!, 2 * MiB);
+    pools.push(small);
+    small.send(await small.loan(2 * MiB, undefined));
+    const asked = performance.now();
+    await expect(small.loan(2 * MiB, { timeout: 150 })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
+    expect(performance.now() - asked).toBeLessThan(400);
   });
 
   it("grows once the turn ends without a release: slots the peer keeps are its to keep", async () => {

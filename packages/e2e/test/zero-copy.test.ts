@@ -134,11 +134,11 @@ describe("zero-copy between two processes", () => {
       const loan = await pipe.loan(2 * MiB, { timeout: 987_654, signal: new AbortController().signal });
       loan.set(patterned(2 * MiB, 7));
       expect(await ask(pipe, "hold 7", loan)).toEqual({ pattern: true });
-      expect(timers.mock.calls.filter((c) => c[1] === 987_654)).toEqual([]);
+      expect(timers.mock.calls.filter((c) => (c[1] ?? 0) > 900_000)).toEqual([]);
       // The pool is at its bound once the reader holds two: this one waits, under its deadline.
       await pipe.loan(2 * MiB);
       await expect(pipe.loan(2 * MiB, { timeout: 987_654, signal: AbortSignal.timeout(200) })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
-      expect(timers.mock.calls.filter((c) => c[1] === 987_654)).toHaveLength(1);
+      expect(timers.mock.calls.filter((c) => (c[1] ?? 0) > 900_000)).toHaveLength(1);
     } finally {
       timers.mockRestore();
     }
