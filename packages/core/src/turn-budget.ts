@@ -3,6 +3,9 @@ import { Fifo } from "./fifo.js";
 /** Reads and writes that may complete at once in one turn of the event loop. */
 export const AT_ONCE_PER_TURN = 256;
 
+/** Past this many in a turn, the turn's end is watched for (one Immediate), where the count starts again. */
+const WATCH_AFTER = 64;
+
 /**
  * Reads whose bytes are already here, and writes the ring or the kernel
  * takes whole, complete at once, and the code that awaits them goes on to
@@ -11,19 +14,16 @@ export const AT_ONCE_PER_TURN = 256;
  * this thread's event loop (its timers, its other sockets) for as long as
  * that lasts. Past AT_ONCE_PER_TURN such completions, a read waits for
  * the loop's next turn (setImmediate), and a write done is told then; each
- * in the order asked for. The count starts again only once the loop has
- * turned (a timer of 1 ms fired, or the reads put off ran): not at each
+ * in the order asked for. The count starts again only where the loop has
+ * turned (an Immediate, armed once WATCH_AFTER are counted): not at each
  * connection's wake-up, or a peer with many pipes woken in one turn would
- * get the count many times over. The timer is one, refreshed, so the hot
+ * get the count many times over. A quiet turn arms nothing, so the hot
  * path allocates nothing per turn.
  */
 class TurnBudget {
   private used = 0;
   /** setImmediate(nextTurn) is pending. */
   private armed = false;
-  /** The timer that starts the count again is pending. */
-  private counting = false;
-  private timer: NodeJS.Timeout | undefined;
   private readonly waiting = new Fifo<() => void>();
 
   /** Whether the count is spent: the next operation must wait (later()). */
@@ -33,35 +33,26 @@ class TurnBudget {
 
   /** Counts an operation that completed at once. */
   spend(): void {
-    this.used++;
-    if (this.counting) return;
-    this.counting = true;
-    if (this.timer) this.timer.refresh();
-    // Unref'd: the operations' own handles keep the process alive.
-    else this.timer = setTimeout(this.loopTurned, 1).unref();
+    if (++this.used >= WATCH_AFTER) this.watchTurnEnd();
   }
 
   /** Runs `job` in a later turn, after the jobs given before it. */
   later(job: () => void): void {
     this.waiting.push(job);
+    this.watchTurnEnd();
+  }
+
+  private watchTurnEnd(): void {
     if (this.armed) return;
     this.armed = true;
     setImmediate(this.nextTurn);
   }
 
-  private readonly loopTurned = (): void => {
-    this.counting = false;
-    this.used = 0;
-  };
-
   private readonly nextTurn = (): void => {
     this.armed = false;
     this.used = 0;
     while (!this.spent && this.waiting.length > 0) this.waiting.shift()!();
-    if (this.waiting.length > 0) {
-      this.armed = true;
-      setImmediate(this.nextTurn);
-    }
+    if (this.waiting.length > 0) this.watchTurnEnd();
   };
 }
 

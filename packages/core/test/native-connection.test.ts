@@ -33,9 +33,15 @@ class FakeNative implements NativeFrameConnection {
   }
 }
 
-/** Lets the loop turn: the count of operations completed at once starts again. */
-function loopTurns(): Promise<void> {
-  return new Promise((r) => setTimeout(r, 5));
+/** Lets the loop turn where the count of operations completed at once starts again (it is watched for once 64 are counted). */
+async function loopTurns(): Promise<void> {
+  const native = new FakeNative();
+  const c = new NativeConnection(native, "fake");
+  for (let i = 0; i < 64; i++) {
+    native.ready.push(new Uint8Array(1));
+    c.readFrame(64, () => undefined);
+  }
+  await new Promise((r) => setImmediate(r));
 }
 
 describe("NativeConnection's hot path", () => {
