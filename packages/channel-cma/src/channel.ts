@@ -177,7 +177,12 @@ export class CmaChannel implements Channel {
   loan(length: number, options: OperationOptions | undefined): Promise<Uint8Array> | undefined {
     if (!this.tuning.pool || length <= this.headerMin) return undefined;
     if (this.closed) return Promise.reject(this.closedWith ?? new TensorPipeError(ErrorCode.CLOSED, "cma channel was closed", { where: "pipe loan" }));
-    this.pool ??= new SharedPool(this.addon, this.tuning.poolBytes, () => this.acks.serveArrived?.());
+    this.pool ??= new SharedPool(
+      this.addon,
+      this.tuning.poolBytes,
+      () => this.acks.serveArrived?.(),
+      () => this.acks.hasPendingInput?.() ?? false,
+    );
     return this.pool.loan(length, options);
   }
 

@@ -108,6 +108,8 @@ export class SharedPool {
     readonly bound: number,
     /** Takes the releases the peer has sent and this side not yet read (Connection.serveArrived). */
     private readonly takeArrived: () => void = () => undefined,
+    /** Whether bytes from the peer wait unread (Connection.hasPendingInput): releases, perhaps. */
+    private readonly hasArrived: () => boolean = () => false,
   ) {}
 
   /** Slots the peer holds (the channel reads its releases while it holds any). */
@@ -297,13 +299,23 @@ export class SharedPool {
     }
   }
 
-  /** At the end of this turn (the releases taken have been read), patient loans may grow the pool. */
+  /**
+   * At the end of a turn in which no releases came (the peer's bytes
+   * unread then wait for the turn after: a read completed in this turn
+   * frees its slot only once its continuation has run), patient loans may
+   * grow the pool.
+   */
   private endPatienceThisTurn(): void {
     if (this.patienceEnds) return;
     this.patienceEnds = true;
     setImmediate(() => {
       this.patienceEnds = false;
       if (this.closedWith) return;
+      if (this.hasArrived()) {
+        this.takeArrived();
+        this.endPatienceThisTurn();
+        return;
+      }
       const ended = this.waiters.filter((w) => w.patient);
       for (const w of ended) w.patient = false;
       try {

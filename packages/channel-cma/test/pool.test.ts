@@ -378,6 +378,27 @@ describe("cma shared pool's growth", () => {
     expect(p.bytes).toBe(2 * MiB);
   });
 
+  it("does not grow while releases keep arriving: a turn with bytes unread from the peer is not the end of its patience", async () => {
+    // Bytes wait unread for two turns; the release is among what the second take reads.
+    let unread = 2;
+    let takes = 0;
+    let release: (() => void) | undefined;
+    const p = new SharedPool(
+      loadAddon().addon!,
+      64 * MiB,
+      () => {
+        if (release && ++takes === 2) release();
+      },
+      () => unread-- > 0,
+    );
+    pools.push(p);
+    const first = await sendOne(p);
+    release = () => p.released(first.slot, first.generation);
+    const next = p.loan(2 * MiB, undefined);
+    expect((await next).byteLength).toBe(2 * MiB);
+    expect(p.bytes).toBe(2 * MiB);
+  });
+
   it("numbers its slots again once their segments go: a pool that trades sizes keeps a table of what it held", async () => {
     // 4 MiB: a segment of 128 KiB slots and one 4 MiB slot cannot both be held, so each loan drops the other's.
     const p = new SharedPool(loadAddon().addon!, 4 * MiB);
