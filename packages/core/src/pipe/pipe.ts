@@ -120,17 +120,21 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     const started = engine.observer.timing ? performance.now() : 0;
     let deadline: Deadline | undefined;
     let sent: Promise<void>;
+    // Taken before send(), which lets go of the message's parts.
+    let held: (() => void) | undefined;
     try {
       deadline = operationDeadline(options, "pipe write");
       const prepared = engine.writer.prepare(message);
       takeLoans(prepared.tensors, engine);
-      const held = holdLentViews(prepared.payloads, prepared.tensors);
+      held = holdLentViews(prepared.payloads, prepared.tensors);
       sent = engine.writer.send(prepared, started);
-      if (held) void sent.then(held, held);
     } catch (e) {
+      // A write refused sends nothing: the views it held go back as asked.
+      held?.();
       deadline?.release();
       return this.refuse(e);
     }
+    if (held) void sent.then(held, held);
     return this.guard(sent, deadline, engine.writer.tensorsWaited ? WAITING_WRITE : "pipe write");
   }
 
