@@ -177,7 +177,7 @@ export class SharedPool {
    */
   private armDeadline(w: Waiter): void {
     const { options } = w;
-    if (!options || (options.signal === undefined && options.timeout === undefined)) return;
+    if (!options) return;
     const timeout = options.timeout === undefined ? undefined : Math.max(0, options.timeout - (performance.now() - w.since));
     const deadline = operationDeadline({ signal: options.signal, timeout });
     if (!deadline) return;
