@@ -68,6 +68,8 @@ export class HandshakeEvents {
   }
 }
 
+const NO_DETAILS: (string | undefined)[] = [];
+
 /**
  * The ring of one pipe. An idle pipe holds only its handshake's events:
  * the ring is made at the first message, so that memory follows traffic.
@@ -75,7 +77,10 @@ export class HandshakeEvents {
 export class FlightRecorder {
   // Per event: its time, its size (or duration), its kind.
   private slots?: Float64Array;
-  private readonly details: (string | undefined)[] = [];
+  // Made with the slots, full length from the start: every recorder's
+  // array has the same elements kind, so code V8 optimized on one pipe
+  // (Context.warmUp()'s) stays valid for the next.
+  private details: (string | undefined)[] = NO_DETAILS;
   /** Events recorded so far, handshake's included; the ring holds the last `capacity`. */
   private count = 0;
   // Writes and reads finish in the order they were taken: the start of each
@@ -89,11 +94,15 @@ export class FlightRecorder {
   ) {}
 
   private push(kind: number, time: number, size: number, detail: string | undefined): void {
-    if (!this.slots) {
-      this.slots = new Float64Array(this.capacity * 3);
-      for (const e of this.earlier) this.write3(KINDS.indexOf(e.kind), e.at === undefined ? NaN : e.at - performance.timeOrigin, e.bytes ?? 0, e.detail);
-    }
+    if (!this.slots) this.start();
     this.write3(kind, time, size, detail);
+  }
+
+  /** The ring, made at the first message, with the handshake's events in it. */
+  private start(): void {
+    this.slots = new Float64Array(this.capacity * 3);
+    this.details = new Array<string | undefined>(this.capacity).fill(undefined);
+    for (const e of this.earlier) this.write3(KINDS.indexOf(e.kind), e.at === undefined ? NaN : e.at - performance.timeOrigin, e.bytes ?? 0, e.detail);
   }
 
   private write3(kind: number, time: number, size: number, detail: string | undefined): void {

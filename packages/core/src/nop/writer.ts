@@ -1,6 +1,7 @@
 import { Nop } from "./prefixes.js";
 
 const utf8 = new TextEncoder();
+const EMPTY: Uint8Array = Buffer.alloc(0);
 
 /**
  * Appends libnop-encoded values to a growable buffer. A writer may be
@@ -12,7 +13,9 @@ export class NopWriter {
   private buf!: Uint8Array;
   private view!: DataView;
   private pos = 0;
-  private last?: Uint8Array;
+  // Never undefined: finish() compares lengths, which V8 then keeps as
+  // small integers on every pipe (a deopt on each new pipe otherwise).
+  private last: Uint8Array = EMPTY;
   private held = false;
 
   constructor(initialCapacity = 256) {
@@ -24,7 +27,7 @@ export class NopWriter {
   private use(buf: Uint8Array): void {
     this.buf = buf;
     this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-    this.last = undefined;
+    this.last = EMPTY;
   }
 
   private reserve(n: number): void {
@@ -192,7 +195,7 @@ export class NopWriter {
 
   /** The frame written since the last reset: the same view when its length has not changed. */
   finish(): Uint8Array {
-    if (this.last?.length !== this.pos) this.last = this.buf.subarray(0, this.pos);
+    if (this.last.length !== this.pos) this.last = this.buf.subarray(0, this.pos);
     return this.last;
   }
 }
