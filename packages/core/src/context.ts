@@ -1,5 +1,5 @@
 import { setMaxListeners } from "node:events";
-import { type Deadline, type OperationOptions, checkOptionsObject, operationDeadline } from "./abort.js";
+import { Deadline, type OperationOptions, checkOptionsObject, operationDeadline } from "./abort.js";
 import { parseUrl } from "./address.js";
 import { type AuthOptions, SharedSecretAuth } from "./auth.js";
 import type { ChannelContext } from "./channel.js";
@@ -20,6 +20,7 @@ import { type ContextStats, PipeCounters, addCount } from "./stats.js";
 import type { FlightEvent } from "./flight-recorder.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
+import { type WarmUpReport, warmUp } from "./warm-up.js";
 
 const log = debugLog("negotiation");
 
@@ -92,6 +93,12 @@ export interface ListenerOptions {
   maxUnaccepted?: number | undefined;
 }
 
+/** Options of Context.warmUp(): a signal or a timeout stop it where it is. */
+export interface WarmUpOptions extends OperationOptions {
+  /** Round trips over each transport and channel (default 2,000). */
+  roundTrips?: number | undefined;
+}
+
 /** One open pipe's flight record, as Context.flightRecords() lists it. */
 export interface PipeFlightRecord {
   /** The pipe. */
@@ -117,9 +124,11 @@ const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
 const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
 const DEFAULT_MAX_UNACCEPTED = 1024;
 const DEFAULT_FLIGHT_RECORDER = 64;
+const DEFAULT_WARM_UP_ROUND_TRIPS = 2000;
 
 const check = new OptionChecks("ContextOptions");
 const listenerCheck = new OptionChecks("ListenerOptions");
+const warmUpCheck = new OptionChecks("WarmUpOptions");
 /** The longest a timer waits: a longer handshakeTimeout would fire at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -306,6 +315,36 @@ export class Context {
         throw err;
       })
       .finally(() => this.connecting.delete(deadline));
+  }
+
+  /**
+   * Runs the hot path over pipes to this context itself, once for each
+   * viable transport that names a loopback address and each channel that
+   * carries CPU tensors, so that V8 has compiled it before the first real
+   * message: call it once backends are registered, before serving. It costs
+   * a few hundred ms of CPU once per thread (a pair already warm in this
+   * thread is not run again); the warm-up pipes count in stats() and show
+   * on the diagnostics channels as any other pipe.
+   */
+  async warmUp(options?: WarmUpOptions): Promise<WarmUpReport> {
+    if (this.closing) throw closedError("context");
+    const roundTrips = warmUpCheck.wholeNumber("roundTrips", options?.roundTrips, 1, 1_000_000) ?? DEFAULT_WARM_UP_ROUND_TRIPS;
+    const deadline = operationDeadline(options, "warm-up") ?? new Deadline();
+    const viable = (v: Viability) => (v.viable ? undefined : `not viable here: ${v.reason}`);
+    const transports = byPriority(this.transports.values()).map((t) => ({
+      name: t.name,
+      skip: viable(t.context.isViable()),
+      loopbackAddress: t.context.loopbackAddress,
+    }));
+    const channels = byPriority(this.channels.values()).map((c) => ({
+      name: c.name,
+      skip: viable(c.context.isViable()) ?? (c.context.deviceDescriptors().some((d) => d.device.type === "cpu") ? undefined : "carries no CPU tensors"),
+    }));
+    try {
+      return await warmUp(this, transports, channels, roundTrips, deadline.signal);
+    } finally {
+      deadline.release();
+    }
   }
 
   /** Keeps the pipe of a finished handshake, or closes it if this context is closing. */

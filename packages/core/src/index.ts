@@ -3,7 +3,16 @@
  * what can be observed of them. Backend authors: `@tensorpipe/core/backend`;
  * tests: `@tensorpipe/core/testing`.
  */
-export { Context, type ContextOptions, type ConnectOptions, type ListenerOptions, type BackendInfo, type PipeFlightRecord } from "./context.js";
+export {
+  Context,
+  type ContextOptions,
+  type ConnectOptions,
+  type ListenerOptions,
+  type BackendInfo,
+  type PipeFlightRecord,
+  type WarmUpOptions,
+} from "./context.js";
+export type { WarmUpReport } from "./warm-up.js";
 export type { PathPolicy } from "./path-policy.js";
 export { describePathReport } from "./path-report.js";
 export { describeFlightEvents, type FlightEvent, type FlightEventKind } from "./flight-recorder.js";

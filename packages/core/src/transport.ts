@@ -29,6 +29,12 @@ export interface TransportContext {
    */
   readonly medium?: TransportMedium;
   /**
+   * An address this process can listen on and reach itself at
+   * ("127.0.0.1:0"), for Context.warmUp(); a transport without one is not
+   * warmed.
+   */
+  readonly loopbackAddress?: string;
+  /**
    * Starts listening at `address` (the part of the URL after "scheme://"),
    * calling `onConnection` for each accepted connection and `onError` when
    * accepting one failed (out of file descriptors, ...); it goes on listening.

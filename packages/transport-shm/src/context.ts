@@ -79,6 +79,8 @@ export interface ShmTransportOptions {
 export class ShmTransport implements TransportContext {
   /** Bytes go through rings in memory both processes map. */
   readonly medium = "shared-memory" as const;
+  /** A fresh name in the abstract namespace, as listen() makes for "*". */
+  readonly loopbackAddress = "*";
   private closed = false;
   private viability?: Viability;
   private readonly native: NativeShmOptions;

@@ -91,6 +91,7 @@ class UvTransportListener implements TransportListener {
  */
 export class UvTransport implements TransportContext {
   readonly aliases = ["tcp"] as const;
+  readonly loopbackAddress = "127.0.0.1:0";
   private closed = false;
 
   private readonly peerTimeout: number;

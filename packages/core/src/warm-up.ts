@@ -1,0 +1,297 @@
+/**
+ * Context.warmUp(): the hot path run over pipes to itself before the first
+ * real message, so that V8 has compiled it. A fresh process otherwise
+ * interprets it for its first few thousand messages while its compiler
+ * threads take the CPU from it: on 2 cores, 2-6x the warm p50 for 8 B
+ * messages (docs/performance.md, "Cold start").
+ *
+ * V8's code is per thread, not per context: a pair warmed once in a
+ * thread is not warmed again.
+ */
+import { randomBytes } from "node:crypto";
+import { raceSignal } from "./abort.js";
+import { CPU_DEVICE } from "./device.js";
+import { ErrorCode, type TensorPipeError } from "./errors.js";
+import type { Listener } from "./listener.js";
+import type { Allocation, Message } from "./message.js";
+import { allocateMessage } from "./message-memory.js";
+import type { Pipe } from "./pipe/pipe.js";
+
+/** What Context.warmUp() did. */
+export interface WarmUpReport {
+  /** The transport+channel pairs it ran ("shm+cma"), and those already warm in this thread. */
+  warmed: string[];
+  /** Pairs it could not run, each with why ("uv+cuda-ipc": "carries no CPU tensors"). */
+  skipped: Record<string, string>;
+  /** Round trips over each pair it ran. */
+  roundTrips: number;
+  /** Wall time it took, in ms. */
+  ms: number;
+}
+
+/** A backend warmUp() may run: its registered name, and why not when it cannot. */
+export interface WarmCandidate {
+  name: string;
+  /** Why it cannot be warmed here (not viable, no loopback address, no CPU tensors). */
+  skip?: string | undefined;
+  /** A transport's address to listen on and reach this process at. */
+  loopbackAddress?: string | undefined;
+}
+
+/** What warmUp() needs of a context. */
+export interface WarmUpHost {
+  listen(url: string): Promise<Listener>;
+  connect(url: string, options: { path: { transports: string[]; channels: string[] }; signal: AbortSignal }): Promise<Pipe>;
+}
+
+/** Pairs warmed in this thread. */
+const warmedHere = new Set<string>();
+
+/**
+ * Runs `roundTrips` round trips over a pipe to itself for each transport
+ * with a loopback address and each channel that carries CPU tensors.
+ */
+export async function warmUp(
+  host: WarmUpHost,
+  transports: readonly WarmCandidate[],
+  candidates: readonly WarmCandidate[],
+  roundTrips: number,
+  signal: AbortSignal,
+): Promise<WarmUpReport> {
+  const started = performance.now();
+  const report: WarmUpReport = { warmed: [], skipped: {}, roundTrips, ms: 0 };
+  const channels: string[] = [];
+  for (const c of candidates) {
+    if (c.skip === undefined) channels.push(c.name);
+    else for (const t of transports) report.skipped[`${t.name}+${c.name}`] = c.skip;
+  }
+  for (const t of transports) {
+    const skip = t.skip ?? (t.loopbackAddress === undefined ? `transport "${t.name}" names no loopback address` : undefined);
+    if (skip !== undefined) {
+      for (const c of channels) report.skipped[`${t.name}+${c}`] = skip;
+      continue;
+    }
+    const todo = channels.filter((c) => !warmedHere.has(`${t.name}+${c}`));
+    for (const c of channels) if (!todo.includes(c)) report.warmed.push(`${t.name}+${c}`);
+    if (todo.length === 0) continue;
+    const listening = host.listen(`${t.name}://${t.loopbackAddress}`);
+    const listener = await raceSignal(
+      listening,
+      signal,
+      "warm-up",
+      () =>
+        void listening.then(
+          (l) => l.close(),
+          () => undefined,
+        ),
+    );
+    try {
+      const url = listener.url(t.name);
+      for (const c of todo) {
+        const pair = `${t.name}+${c}`;
+        const failed = await warmPair(host, url, t.name, c, listener, roundTrips, signal);
+        if (failed !== undefined) {
+          report.skipped[pair] = failed;
+          continue;
+        }
+        warmedHere.add(pair);
+        report.warmed.push(pair);
+      }
+    } finally {
+      listener.close();
+    }
+  }
+  report.ms = performance.now() - started;
+  return report;
+}
+
+/**
+ * Half the round trips over one pipe, then a quarter over each of two
+ * more: a new pipe's handshake runs code the messages share (devices,
+ * options, timers) down paths the compiled code had not seen, and V8
+ * throws that code away; on the next pipes it compiles it again knowing
+ * them, so that the application's first pipe finds it ready. Undefined
+ * when done, else why the pair could not be run.
+ */
+async function warmPair(
+  host: WarmUpHost,
+  url: string,
+  transport: string,
+  channel: string,
+  listener: Listener,
+  roundTrips: number,
+  signal: AbortSignal,
+): Promise<string | undefined> {
+  const path = { transports: [transport], channels: [channel] };
+  for (const share of [0.5, 0.25, 0.25]) {
+    let pipes: [Pipe, Pipe];
+    try {
+      pipes = await openSelfPipe(host, url, path, listener, signal);
+    } catch (e) {
+      if (signal.aborted || (e as TensorPipeError).code === ErrorCode.CLOSED) throw e;
+      return (e as Error).message;
+    }
+    try {
+      await raceSignal(exercise(pipes[0], pipes[1], Math.ceil(roundTrips * share)), signal, "warm-up");
+    } finally {
+      pipes[0].close();
+      pipes[1].close();
+    }
+  }
+  return undefined;
+}
+
+/** How long a pipe accepted while warming up may take to say it is ours. */
+const PROVE_WITHIN_MS = 1000;
+
+/**
+ * A pipe to this process and its other end. While it listens, anyone on
+ * this machine may connect too: the end taken is the one whose first
+ * message is a nonce only this call knows, and any other pipe accepted
+ * meanwhile is closed, as is one that says nothing within a second.
+ */
+async function openSelfPipe(
+  host: WarmUpHost,
+  url: string,
+  path: { transports: string[]; channels: string[] },
+  listener: Listener,
+  signal: AbortSignal,
+): Promise<[Pipe, Pipe]> {
+  const nonce = `warm-up ${randomBytes(16).toString("hex")}`;
+  const near = await host.connect(url, { path, signal });
+  try {
+    const sent = near.write({ metadata: nonce });
+    sent.catch(() => undefined);
+    for (;;) {
+      const far = await listener.accept({ signal });
+      const d = await far.readDescriptor({ signal, timeout: PROVE_WITHIN_MS }).catch(() => undefined);
+      if (d?.metadata === nonce && d.payloads.length === 0 && d.tensors.length === 0) {
+        await far.read({ payloads: [], tensors: [] });
+        await sent;
+        return [near, far];
+      }
+      far.close();
+    }
+  } catch (e) {
+    near.close();
+    throw e;
+  }
+}
+
+/**
+ * What warm-up messages are made of, varied as applications' are. V8
+ * optimizes for what it has seen: code that saw only 8 B Float32Arrays in
+ * `{ buffer }` objects is thrown away at the application's first
+ * Uint8Array, first length over 255, first `{ buffer, metadata }`, first
+ * operation with a timeout; and compiled again only once it is hot again,
+ * thousands of messages later. Past four shapes at one place V8 stops
+ * specializing it, so five of each: an application's own shapes then find
+ * code that takes any.
+ */
+type Parts = { payloads: { data: ArrayBufferView }[]; tensors: { buffer: ArrayBufferView }[] };
+const SIZES = [8, 4, 300, 8, 70_000];
+const VIEWS = [
+  (n: number) => new Float32Array(Math.ceil(n / 4)),
+  (n: number) => new Uint8Array(n),
+  (n: number) => Buffer.alloc(n),
+  (n: number) => new Float64Array(Math.ceil(n / 8)),
+  (n: number) => new Int32Array(Math.ceil(n / 4)),
+];
+const TENSORS = [
+  (buffer: ArrayBufferView) => ({ buffer }),
+  (buffer: ArrayBufferView) => ({ buffer, targetDevice: CPU_DEVICE }),
+  (buffer: ArrayBufferView) => ({ buffer, metadata: "t" }),
+  (buffer: ArrayBufferView) => ({ metadata: "", buffer, targetDevice: CPU_DEVICE }),
+  (buffer: ArrayBufferView) => ({ targetDevice: CPU_DEVICE, buffer }),
+];
+const PAYLOADS = [
+  (data: ArrayBufferView) => ({ data }),
+  (data: ArrayBufferView) => ({ data, metadata: "p" }),
+  (data: ArrayBufferView) => ({ metadata: "", data }),
+];
+const MESSAGES = [
+  (_p: Message["payloads"], t: Message["tensors"]): Message => ({ tensors: t }),
+  (p: Message["payloads"], t: Message["tensors"]): Message => ({ metadata: "warm-up", payloads: p, tensors: t }),
+  (p: Message["payloads"], t: Message["tensors"]): Message => ({ payloads: p, tensors: t }),
+  (_p: Message["payloads"], t: Message["tensors"]): Message => ({ tensors: t, metadata: "m" }),
+  (p: Message["payloads"], t: Message["tensors"]): Message => ({ metadata: "", tensors: t, payloads: p }),
+];
+const ALLOCATIONS = [
+  (p: Allocation["payloads"], t: Allocation["tensors"]): Allocation => ({ payloads: p, tensors: t }),
+  (p: Allocation["payloads"], t: Allocation["tensors"]): Allocation => ({ tensors: t, payloads: p }),
+];
+const OPTIONS = [undefined, { timeout: 60_000 }, undefined, { signal: new AbortController().signal }, undefined];
+
+/** The i-th of `list`, for the i-th round trip: lists of co-prime lengths meet in every combination. */
+function nth<T>(list: readonly T[], i: number): T {
+  return list[i % list.length]!;
+}
+
+/**
+ * Round trips in the shapes above, each echoed by `far`: read through
+ * readDescriptor() and read() into memory made for it, or through
+ * readMessage(); written back as it came.
+ */
+async function exercise(near: Pipe, far: Pipe, roundTrips: number): Promise<void> {
+  const echo = (async () => {
+    for (let i = 0; i < roundTrips; i++) {
+      const options = nth(OPTIONS, i);
+      if (i % 2 === 0) {
+        const d = await far.readDescriptor(options);
+        const got = allocateMessage(d);
+        await far.read(
+          nth(ALLOCATIONS, i)(
+            got.payloads,
+            got.tensors.map((t) => nth(TENSORS, i)(t.buffer as ArrayBufferView)),
+          ),
+          options,
+        );
+        const payloads = got.payloads.map((p) => nth(PAYLOADS, i)(p.data));
+        await far.write(
+          nth(MESSAGES, i + 1)(
+            payloads,
+            got.tensors.map((t) => nth(TENSORS, i + 1)(t.buffer as ArrayBufferView)),
+          ),
+          options,
+        );
+      } else {
+        const m = await far.readMessage(options);
+        await far.write(
+          nth(MESSAGES, i)(
+            [],
+            m.tensors.map((t) => nth(TENSORS, i)(t.buffer)),
+          ),
+          options,
+        );
+        m.release();
+      }
+    }
+  })();
+  const parts: Parts[] = SIZES.map((n, i) => ({
+    payloads: i % 2 === 0 ? [{ data: Buffer.alloc(16) }] : [],
+    tensors: [{ buffer: VIEWS[i]!(n) }],
+  }));
+  for (let i = 0; i < roundTrips; i++) {
+    const options = nth(OPTIONS, i);
+    const { payloads, tensors } = nth(parts, i >> 1);
+    const message = nth(MESSAGES, i)(
+      i % 2 === 0 ? payloads.map((p) => nth(PAYLOADS, i)(p.data)) : [],
+      tensors.map((t) => nth(TENSORS, i)(t.buffer)),
+    );
+    await near.write(message, options);
+    if (i % 2 === 0) {
+      const d = await near.readDescriptor(options);
+      const back = allocateMessage(d);
+      await near.read(
+        nth(ALLOCATIONS, i >> 1)(
+          back.payloads,
+          back.tensors.map((t) => nth(TENSORS, i >> 1)(t.buffer as ArrayBufferView)),
+        ),
+        options,
+      );
+    } else {
+      (await near.readMessage(options)).release();
+    }
+  }
+  await echo;
+}

@@ -1,0 +1,115 @@
+/**
+ * Context.warmUp(): the hot path run over pipes to the context itself,
+ * once for each transport and CPU channel, before the first real message.
+ * A pair warm in this thread is not run again, so each test registers its
+ * backends under names of its own.
+ */
+import { BasicChannelContext } from "@tensorpipe/channel-basic";
+import { CPU_DEVICE, Context, ErrorCode, type Listener, type Pipe, type TensorPipeError } from "@tensorpipe/core";
+import { ShmTransport } from "@tensorpipe/transport-shm";
+import { UvTransport } from "@tensorpipe/transport-uv";
+import { afterEach, describe, expect, it } from "vitest";
+import { registerUnrunnable } from "./contexts.js";
+
+const contexts: Context[] = [];
+afterEach(async () => {
+  for (const c of contexts.splice(0)) await c.close();
+});
+
+let names = 0;
+/** A context with uv, shm and basic under fresh names; the names, by kind. */
+function fresh(): { context: Context; uv: string; shm: string; basic: string } {
+  const n = ++names;
+  const context = new Context();
+  contexts.push(context);
+  const uv = `uv-${n}`;
+  const shm = `shm-${n}`;
+  const basic = `basic-${n}`;
+  context.registerTransport(1, uv, new UvTransport());
+  context.registerTransport(10, shm, new ShmTransport());
+  context.registerChannel(0, basic, new BasicChannelContext());
+  return { context, uv, shm, basic };
+}
+
+describe("Context.warmUp()", () => {
+  it("runs each transport with each CPU channel, says why not for the rest, and leaves no pipe open", async () => {
+    const { context, uv, shm, basic } = fresh();
+    registerUnrunnable(context, "nowhere", "it needs a device this machine lacks");
+    const report = await context.warmUp({ roundTrips: 40 });
+    expect(report.warmed.sort()).toEqual([`${shm}+${basic}`, `${uv}+${basic}`].sort());
+    expect(report.skipped).toEqual({
+      [`${shm}+nowhere`]: "not viable here: it needs a device this machine lacks",
+      [`${uv}+nowhere`]: "not viable here: it needs a device this machine lacks",
+    });
+    expect(report.roundTrips).toBe(40);
+    expect(report.ms).toBeGreaterThan(0);
+    // Three pipes a pair, each with its two ends; all closed.
+    const stats = context.stats();
+    expect(stats.pipesOpened).toBe(12);
+    expect(stats.pipesOpen).toBe(0);
+
+    // The context serves as before.
+    const server = fresh();
+    const listener = await server.context.listen(`${server.uv}://127.0.0.1:0`);
+    const client = new Context();
+    contexts.push(client);
+    client.registerTransport(1, server.uv, new UvTransport());
+    client.registerChannel(0, server.basic, new BasicChannelContext());
+    const accepted = listener.accept();
+    const pipe = await client.connect(listener.url(server.uv));
+    const far = await accepted;
+    await pipe.write({ metadata: "after", tensors: [{ buffer: new Float32Array([1, 2]), targetDevice: CPU_DEVICE }] });
+    using got = await far.readMessage();
+    expect(got.metadata).toBe("after");
+  });
+
+  it("does not run a pair again in the same thread", async () => {
+    const { context, uv, shm, basic } = fresh();
+    await context.warmUp({ roundTrips: 10 });
+    const opened = context.stats().pipesOpened;
+    const again = await context.warmUp({ roundTrips: 10 });
+    expect(again.warmed.sort()).toEqual([`${shm}+${basic}`, `${uv}+${basic}`].sort());
+    expect(context.stats().pipesOpened).toBe(opened);
+  });
+
+  it("closes a stranger's pipe to its listener, one that speaks and one that says nothing, and goes on", async () => {
+    const { context, uv, basic } = fresh();
+    const stranger = new Context();
+    contexts.push(stranger);
+    stranger.registerTransport(1, uv, new UvTransport());
+    stranger.registerChannel(0, basic, new BasicChannelContext());
+    const strangers: Pipe[] = [];
+    const listen = context.listen.bind(context);
+    // The strangers connect as soon as the listener is up, before warm-up's own pipe.
+    context.listen = async (...args: Parameters<Context["listen"]>): Promise<Listener> => {
+      const listener = await listen(...args);
+      if (!String(args[0]).startsWith(`${uv}://`)) return listener;
+      const url = listener.url(uv);
+      const talker = await stranger.connect(url);
+      await talker.write({ metadata: "let me in" });
+      strangers.push(talker, await stranger.connect(url));
+      return listener;
+    };
+    const report = await context.warmUp({ roundTrips: 10 });
+    expect(report.warmed).toContain(`${uv}+${basic}`);
+    expect(strangers).toHaveLength(2);
+    for (const s of strangers) {
+      const err = (await s.readDescriptor().catch((e: unknown) => e)) as TensorPipeError;
+      expect(err.code).toBe(ErrorCode.PEER_CLOSED);
+    }
+  });
+
+  it("stops where it is on its signal or timeout, and takes only whole round trips", async () => {
+    const { context } = fresh();
+    const aborted = (await context.warmUp({ signal: AbortSignal.abort() }).catch((e: unknown) => e)) as TensorPipeError;
+    expect(aborted.code).toBe(ErrorCode.ABORTED);
+    const late = (await context.warmUp({ timeout: 1 }).catch((e: unknown) => e)) as TensorPipeError;
+    expect(late.code).toBe(ErrorCode.TIMEOUT);
+    expect(context.stats().pipesOpen).toBe(0);
+    for (const roundTrips of [0, 1.5, "10"]) {
+      const err = (await context.warmUp({ roundTrips: roundTrips as number }).catch((e: unknown) => e)) as TensorPipeError;
+      expect(err.code).toBe(ErrorCode.INVALID_ARG);
+      expect(err.message).toMatch(/roundTrips/);
+    }
+  });
+});
