@@ -5,7 +5,7 @@
  *   tensorpipe bench [--sizes 8,64K,1M,...] [--quick] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N]
  *                    [--json FILE] [--backend MODULE ...]
  *   tensorpipe peer [--host ADDR] [--transports a,b] [--channels c,d] [--lanes N] [--copy-threads N] [--interface NAME]
- *                   [--peer-timeout MS] [--timeout MS] [--secret-file FILE] [--backend MODULE ...]
+ *                   [--peer-timeout MS] [--timeout MS] [--warm-up N] [--secret-file FILE] [--backend MODULE ...]
  *   tensorpipe registry --listen URL [--listen URL ...] [--secret-file FILE] [--max-members N] [--startup-grace MS] [--backend MODULE ...]
  */
 import { readFileSync } from "node:fs";
@@ -54,6 +54,8 @@ commands:
              --interface NAME     uv: the network interface
              --peer-timeout MS    uv: how long a silent peer may go unnoticed
              --timeout MS         a deadline for each read and write
+             --warm-up N          before it listens, run the hot path N times over
+                                  pipes to itself (Context.warmUp())
              --backend MODULE     a third-party backend package too; may be given again
   registry serve a cluster's embedded registry (@tensorpipe/cluster, installed
            beside the CLI) for members without etcd; print its addresses as one
@@ -184,6 +186,7 @@ async function main(argv: string[]): Promise<number> {
       interface: { type: "string" },
       "peer-timeout": { type: "string" },
       timeout: { type: "string" },
+      "warm-up": { type: "string" },
       "secret-file": { type: "string" },
       backend: { type: "string", multiple: true },
     });
@@ -197,6 +200,7 @@ async function main(argv: string[]): Promise<number> {
       interface: values.interface,
       peerTimeout: positive("--peer-timeout", values["peer-timeout"]),
       timeout: positive("--timeout", values.timeout),
+      warmUp: positive("--warm-up", values["warm-up"]),
       ...(values.backend ? { backends: values.backend } : {}),
     });
     return 0;

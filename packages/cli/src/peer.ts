@@ -20,6 +20,8 @@ export interface PeerOptions extends BackendChoice {
   host?: string;
   /** A deadline for each of its reads and writes, in ms. */
   timeout?: number;
+  /** Runs Context.warmUp() with this many round trips before it listens. */
+  warmUp?: number | undefined;
 }
 
 /** The node:net sink's landing buffer at most: a client's header may ask for no more. */
@@ -130,6 +132,7 @@ export async function runPeer(options: PeerOptions = {}): Promise<void> {
   process.stdout.on("error", () => process.exit(0));
   const found = chosen(await findBackends(options), options);
   const context = await createContext(options, found);
+  if (options.warmUp !== undefined) await context.warmUp({ roundTrips: options.warmUp });
   const urls = listenUrls(found, host);
   if (urls.length === 0) {
     const why = found
