@@ -321,14 +321,22 @@ export class Context {
    * Runs the hot path over pipes to this context itself, once for each
    * viable transport that names a loopback address and each channel that
    * carries CPU tensors, so that V8 has compiled it before the first real
-   * message: call it once backends are registered, before serving. It costs
-   * a few hundred ms of CPU once per thread (a pair already warm in this
-   * thread is not run again); the warm-up pipes count in stats() and show
-   * on the diagnostics channels as any other pipe.
+   * message: call it once backends are registered, before serving. Each
+   * pair costs 0.4-1 s of CPU, once per thread (a pair already warm in
+   * this thread is not run again). While it runs it listens on a loopback
+   * address, where it takes only its own pipes and closes any other. The
+   * warm-up pipes count in stats() and show on the diagnostics channels as
+   * any other pipe.
    */
   async warmUp(options?: WarmUpOptions): Promise<WarmUpReport> {
     if (this.closing) throw closedError("context");
     const roundTrips = warmUpCheck.wholeNumber("roundTrips", options?.roundTrips, 1, 1_000_000) ?? DEFAULT_WARM_UP_ROUND_TRIPS;
+    if (this.transports.size === 0 || this.channels.size === 0) {
+      throw new TensorPipeError(
+        ErrorCode.INVALID_ARG,
+        `warmUp() has nothing to run: it needs a transport and a channel registered first (have ${this.transports.size} transport(s), ${this.channels.size} channel(s)); e.g. registerUvTransport(ctx) and registerBasicChannel(ctx)`,
+      );
+    }
     const deadline = operationDeadline(options, "warm-up") ?? new Deadline();
     const viable = (v: Viability) => (v.viable ? undefined : `not viable here: ${v.reason}`);
     const transports = byPriority(this.transports.values()).map((t) => ({

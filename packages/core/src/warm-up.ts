@@ -10,6 +10,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { raceSignal } from "./abort.js";
+import { Deferred } from "./deferred.js";
 import { CPU_DEVICE } from "./device.js";
 import { ErrorCode, type TensorPipeError } from "./errors.js";
 import type { Listener } from "./listener.js";
@@ -19,13 +20,15 @@ import type { Pipe } from "./pipe/pipe.js";
 
 /** What Context.warmUp() did. */
 export interface WarmUpReport {
-  /** The transport+channel pairs it ran ("shm+cma"), and those already warm in this thread. */
+  /** The transport+channel pairs it ran now ("shm+cma"), each `roundTrips` times. */
   warmed: string[];
+  /** Pairs it did not run because a call before had, in this thread. */
+  alreadyWarm: string[];
   /** Pairs it could not run, each with why ("uv+cuda-ipc": "carries no CPU tensors"). */
   skipped: Record<string, string>;
-  /** Round trips over each pair it ran. */
+  /** Round trips over each pair in `warmed`. */
   roundTrips: number;
-  /** Wall time it took, in ms. */
+  /** Wall time it took, in whole ms. */
   ms: number;
 }
 
@@ -59,7 +62,7 @@ export async function warmUp(
   signal: AbortSignal,
 ): Promise<WarmUpReport> {
   const started = performance.now();
-  const report: WarmUpReport = { warmed: [], skipped: {}, roundTrips, ms: 0 };
+  const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
   const channels: string[] = [];
   for (const c of candidates) {
     if (c.skip === undefined) channels.push(c.name);
@@ -72,7 +75,7 @@ export async function warmUp(
       continue;
     }
     const todo = channels.filter((c) => !warmedHere.has(`${t.name}+${c}`));
-    for (const c of channels) if (!todo.includes(c)) report.warmed.push(`${t.name}+${c}`);
+    for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(`${t.name}+${c}`);
     if (todo.length === 0) continue;
     const listening = host.listen(`${t.name}://${t.loopbackAddress}`);
     const listener = await raceSignal(
@@ -101,7 +104,7 @@ export async function warmUp(
       listener.close();
     }
   }
-  report.ms = performance.now() - started;
+  report.ms = Math.round(performance.now() - started);
   return report;
 }
 
@@ -131,8 +134,11 @@ async function warmPair(
       if (signal.aborted || (e as TensorPipeError).code === ErrorCode.CLOSED) throw e;
       return (e as Error).message;
     }
+    // Its pipes are closed below if the signal stops it first: it then fails, and nobody waits for it.
+    const run = exercise(pipes[0], pipes[1], Math.ceil(roundTrips * share));
+    run.catch(() => undefined);
     try {
-      await raceSignal(exercise(pipes[0], pipes[1], Math.ceil(roundTrips * share)), signal, "warm-up");
+      await raceSignal(run, signal, "warm-up");
     } finally {
       pipes[0].close();
       pipes[1].close();
@@ -147,8 +153,10 @@ const PROVE_WITHIN_MS = 1000;
 /**
  * A pipe to this process and its other end. While it listens, anyone on
  * this machine may connect too: the end taken is the one whose first
- * message is a nonce only this call knows, and any other pipe accepted
- * meanwhile is closed, as is one that says nothing within a second.
+ * message is a nonce only this call knows. Every pipe accepted meanwhile
+ * is asked at once, side by side, so that strangers that say nothing
+ * delay it by a second at most, however many; each is closed once it has
+ * said something else, or nothing within that second.
  */
 async function openSelfPipe(
   host: WarmUpHost,
@@ -159,22 +167,37 @@ async function openSelfPipe(
 ): Promise<[Pipe, Pipe]> {
   const nonce = `warm-up ${randomBytes(16).toString("hex")}`;
   const near = await host.connect(url, { path, signal });
+  const ours = new Deferred<Pipe>();
+  // Stops the accepting below once ours is found (or the caller's signal fires).
+  const found = new AbortController();
+  const stop = () => found.abort();
+  signal.addEventListener("abort", stop, { once: true });
+  const prove = (far: Pipe) =>
+    far.readDescriptor({ signal, timeout: PROVE_WITHIN_MS }).then(
+      (d) => {
+        if (d.metadata === nonce && d.payloads.length === 0 && d.tensors.length === 0) ours.resolve(far);
+        else far.close();
+      },
+      () => far.close(),
+    );
+  const accepting = (async () => {
+    for (;;) prove(await listener.accept({ signal: found.signal }));
+  })();
+  // Accepting fails on its own only if the listener does (the context closing).
+  accepting.catch((e: unknown) => {
+    if (!found.signal.aborted) ours.reject(e);
+  });
   try {
-    const sent = near.write({ metadata: nonce });
-    sent.catch(() => undefined);
-    for (;;) {
-      const far = await listener.accept({ signal });
-      const d = await far.readDescriptor({ signal, timeout: PROVE_WITHIN_MS }).catch(() => undefined);
-      if (d?.metadata === nonce && d.payloads.length === 0 && d.tensors.length === 0) {
-        await far.read({ payloads: [], tensors: [] });
-        await sent;
-        return [near, far];
-      }
-      far.close();
-    }
+    await near.write({ metadata: nonce });
+    const far = await raceSignal(ours.promise, signal, "warm-up");
+    await far.read({ payloads: [], tensors: [] });
+    return [near, far];
   } catch (e) {
     near.close();
     throw e;
+  } finally {
+    stop();
+    signal.removeEventListener("abort", stop);
   }
 }
 
@@ -233,7 +256,7 @@ function nth<T>(list: readonly T[], i: number): T {
  * readMessage(); written back as it came.
  */
 async function exercise(near: Pipe, far: Pipe, roundTrips: number): Promise<void> {
-  const echo = (async () => {
+  const echo = (async (): Promise<void> => {
     for (let i = 0; i < roundTrips; i++) {
       const options = nth(OPTIONS, i);
       if (i % 2 === 0) {
@@ -267,6 +290,8 @@ async function exercise(near: Pipe, far: Pipe, roundTrips: number): Promise<void
       }
     }
   })();
+  // Awaited below, unless the near end fails first.
+  echo.catch(() => undefined);
   const parts: Parts[] = SIZES.map((n, i) => ({
     payloads: i % 2 === 0 ? [{ data: Buffer.alloc(16) }] : [],
     tensors: [{ buffer: VIEWS[i]!(n) }],
