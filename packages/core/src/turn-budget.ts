@@ -1,10 +1,14 @@
 import { Fifo } from "./fifo.js";
 
-/** Reads and writes that may complete at once in one turn of the event loop. */
-export const AT_ONCE_PER_TURN = 256;
+/** How long reads and writes may go on completing at once in one turn of the event loop, in ms. */
+export const TURN_MS = 1;
 
-/** Past this many in a turn, the turn's end is watched for (one Immediate), where the count starts again. */
-const WATCH_AFTER = 64;
+/**
+ * The clock is read once in this many operations, the first time when the
+ * turn's end starts being watched for (one Immediate), where the count
+ * starts again.
+ */
+export const CHECK_EVERY = 64;
 
 /**
  * Reads whose bytes are already here, and writes the ring or the kernel
@@ -12,28 +16,36 @@ const WATCH_AFTER = 64;
  * the next: one chain of promises that never yields while a peer keeps a
  * ring full, or keeps reading as fast as this side writes. It would hold
  * this thread's event loop (its timers, its other sockets) for as long as
- * that lasts. Past AT_ONCE_PER_TURN such completions, a read waits for
- * the loop's next turn (setImmediate), and a write done is told then; each
- * in the order asked for. The count starts again only where the loop has
- * turned (an Immediate, armed once WATCH_AFTER are counted): not at each
+ * that lasts. Once such completions have gone on for TURN_MS, a read
+ * waits for the loop's next turn (setImmediate), and a write done is told
+ * then; each in the order asked for. A budget of time, not of operations:
+ * a count small enough to keep the loop turning under 8 B floods (256)
+ * made a front's 16 KiB requests wait a turn at its ordinary rate and
+ * doubled their p50. The count starts again only where the loop has
+ * turned (an Immediate, armed once CHECK_EVERY are counted): not at each
  * connection's wake-up, or a peer with many pipes woken in one turn would
- * get the count many times over. A quiet turn arms nothing, so the hot
- * path allocates nothing per turn.
+ * get the budget many times over. A quiet turn arms nothing and reads no
+ * clock, so the hot path allocates nothing per turn.
  */
 class TurnBudget {
   private used = 0;
+  /** When the clock was first read this turn (at the CHECK_EVERY-th operation). */
+  private watchedSince = 0;
+  /** TURN_MS have passed this turn: the next operation must wait (later()). */
+  spent = false;
   /** setImmediate(nextTurn) is pending. */
   private armed = false;
   private readonly waiting = new Fifo<() => void>();
 
-  /** Whether the count is spent: the next operation must wait (later()). */
-  get spent(): boolean {
-    return this.used >= AT_ONCE_PER_TURN;
-  }
-
   /** Counts an operation that completed at once. */
   spend(): void {
-    if (++this.used >= WATCH_AFTER) this.watchTurnEnd();
+    if (++this.used % CHECK_EVERY !== 0) return;
+    if (this.used === CHECK_EVERY) {
+      this.watchedSince = performance.now();
+      this.watchTurnEnd();
+    } else if (performance.now() - this.watchedSince >= TURN_MS) {
+      this.spent = true;
+    }
   }
 
   /** Runs `job` in a later turn, after the jobs given before it. */
@@ -51,6 +63,7 @@ class TurnBudget {
   private readonly nextTurn = (): void => {
     this.armed = false;
     this.used = 0;
+    this.spent = false;
     while (!this.spent && this.waiting.length > 0) this.waiting.shift()!();
     if (this.waiting.length > 0) this.watchTurnEnd();
   };
