@@ -330,6 +330,7 @@ export class Context {
    */
   async warmUp(options?: WarmUpOptions): Promise<WarmUpReport> {
     if (this.closing) throw closedError("context");
+    warmUpCheck.object(options);
     const roundTrips = warmUpCheck.wholeNumber("roundTrips", options?.roundTrips, 1, 1_000_000) ?? DEFAULT_WARM_UP_ROUND_TRIPS;
     if (this.transports.size === 0 || this.channels.size === 0) {
       throw new TensorPipeError(

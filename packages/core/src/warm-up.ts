@@ -49,6 +49,8 @@ export interface WarmUpHost {
 
 /** Pairs warmed in this thread. */
 const warmedHere = new Set<string>();
+/** Pairs a call is warming now in this thread: settles when it is over, however it ends. */
+const warmingHere = new Map<string, Promise<void>>();
 
 /**
  * Runs `roundTrips` round trips over a pipe to itself for each transport
@@ -69,43 +71,71 @@ export async function warmUp(
     else for (const t of transports) report.skipped[`${t.name}+${c.name}`] = c.skip;
   }
   for (const t of transports) {
-    const skip = t.skip ?? (t.loopbackAddress === undefined ? `transport "${t.name}" names no loopback address` : undefined);
-    if (skip !== undefined) {
-      for (const c of channels) report.skipped[`${t.name}+${c}`] = skip;
+    const address = t.loopbackAddress;
+    if (t.skip !== undefined || address === undefined) {
+      const why = t.skip ?? `transport "${t.name}" names no loopback address`;
+      for (const c of channels) report.skipped[`${t.name}+${c}`] = why;
       continue;
+    }
+    // Pairs another call is warming now: this one waits for them rather than run them again.
+    for (;;) {
+      const other = channels.map((c) => warmingHere.get(`${t.name}+${c}`)).find((p) => p !== undefined);
+      if (!other) break;
+      await raceSignal(other, signal, "warm-up");
     }
     const todo = channels.filter((c) => !warmedHere.has(`${t.name}+${c}`));
     for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(`${t.name}+${c}`);
     if (todo.length === 0) continue;
-    const listening = host.listen(`${t.name}://${t.loopbackAddress}`);
-    const listener = await raceSignal(
-      listening,
-      signal,
-      "warm-up",
-      () =>
-        void listening.then(
-          (l) => l.close(),
-          () => undefined,
-        ),
-    );
+    // Marked before the first await, so that a call made meanwhile waits for these.
+    const over = new Deferred<void>();
+    for (const c of todo) warmingHere.set(`${t.name}+${c}`, over.promise);
     try {
-      const url = listener.url(t.name);
-      for (const c of todo) {
-        const pair = `${t.name}+${c}`;
-        const failed = await warmPair(host, url, t.name, c, listener, roundTrips, signal);
-        if (failed !== undefined) {
-          report.skipped[pair] = failed;
-          continue;
-        }
-        warmedHere.add(pair);
-        report.warmed.push(pair);
-      }
+      await warmTransport(host, t.name, address, todo, roundTrips, signal, report);
     } finally {
-      listener.close();
+      for (const c of todo) warmingHere.delete(`${t.name}+${c}`);
+      over.resolve();
     }
   }
   report.ms = Math.round(performance.now() - started);
   return report;
+}
+
+/** Runs each of `channels` over `transport`, listening on its loopback address meanwhile. */
+async function warmTransport(
+  host: WarmUpHost,
+  transport: string,
+  address: string,
+  channels: readonly string[],
+  roundTrips: number,
+  signal: AbortSignal,
+  report: WarmUpReport,
+): Promise<void> {
+  const listening = host.listen(`${transport}://${address}`);
+  const listener = await raceSignal(
+    listening,
+    signal,
+    "warm-up",
+    () =>
+      void listening.then(
+        (l) => l.close(),
+        () => undefined,
+      ),
+  );
+  try {
+    const url = listener.url(transport);
+    for (const c of channels) {
+      const pair = `${transport}+${c}`;
+      const failed = await warmPair(host, url, transport, c, listener, roundTrips, signal);
+      if (failed !== undefined) {
+        report.skipped[pair] = failed;
+        continue;
+      }
+      warmedHere.add(pair);
+      report.warmed.push(pair);
+    }
+  } finally {
+    listener.close();
+  }
 }
 
 /**

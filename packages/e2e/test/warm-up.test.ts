@@ -74,6 +74,15 @@ describe("Context.warmUp()", () => {
     expect(context.stats().pipesOpened).toBe(opened);
   });
 
+  it("runs a pair once when called twice at once, the second call waiting for the first", async () => {
+    const { context, uv, shm, basic } = fresh();
+    const [a, b] = await Promise.all([context.warmUp({ roundTrips: 10 }), context.warmUp({ roundTrips: 10 })]);
+    const pairs = [`${shm}+${basic}`, `${uv}+${basic}`].sort();
+    expect([...a.warmed, ...b.warmed].sort()).toEqual(pairs);
+    expect([...a.alreadyWarm, ...b.alreadyWarm].sort()).toEqual(pairs);
+    expect(context.stats().pipesOpened).toBe(12);
+  });
+
   it("closes strangers' pipes to its listener, one that speaks and many that say nothing, side by side, and goes on", async () => {
     const { context, uv, basic } = fresh();
     const stranger = new Context();
@@ -135,6 +144,8 @@ describe("Context.warmUp()", () => {
     const late = (await context.warmUp({ timeout: 1 }).catch((e: unknown) => e)) as TensorPipeError;
     expect(late.code).toBe(ErrorCode.TIMEOUT);
     expect(context.stats().pipesOpen).toBe(0);
+    const notAnObject = (await context.warmUp([] as never).catch((e: unknown) => e)) as TensorPipeError;
+    expect(notAnObject.code).toBe(ErrorCode.INVALID_ARG);
     for (const roundTrips of [0, 1.5, "10"]) {
       const err = (await context.warmUp({ roundTrips: roundTrips as number }).catch((e: unknown) => e)) as TensorPipeError;
       expect(err.code).toBe(ErrorCode.INVALID_ARG);
