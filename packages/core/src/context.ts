@@ -349,9 +349,13 @@ export class Context {
       name: c.name,
       skip: viable(c.context.isViable()) ?? (c.context.deviceDescriptors().some((d) => d.device.type === "cpu") ? undefined : "carries no CPU tensors"),
     }));
+    // Closing the context aborts it as it does a connect; strangers' pipes each wait on its signal.
+    this.connecting.add(deadline);
+    setMaxListeners(0, deadline.signal);
     try {
-      return await warmUp(this, transports, channels, roundTrips, deadline.signal);
+      return await warmUp(this, transports, channels, { roundTrips, maxMessageBytes: this.descriptorLimits.maxMessageBytes }, deadline.signal);
     } finally {
+      this.connecting.delete(deadline);
       deadline.release();
     }
   }

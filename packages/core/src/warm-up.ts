@@ -60,9 +60,10 @@ export async function warmUp(
   host: WarmUpHost,
   transports: readonly WarmCandidate[],
   candidates: readonly WarmCandidate[],
-  roundTrips: number,
+  { roundTrips, maxMessageBytes }: { roundTrips: number; maxMessageBytes: number },
   signal: AbortSignal,
 ): Promise<WarmUpReport> {
+  const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
   const started = performance.now();
   const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
   const channels: string[] = [];
@@ -90,7 +91,7 @@ export async function warmUp(
     const over = new Deferred<void>();
     for (const c of todo) warmingHere.set(`${t.name}+${c}`, over.promise);
     try {
-      await warmTransport(host, t.name, address, todo, roundTrips, signal, report);
+      await warmTransport(host, t.name, address, todo, shape, signal, report);
     } finally {
       for (const c of todo) warmingHere.delete(`${t.name}+${c}`);
       over.resolve();
@@ -106,7 +107,7 @@ async function warmTransport(
   transport: string,
   address: string,
   channels: readonly string[],
-  roundTrips: number,
+  shape: Shape,
   signal: AbortSignal,
   report: WarmUpReport,
 ): Promise<void> {
@@ -125,7 +126,7 @@ async function warmTransport(
     const url = listener.url(transport);
     for (const c of channels) {
       const pair = `${transport}+${c}`;
-      const failed = await warmPair(host, url, transport, c, listener, roundTrips, signal);
+      const failed = await warmPair(host, url, transport, c, listener, shape, signal);
       if (failed !== undefined) {
         report.skipped[pair] = failed;
         continue;
@@ -152,7 +153,7 @@ async function warmPair(
   transport: string,
   channel: string,
   listener: Listener,
-  roundTrips: number,
+  shape: Shape,
   signal: AbortSignal,
 ): Promise<string | undefined> {
   const path = { transports: [transport], channels: [channel] };
@@ -165,10 +166,13 @@ async function warmPair(
       return (e as Error).message;
     }
     // Its pipes are closed below if the signal stops it first: it then fails, and nobody waits for it.
-    const run = exercise(pipes[0], pipes[1], Math.ceil(roundTrips * share));
+    const run = exercise(pipes[0], pipes[1], Math.ceil(shape.roundTrips * share), shape.sizes);
     run.catch(() => undefined);
     try {
       await raceSignal(run, signal, "warm-up");
+    } catch (e) {
+      if (signal.aborted) throw e;
+      return (e as Error).message;
     } finally {
       pipes[0].close();
       pipes[1].close();
@@ -202,14 +206,22 @@ async function openSelfPipe(
   const found = new AbortController();
   const stop = () => found.abort();
   signal.addEventListener("abort", stop, { once: true });
-  const prove = (far: Pipe) =>
+  // Pipes accepted and not yet found ours or not: closed once ours is found.
+  const asked = new Set<Pipe>();
+  const prove = (far: Pipe) => {
+    asked.add(far);
     far.readDescriptor({ signal, timeout: PROVE_WITHIN_MS }).then(
       (d) => {
+        asked.delete(far);
         if (d.metadata === nonce && d.payloads.length === 0 && d.tensors.length === 0) ours.resolve(far);
         else far.close();
       },
-      () => far.close(),
+      () => {
+        asked.delete(far);
+        far.close();
+      },
     );
+  };
   const accepting = (async () => {
     for (;;) prove(await listener.accept({ signal: found.signal }));
   })();
@@ -228,6 +240,7 @@ async function openSelfPipe(
   } finally {
     stop();
     signal.removeEventListener("abort", stop);
+    for (const stranger of asked) stranger.close();
   }
 }
 
@@ -243,6 +256,19 @@ async function openSelfPipe(
  */
 type Parts = { payloads: { data: ArrayBufferView }[]; tensors: { buffer: ArrayBufferView }[] };
 const SIZES = [8, 4, 300, 8, 70_000];
+/** Bytes of the payload some warm-up messages carry besides their tensor. */
+const PAYLOAD_BYTES = 16;
+
+/** How many round trips, and the tensor sizes to send: SIZES, each cut to what a peer's message may be here. */
+interface Shape {
+  roundTrips: number;
+  sizes: number[];
+}
+
+/** SIZES cut to fit ContextOptions.maxMessageBytes with a payload, in whole 8 bytes (at least 8). */
+function sizesWithin(maxMessageBytes: number): number[] {
+  return SIZES.map((n) => Math.max(8, Math.floor(Math.min(n, maxMessageBytes - PAYLOAD_BYTES) / 8) * 8));
+}
 const VIEWS = [
   (n: number) => new Float32Array(Math.ceil(n / 4)),
   (n: number) => new Uint8Array(n),
@@ -285,7 +311,7 @@ function nth<T>(list: readonly T[], i: number): T {
  * readDescriptor() and read() into memory made for it, or through
  * readMessage(); written back as it came.
  */
-async function exercise(near: Pipe, far: Pipe, roundTrips: number): Promise<void> {
+async function exercise(near: Pipe, far: Pipe, roundTrips: number, sizes: readonly number[]): Promise<void> {
   const echo = (async (): Promise<void> => {
     for (let i = 0; i < roundTrips; i++) {
       const options = nth(OPTIONS, i);
@@ -322,8 +348,8 @@ async function exercise(near: Pipe, far: Pipe, roundTrips: number): Promise<void
   })();
   // Awaited below, unless the near end fails first.
   echo.catch(() => undefined);
-  const parts: Parts[] = SIZES.map((n, i) => ({
-    payloads: i % 2 === 0 ? [{ data: Buffer.alloc(16) }] : [],
+  const parts: Parts[] = sizes.map((n, i) => ({
+    payloads: i % 2 === 0 ? [{ data: Buffer.alloc(PAYLOAD_BYTES) }] : [],
     tensors: [{ buffer: VIEWS[i]!(n) }],
   }));
   for (let i = 0; i < roundTrips; i++) {

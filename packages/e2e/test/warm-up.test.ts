@@ -5,7 +5,7 @@
  * backends under names of its own.
  */
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
-import { CPU_DEVICE, Context, ErrorCode, type Listener, type Pipe, type TensorPipeError } from "@tensorpipe/core";
+import { CPU_DEVICE, Context, type ContextOptions, ErrorCode, type Listener, type Pipe, type TensorPipeError } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
 import { afterEach, describe, expect, it } from "vitest";
@@ -17,10 +17,10 @@ afterEach(async () => {
 });
 
 let names = 0;
-/** A context with uv, shm and basic under fresh names; the names, by kind. */
-function fresh(): { context: Context; uv: string; shm: string; basic: string } {
-  const n = ++names;
-  const context = new Context();
+/** A context with uv, shm and basic under fresh names (or those of `like`); the names, by kind. */
+function fresh(options?: ContextOptions, like?: number): { context: Context; uv: string; shm: string; basic: string; n: number } {
+  const n = like ?? ++names;
+  const context = new Context(options);
   contexts.push(context);
   const uv = `uv-${n}`;
   const shm = `shm-${n}`;
@@ -28,7 +28,7 @@ function fresh(): { context: Context; uv: string; shm: string; basic: string } {
   context.registerTransport(1, uv, new UvTransport());
   context.registerTransport(10, shm, new ShmTransport());
   context.registerChannel(0, basic, new BasicChannelContext());
-  return { context, uv, shm, basic };
+  return { context, uv, shm, basic, n };
 }
 
 describe("Context.warmUp()", () => {
@@ -98,18 +98,49 @@ describe("Context.warmUp()", () => {
       const url = listener.url(uv);
       const talker = await stranger.connect(url);
       await talker.write({ metadata: "let me in" });
-      strangers.push(talker, ...(await Promise.all(Array.from({ length: 8 }, () => stranger.connect(url)))));
+      strangers.push(talker, ...(await Promise.all(Array.from({ length: 12 }, () => stranger.connect(url)))));
       return listener;
     };
-    const report = await context.warmUp({ roundTrips: 10 });
+    const warnings: Error[] = [];
+    const warned = (w: Error) => warnings.push(w);
+    process.on("warning", warned);
+    const report = await context.warmUp({ roundTrips: 10 }).finally(() => process.off("warning", warned));
     expect(report.warmed).toContain(`${uv}+${basic}`);
-    // Asked one after another, the eight silent ones would take a second each.
+    // Asked one after another, the twelve silent ones would take a second each.
     expect(report.ms).toBeLessThan(4000);
-    expect(strangers).toHaveLength(9);
+    // None is left waiting once it is over, and none warned of a listener leak on its signal.
+    expect(context.stats().pipesOpen).toBe(0);
+    expect(warnings.map((w) => w.name)).not.toContain("MaxListenersExceededWarning");
+    expect(strangers).toHaveLength(13);
     for (const s of strangers) {
       const err = (await s.readDescriptor().catch((e: unknown) => e)) as TensorPipeError;
       expect(err.code).toBe(ErrorCode.PEER_CLOSED);
     }
+  });
+
+  it("stops when its context closes while it waits for another context's run of the same pairs", async () => {
+    const running = fresh();
+    const waiting = fresh(undefined, running.n);
+    const first = running.context.warmUp({ roundTrips: 1_000_000 });
+    first.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 100));
+    const second = waiting.context.warmUp();
+    second.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 50));
+    const started = performance.now();
+    await waiting.context.close();
+    const err = (await second.catch((e: unknown) => e)) as TensorPipeError;
+    expect(err.code).toBe(ErrorCode.CLOSED);
+    expect(performance.now() - started).toBeLessThan(500);
+    await running.context.close();
+    expect(((await first.catch((e: unknown) => e)) as TensorPipeError).code).toBe(ErrorCode.CLOSED);
+  });
+
+  it("keeps its messages within the context's maxMessageBytes", async () => {
+    const { context, uv, shm, basic } = fresh({ maxMessageBytes: 1024 });
+    const report = await context.warmUp({ roundTrips: 20 });
+    expect(report.skipped).toEqual({});
+    expect(report.warmed.sort()).toEqual([`${shm}+${basic}`, `${uv}+${basic}`].sort());
   });
 
   it("says what to do when there is nothing to warm", async () => {
