@@ -190,7 +190,8 @@ const PROVE_WITHIN_MS = 1000;
  * message is a nonce only this call knows. Every pipe accepted meanwhile
  * is asked at once, side by side, so that strangers that say nothing
  * delay it by a second at most, however many; each is closed once it has
- * said something else, or nothing within that second.
+ * said something else, or nothing within that second, or once ours is
+ * found.
  */
 async function openSelfPipe(
   host: WarmUpHost,
@@ -229,13 +230,15 @@ async function openSelfPipe(
   accepting.catch((e: unknown) => {
     if (!found.signal.aborted) ours.reject(e);
   });
+  let far: Pipe | undefined;
   try {
     await near.write({ metadata: nonce });
-    const far = await raceSignal(ours.promise, signal, "warm-up");
+    far = await raceSignal(ours.promise, signal, "warm-up");
     await far.read({ payloads: [], tensors: [] });
     return [near, far];
   } catch (e) {
     near.close();
+    far?.close();
     throw e;
   } finally {
     stop();
@@ -251,8 +254,8 @@ async function openSelfPipe(
  * Uint8Array, first length over 255, first `{ buffer, metadata }`, first
  * operation with a timeout; and compiled again only once it is hot again,
  * thousands of messages later. Past four shapes at one place V8 stops
- * specializing it, so five of each: an application's own shapes then find
- * code that takes any.
+ * specializing it, so five shapes of message and of tensor objects and
+ * five array types: an application's own then find code that takes any.
  */
 type Parts = { payloads: { data: ArrayBufferView }[]; tensors: { buffer: ArrayBufferView }[] };
 const SIZES = [8, 4, 300, 8, 70_000];
