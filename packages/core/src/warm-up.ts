@@ -12,7 +12,6 @@ import { randomBytes } from "node:crypto";
 import { raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
 import { CPU_DEVICE } from "./device.js";
-import { ErrorCode, type TensorPipeError } from "./errors.js";
 import type { Listener } from "./listener.js";
 import type { Allocation, Message } from "./message.js";
 import { allocateMessage } from "./message-memory.js";
@@ -47,6 +46,11 @@ export interface WarmUpHost {
   connect(url: string, options: { path: { transports: string[]; channels: string[] }; signal: AbortSignal }): Promise<Pipe>;
 }
 
+/** How a report, and this thread's records, name a pair: "shm+cma". */
+function pairName(transport: string, channel: string): string {
+  return `${transport}+${channel}`;
+}
+
 /** Pairs warmed in this thread. */
 const warmedHere = new Set<string>();
 /** Pairs a call is warming now in this thread: settles when it is over, however it ends. */
@@ -69,31 +73,31 @@ export async function warmUp(
   const channels: string[] = [];
   for (const c of candidates) {
     if (c.skip === undefined) channels.push(c.name);
-    else for (const t of transports) report.skipped[`${t.name}+${c.name}`] = c.skip;
+    else for (const t of transports) report.skipped[pairName(t.name, c.name)] = c.skip;
   }
   for (const t of transports) {
     const address = t.loopbackAddress;
     if (t.skip !== undefined || address === undefined) {
       const why = t.skip ?? `transport "${t.name}" names no loopback address`;
-      for (const c of channels) report.skipped[`${t.name}+${c}`] = why;
+      for (const c of channels) report.skipped[pairName(t.name, c)] = why;
       continue;
     }
     // Pairs another call is warming now: this one waits for them rather than run them again.
     for (;;) {
-      const other = channels.map((c) => warmingHere.get(`${t.name}+${c}`)).find((p) => p !== undefined);
+      const other = channels.map((c) => warmingHere.get(pairName(t.name, c))).find((p) => p !== undefined);
       if (!other) break;
       await raceSignal(other, signal, "warm-up");
     }
-    const todo = channels.filter((c) => !warmedHere.has(`${t.name}+${c}`));
-    for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(`${t.name}+${c}`);
+    const todo = channels.filter((c) => !warmedHere.has(pairName(t.name, c)));
+    for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(pairName(t.name, c));
     if (todo.length === 0) continue;
     // Marked before the first await, so that a call made meanwhile waits for these.
     const over = new Deferred<void>();
-    for (const c of todo) warmingHere.set(`${t.name}+${c}`, over.promise);
+    for (const c of todo) warmingHere.set(pairName(t.name, c), over.promise);
     try {
       await warmTransport(host, t.name, address, todo, shape, signal, report);
     } finally {
-      for (const c of todo) warmingHere.delete(`${t.name}+${c}`);
+      for (const c of todo) warmingHere.delete(pairName(t.name, c));
       over.resolve();
     }
   }
@@ -125,7 +129,7 @@ async function warmTransport(
   try {
     const url = listener.url(transport);
     for (const c of channels) {
-      const pair = `${transport}+${c}`;
+      const pair = pairName(transport, c);
       const failed = await warmPair(host, url, transport, c, listener, shape, signal);
       if (failed !== undefined) {
         report.skipped[pair] = failed;
@@ -162,7 +166,7 @@ async function warmPair(
     try {
       pipes = await openSelfPipe(host, url, path, listener, signal);
     } catch (e) {
-      if (signal.aborted || (e as TensorPipeError).code === ErrorCode.CLOSED) throw e;
+      if (signal.aborted) throw e;
       return (e as Error).message;
     }
     // Its pipes are closed below if the signal stops it first: it then fails, and nobody waits for it.
