@@ -31,11 +31,15 @@ class TurnBudget {
   private used = 0;
   /** When the clock was first read this turn (at the CHECK_EVERY-th operation). */
   private watchedSince = 0;
-  /** TURN_MS have passed this turn: the next operation must wait (later()). */
-  spent = false;
+  private over = false;
   /** setImmediate(nextTurn) is pending. */
   private armed = false;
   private readonly waiting = new Fifo<() => void>();
+
+  /** Whether TURN_MS have passed this turn: the next operation must wait (later()). */
+  get spent(): boolean {
+    return this.over;
+  }
 
   /** Counts an operation that completed at once. */
   spend(): void {
@@ -44,7 +48,7 @@ class TurnBudget {
       this.watchedSince = performance.now();
       this.watchTurnEnd();
     } else if (performance.now() - this.watchedSince >= TURN_MS) {
-      this.spent = true;
+      this.over = true;
     }
   }
 
@@ -63,7 +67,7 @@ class TurnBudget {
   private readonly nextTurn = (): void => {
     this.armed = false;
     this.used = 0;
-    this.spent = false;
+    this.over = false;
     while (!this.spent && this.waiting.length > 0) this.waiting.shift()!();
     if (this.waiting.length > 0) this.watchTurnEnd();
   };
