@@ -12,7 +12,12 @@
  * read it in place with readMessage() and release it), the same in both.
  *
  *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
- *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--kinds tensorpipe,...] [--json]
+ *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--warm 1] [--kinds tensorpipe,...] [--json]
+ *
+ * Each pool first runs `--warm` seconds at every size, unmeasured: on 2
+ * cores five processes' JIT compiles starve behind their main threads and
+ * a new pool takes seconds to reach its steady rate, which would land on
+ * whichever run came first. cold-start.js measures that start apart.
  *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
  * (user + system), that of the front and its workers together (threads
@@ -351,6 +356,11 @@ interface RunResult {
   loopDelayP99ms: number;
 }
 
+/** Requests in flight at `bytes`: 16 MiB x K of fresh arrays is K x 16 MiB per kind, so fewer lanes there. */
+function lanesFor(bytes: number, inflight: number): number {
+  return bytes >= 16 << 20 ? Math.min(inflight, 8) : inflight;
+}
+
 async function main(): Promise<void> {
   const args = scriptArgs(import.meta.url)!;
   const workerCounts = args.value("--workers", "4").split(",").map(Number);
@@ -358,6 +368,7 @@ async function main(): Promise<void> {
   const inflight = Number(args.value("--inflight", "32"));
   const seconds = Number(args.value("--seconds", "1.5"));
   const rounds = Number(args.value("--rounds", "2"));
+  const warmSeconds = Number(args.value("--warm", "1"));
   const zmqMissing = (await loadZmq()).reason;
   const asked = args.value("--kinds", KINDS.join(",")).split(",") as Kind[];
   const used = KINDS.filter((k) => asked.includes(k) && !(zmqMissing && k === "zeromq"));
@@ -377,10 +388,11 @@ async function main(): Promise<void> {
               : threadPool(n)),
       );
     try {
+      for (const [kind, pool] of pools)
+        for (const bytes of sizes) if (warmSeconds > 0) await run(pool, kind, n, bytes, false, lanesFor(bytes, inflight), warmSeconds);
       for (const bytes of sizes) {
         for (const fresh of [false, true]) {
-          // 16 MiB x K in flight of fresh arrays is K x 16 MiB per kind: fewer lanes there.
-          const k = bytes >= 16 << 20 ? Math.min(inflight, 8) : inflight;
+          const k = lanesFor(bytes, inflight);
           const byKind = new Map<Kind, RunResult[]>();
           for (let r = 0; r < rounds; r++) {
             const order = used.map((_, i) => used[(i + r) % used.length]!);
