@@ -52,16 +52,26 @@ export function addCount(counts: Map<string, number>, code: string, n = 1): void
   counts.set(code, (counts.get(code) ?? 0) + n);
 }
 
+/**
+ * Where every live counter starts: zero as a double. V8 keeps a field
+ * that starts as a small integer in that form, and the first count past
+ * 2^30 (a GiB of bytes: a thousand 1 MiB messages) changes the layout of
+ * every pipe's counters, which throws away the optimized code of the hot
+ * path that counts, to be compiled again thousands of messages later.
+ * -0 is a double from the first; `+ 0` turns it into 0 in a snapshot.
+ */
+const ZERO = -0;
+
 function emptyChannel(): ChannelStats {
-  return { tensorsSent: 0, tensorsReceived: 0, bytesSent: 0, bytesReceived: 0 };
+  return { tensorsSent: ZERO, tensorsReceived: ZERO, bytesSent: ZERO, bytesReceived: ZERO };
 }
 
 /** The live counters of one pipe (or a sum of pipes). */
 export class PipeCounters {
-  messagesSent = 0;
-  messagesReceived = 0;
-  bytesSent = 0;
-  bytesReceived = 0;
+  messagesSent = ZERO;
+  messagesReceived = ZERO;
+  bytesSent = ZERO;
+  bytesReceived = ZERO;
   readonly channels = new Map<string, ChannelStats>();
   readonly errors = new Map<string, number>();
 
@@ -95,11 +105,16 @@ export class PipeCounters {
   /** A copy that later traffic does not change. */
   snapshot(): PipeStats {
     return {
-      messagesSent: this.messagesSent,
-      messagesReceived: this.messagesReceived,
-      bytesSent: this.bytesSent,
-      bytesReceived: this.bytesReceived,
-      channels: Object.fromEntries([...this.channels].map(([name, c]) => [name, { ...c }])),
+      messagesSent: this.messagesSent + 0,
+      messagesReceived: this.messagesReceived + 0,
+      bytesSent: this.bytesSent + 0,
+      bytesReceived: this.bytesReceived + 0,
+      channels: Object.fromEntries(
+        [...this.channels].map(([name, c]) => [
+          name,
+          { tensorsSent: c.tensorsSent + 0, tensorsReceived: c.tensorsReceived + 0, bytesSent: c.bytesSent + 0, bytesReceived: c.bytesReceived + 0 },
+        ]),
+      ),
       errors: Object.fromEntries(this.errors),
     };
   }
