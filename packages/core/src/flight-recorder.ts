@@ -70,6 +70,13 @@ export class HandshakeEvents {
 
 const NO_DETAILS: (string | undefined)[] = [];
 
+/** An empty array whose elements are unboxed doubles (an empty literal's are small integers). */
+function emptyDoubles(): number[] {
+  const a = [0.5];
+  a.pop();
+  return a;
+}
+
 /**
  * The ring of one pipe. An idle pipe holds only its handshake's events:
  * the ring is made at the first message, so that memory follows traffic.
@@ -84,9 +91,11 @@ export class FlightRecorder {
   /** Events recorded so far, handshake's included; the ring holds the last `capacity`. */
   private count = 0;
   // Writes and reads finish in the order they were taken: the start of each
-  // still in flight, oldest first.
-  private readonly writeStarts: number[] = [];
-  private readonly readStarts: number[] = [];
+  // still in flight, oldest first. Arrays of doubles from the start: the
+  // first clock reading pushed into an empty literal (small integers)
+  // changes its elements kind, and V8 drops the code that pushed it.
+  private readonly writeStarts = emptyDoubles();
+  private readonly readStarts = emptyDoubles();
 
   constructor(
     readonly capacity: number,
