@@ -5,6 +5,7 @@
  * backends under names of its own.
  */
 import { BasicChannelContext } from "@tensorpipe/channel-basic";
+import { CmaChannelContext } from "@tensorpipe/channel-cma";
 import { CPU_DEVICE, Context, type ContextOptions, ErrorCode, type Listener, type Pipe, type TensorPipeError } from "@tensorpipe/core";
 import { ShmTransport } from "@tensorpipe/transport-shm";
 import { UvTransport } from "@tensorpipe/transport-uv";
@@ -29,6 +30,11 @@ function fresh(options?: ContextOptions, like?: number): { context: Context; uv:
   context.registerTransport(10, shm, new ShmTransport());
   context.registerChannel(0, basic, new BasicChannelContext());
   return { context, uv, shm, basic, n };
+}
+
+/** The methods warmUp()'s pipes run that a test watches. */
+function pick(p: Pick<Pipe, "loan" | "write" | "readDescriptor" | "readMessage">) {
+  return { loan: p.loan, write: p.write, readDescriptor: p.readDescriptor, readMessage: p.readMessage };
 }
 
 describe("Context.warmUp()", () => {
@@ -134,6 +140,55 @@ describe("Context.warmUp()", () => {
     expect(performance.now() - started).toBeLessThan(500);
     await running.context.close();
     expect(((await first.catch((e: unknown) => e)) as TensorPipeError).code).toBe(ErrorCode.CLOSED);
+  });
+
+  it("writes from loans of a sharing channel's pool, and with many messages in flight, as a front does", async () => {
+    const { context, shm } = fresh();
+    const cma = `cma-${names}`;
+    context.registerChannel(5, cma, new CmaChannelContext());
+    // Pipe's class, from a pipe of the test's own: warmUp()'s pipes are of it too.
+    const listener = await context.listen(`${shm}://`);
+    const accepted = listener.accept();
+    const own = await context.connect(listener.url(shm));
+    (await accepted).close();
+    own.close();
+    const pipeClass = Object.getPrototypeOf(own) as Pick<Pipe, "loan" | "write" | "readDescriptor" | "readMessage">;
+    const real = { ...pick(pipeClass) };
+    const lent: number[] = [];
+    // Per pipe, messages written whose answers it has not begun to read.
+    const ahead = new WeakMap<Pipe, number>();
+    let mostAhead = 0;
+    const step = (pipe: Pipe, n: number) => {
+      const now = (ahead.get(pipe) ?? 0) + n;
+      ahead.set(pipe, now);
+      mostAhead = Math.max(mostAhead, now);
+    };
+    pipeClass.loan = async function (this: Pipe, length, options) {
+      const view = await real.loan.call(this, length, options);
+      lent.push(view.byteLength);
+      return view;
+    };
+    pipeClass.write = function (this: Pipe, message, options) {
+      step(this, 1);
+      return real.write.call(this, message, options);
+    };
+    pipeClass.readDescriptor = function (this: Pipe, options) {
+      step(this, -1);
+      return real.readDescriptor.call(this, options);
+    };
+    pipeClass.readMessage = function (this: Pipe, options) {
+      step(this, -1);
+      return real.readMessage.call(this, options);
+    };
+    try {
+      await context.warmUp({ roundTrips: 200 });
+    } finally {
+      Object.assign(pipeClass, real);
+    }
+    // Past 64 KiB a cma pipe lends from its pool.
+    expect(lent.filter((n) => n > 64 * 1024).length).toBeGreaterThan(0);
+    expect(mostAhead).toBeGreaterThanOrEqual(16);
+    expect(context.stats().channels[cma]!.tensorsSent).toBeGreaterThan(0);
   });
 
   it("keeps its messages within the context's maxMessageBytes", async () => {
