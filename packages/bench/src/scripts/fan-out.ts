@@ -12,12 +12,14 @@
  * read it in place with readMessage() and release it), the same in both.
  *
  *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
- *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--warm 1] [--kinds tensorpipe,...] [--json]
+ *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--warm 1] [--warm-up N] [--kinds tensorpipe,...] [--json]
  *
  * Each pool first runs `--warm` seconds at every size, unmeasured: on 2
  * cores five processes' JIT compiles starve behind their main threads and
  * a new pool takes seconds to reach its steady rate, which would land on
  * whichever run came first. cold-start.js measures that start apart.
+ * `--warm-up N` has the tensorpipe pools' front and workers call
+ * Context.warmUp() with N round trips before their first request.
  *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
  * (user + system), that of the front and its workers together (threads
@@ -98,8 +100,9 @@ class ById<T> {
 // ---- the workers' side ------------------------------------------------------
 
 /** A worker over tensorpipe-js: it answers each batch read into memory of its own, or (`lends`) read in place where the front lent it, given back once read. */
-async function tensorpipeWorker(lends: boolean): Promise<void> {
+async function tensorpipeWorker(lends: boolean, warmUp: number): Promise<void> {
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
+  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp });
   const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
   process.send!({ urls: listener.addresses() });
   const result = new Float32Array(RESULT_FLOATS);
@@ -171,8 +174,11 @@ function threadWorker(): void {
 
 // ---- the front's side -------------------------------------------------------
 
-async function spawnWorker(kind: Kind): Promise<{ child: ChildProcess; hello: Record<string, unknown> }> {
-  const child = fork(SELF, ["--worker", kind], { serialization: kind === "ipc" ? "advanced" : "json", stdio: ["ignore", "inherit", "inherit", "ipc"] });
+async function spawnWorker(kind: Kind, warmUp = 0): Promise<{ child: ChildProcess; hello: Record<string, unknown> }> {
+  const child = fork(SELF, ["--worker", kind, String(warmUp)], {
+    serialization: kind === "ipc" ? "advanced" : "json",
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
   const [hello] = (await once(child, "message")) as [Record<string, unknown>];
   return { child, hello };
 }
@@ -188,9 +194,10 @@ async function stopAll(children: ChildProcess[]): Promise<void> {
   );
 }
 
-async function tensorpipePool(n: number, lends: boolean): Promise<Pool> {
-  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe")));
+async function tensorpipePool(n: number, lends: boolean, warmUp: number): Promise<Pool> {
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe", warmUp)));
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
+  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp });
   const pipes: { pipe: Pipe; order: InOrder<{ result: Float32Array }> }[] = [];
   for (const { hello } of workers) {
     const pipe = await context.connect((hello.urls as string[]).find((u) => u.startsWith("shm://"))!);
@@ -369,6 +376,7 @@ async function main(): Promise<void> {
   const seconds = Number(args.value("--seconds", "1.5"));
   const rounds = Number(args.value("--rounds", "2"));
   const warmSeconds = Number(args.value("--warm", "1"));
+  const warmUp = Number(args.value("--warm-up", "0"));
   const zmqMissing = (await loadZmq()).reason;
   const asked = args.value("--kinds", KINDS.join(",")).split(",") as Kind[];
   const used = KINDS.filter((k) => asked.includes(k) && !(zmqMissing && k === "zeromq"));
@@ -380,7 +388,7 @@ async function main(): Promise<void> {
       pools.set(
         k,
         await (k === "tensorpipe" || k === "tensorpipe-loan"
-          ? tensorpipePool(n, k === "tensorpipe-loan")
+          ? tensorpipePool(n, k === "tensorpipe-loan", warmUp)
           : k === "ipc"
             ? ipcPool(n)
             : k === "zeromq"
@@ -436,7 +444,7 @@ const role = process.argv.indexOf("--worker");
 if (!isMainThread) threadWorker();
 else if (role >= 0) {
   const kind = process.argv[role + 1] as Kind;
-  if (kind === "tensorpipe" || kind === "tensorpipe-loan") await tensorpipeWorker(kind === "tensorpipe-loan");
+  if (kind === "tensorpipe" || kind === "tensorpipe-loan") await tensorpipeWorker(kind === "tensorpipe-loan", Number(process.argv[role + 2]));
   else if (kind === "ipc") ipcWorker();
   else await zeromqWorker();
 } else await main();
