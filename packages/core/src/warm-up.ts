@@ -9,7 +9,7 @@
  * thread is not warmed again.
  */
 import { randomBytes } from "node:crypto";
-import { raceSignal } from "./abort.js";
+import { abortError, raceSignal } from "./abort.js";
 import { Deferred } from "./deferred.js";
 import { CPU_DEVICE } from "./device.js";
 import type { Listener } from "./listener.js";
@@ -166,7 +166,8 @@ async function warmPair(
     try {
       pipes = await openSelfPipe(host, url, path, listener, signal);
     } catch (e) {
-      if (signal.aborted) throw e;
+      // Named as the caller's operation: the dial inside is not one they made.
+      if (signal.aborted) throw abortError(signal, "warm-up");
       return (e as Error).message;
     }
     // Its pipes are closed below if the signal stops it first: it then fails, and nobody waits for it.
@@ -175,7 +176,7 @@ async function warmPair(
     try {
       await raceSignal(run, signal, "warm-up");
     } catch (e) {
-      if (signal.aborted) throw e;
+      if (signal.aborted) throw abortError(signal, "warm-up");
       return (e as Error).message;
     } finally {
       pipes[0].close();

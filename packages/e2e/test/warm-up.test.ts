@@ -223,6 +223,23 @@ describe("Context.warmUp()", () => {
     expect(late.context.stats().pipesOpen + aborted.context.stats().pipesOpen).toBe(0);
   });
 
+  it("names itself, not the dial inside it, when stopped while it opens a pipe", async () => {
+    const { context } = fresh();
+    const controller = new AbortController();
+    const connect = context.connect.bind(context);
+    // Stopped just as warmUp() dials its own listener.
+    Object.assign(context, {
+      connect: (...args: Parameters<Context["connect"]>) => {
+        controller.abort(new Error("enough"));
+        return connect(...args);
+      },
+    });
+    const err = (await context.warmUp({ signal: controller.signal }).catch((e: unknown) => e)) as TensorPipeError;
+    expect(err.code).toBe(ErrorCode.ABORTED);
+    expect(err.message).toBe("warm-up was aborted: enough");
+    expect(context.stats().pipesOpen).toBe(0);
+  });
+
   it("stops where it is on its signal or timeout, and takes only whole round trips", async () => {
     const { context } = fresh();
     const aborted = (await context.warmUp({ signal: AbortSignal.abort() }).catch((e: unknown) => e)) as TensorPipeError;
