@@ -97,6 +97,12 @@ export interface ListenerOptions {
 export interface WarmUpOptions extends OperationOptions {
   /** Round trips over each transport and channel (default 2,000). */
   roundTrips?: number | undefined;
+  /**
+   * Only these pairs, each a registered transport and channel as the
+   * report names them ("shm+cma"): a process that will only ever use one
+   * pays for one (default: every pair).
+   */
+  pairs?: readonly string[] | undefined;
 }
 
 /** One open pipe's flight record, as Context.flightRecords() lists it. */
@@ -338,6 +344,7 @@ export class Context {
         `warmUp() has nothing to run: it needs a transport and a channel registered first (have ${this.transports.size} transport(s), ${this.channels.size} channel(s)); e.g. registerUvTransport(ctx) and registerBasicChannel(ctx)`,
       );
     }
+    const pairs = this.warmUpPairs(options?.pairs);
     const deadline = operationDeadline(options, "warm-up") ?? new Deadline();
     const viable = (v: Viability) => (v.viable ? undefined : `not viable here: ${v.reason}`);
     const transports = byPriority(this.transports.values()).map((t) => ({
@@ -353,11 +360,26 @@ export class Context {
     this.connecting.add(deadline);
     setMaxListeners(0, deadline.signal);
     try {
-      return await warmUp(this, transports, channels, { roundTrips, maxMessageBytes: this.descriptorLimits.maxMessageBytes }, deadline.signal);
+      return await warmUp(this, transports, channels, { roundTrips, maxMessageBytes: this.descriptorLimits.maxMessageBytes, pairs }, deadline.signal);
     } finally {
       this.connecting.delete(deadline);
       deadline.release();
     }
+  }
+
+  /** WarmUpOptions.pairs, each checked to name a registered transport and channel. */
+  private warmUpPairs(pairs: unknown): Set<string> | undefined {
+    if (pairs === undefined) return undefined;
+    const registered: string[] = [];
+    for (const t of this.transports.keys()) for (const c of this.channels.keys()) registered.push(`${t}+${c}`);
+    if (!Array.isArray(pairs) || pairs.length === 0)
+      return warmUpCheck.fail("pairs", `a non-empty array of pairs such as ${JSON.stringify(registered[0] ?? "uv+basic")}`, pairs);
+    for (const pair of pairs) {
+      if (typeof pair !== "string" || !registered.includes(pair)) {
+        warmUpCheck.fail("pairs", `pairs of a registered transport and channel (${registered.join(", ")})`, pairs);
+      }
+    }
+    return new Set(pairs as string[]);
   }
 
   /** Keeps the pipe of a finished handshake, or closes it if this context is closing. */

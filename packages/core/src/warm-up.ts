@@ -58,51 +58,67 @@ const warmingHere = new Map<string, Promise<void>>();
 
 /**
  * Runs `roundTrips` round trips over a pipe to itself for each transport
- * with a loopback address and each channel that carries CPU tensors.
+ * with a loopback address and each channel that carries CPU tensors (of
+ * those, only the pairs in `pairs` when given).
  */
 export async function warmUp(
   host: WarmUpHost,
   transports: readonly WarmCandidate[],
   candidates: readonly WarmCandidate[],
-  { roundTrips, maxMessageBytes }: { roundTrips: number; maxMessageBytes: number },
+  { roundTrips, maxMessageBytes, pairs }: { roundTrips: number; maxMessageBytes: number; pairs?: ReadonlySet<string> | undefined },
   signal: AbortSignal,
 ): Promise<WarmUpReport> {
   const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
   const started = performance.now();
   const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
+  const asked = (t: string, c: string) => pairs === undefined || pairs.has(pairName(t, c));
   const channels: string[] = [];
   for (const c of candidates) {
     if (c.skip === undefined) channels.push(c.name);
-    else for (const t of transports) report.skipped[pairName(t.name, c.name)] = c.skip;
+    else for (const t of transports) if (asked(t.name, c.name)) report.skipped[pairName(t.name, c.name)] = c.skip;
   }
   for (const t of transports) {
     const address = t.loopbackAddress;
+    const mine = channels.filter((c) => asked(t.name, c));
     if (t.skip !== undefined || address === undefined) {
       const why = t.skip ?? `transport "${t.name}" names no loopback address`;
-      for (const c of channels) report.skipped[pairName(t.name, c)] = why;
+      for (const c of mine) report.skipped[pairName(t.name, c)] = why;
       continue;
     }
-    // Pairs another call is warming now: this one waits for them rather than run them again.
-    for (;;) {
-      const other = channels.map((c) => warmingHere.get(pairName(t.name, c))).find((p) => p !== undefined);
-      if (!other) break;
-      await raceSignal(other, signal, "warm-up");
-    }
-    const todo = channels.filter((c) => !warmedHere.has(pairName(t.name, c)));
-    for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(pairName(t.name, c));
-    if (todo.length === 0) continue;
-    // Marked before the first await, so that a call made meanwhile waits for these.
-    const over = new Deferred<void>();
-    for (const c of todo) warmingHere.set(pairName(t.name, c), over.promise);
-    try {
-      await warmTransport(host, t.name, address, todo, shape, signal, report);
-    } finally {
-      for (const c of todo) warmingHere.delete(pairName(t.name, c));
-      over.resolve();
-    }
+    if (mine.length > 0) await warmOne(host, t.name, address, mine, shape, signal, report);
   }
   report.ms = Math.round(performance.now() - started);
   return report;
+}
+
+/** Warms `channels` over `transport`, those not warm in this thread yet. */
+async function warmOne(
+  host: WarmUpHost,
+  transport: string,
+  address: string,
+  channels: readonly string[],
+  shape: Shape,
+  signal: AbortSignal,
+  report: WarmUpReport,
+): Promise<void> {
+  // Pairs another call is warming now: this one waits for them rather than run them again.
+  for (;;) {
+    const other = channels.map((c) => warmingHere.get(pairName(transport, c))).find((p) => p !== undefined);
+    if (!other) break;
+    await raceSignal(other, signal, "warm-up");
+  }
+  const todo = channels.filter((c) => !warmedHere.has(pairName(transport, c)));
+  for (const c of channels) if (!todo.includes(c)) report.alreadyWarm.push(pairName(transport, c));
+  if (todo.length === 0) return;
+  // Marked before the first await, so that a call made meanwhile waits for these.
+  const over = new Deferred<void>();
+  for (const c of todo) warmingHere.set(pairName(transport, c), over.promise);
+  try {
+    await warmTransport(host, transport, address, todo, shape, signal, report);
+  } finally {
+    for (const c of todo) warmingHere.delete(pairName(transport, c));
+    over.resolve();
+  }
 }
 
 /** Runs each of `channels` over `transport`, listening on its loopback address meanwhile. */

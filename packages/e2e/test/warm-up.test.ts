@@ -70,6 +70,22 @@ describe("Context.warmUp()", () => {
     expect(got.metadata).toBe("after");
   });
 
+  it("runs only the pairs asked for, and says which it has when one is not", async () => {
+    const { context, uv, shm, basic } = fresh();
+    const report = await context.warmUp({ roundTrips: 10, pairs: [`${shm}+${basic}`] });
+    expect(report.warmed).toEqual([`${shm}+${basic}`]);
+    expect(report.alreadyWarm).toEqual([]);
+    expect(report.skipped).toEqual({});
+    expect(context.stats().pipesOpened).toBe(6);
+    for (const pairs of [[`nowhere+${basic}`], [], `${uv}+${basic}`, [7]]) {
+      const err = (await context.warmUp({ pairs: pairs as string[] }).catch((e: unknown) => e)) as TensorPipeError;
+      expect(err.code).toBe(ErrorCode.INVALID_ARG);
+      expect(err.message).toMatch(/^WarmUpOptions\.pairs must be/);
+    }
+    const unknown = (await context.warmUp({ pairs: [`nowhere+${basic}`] }).catch((e: unknown) => e)) as TensorPipeError;
+    expect(unknown.message).toContain(`${uv}+${basic}, ${shm}+${basic}`);
+  });
+
   it("does not run a pair again in the same thread", async () => {
     const { context, uv, shm, basic } = fresh();
     await context.warmUp({ roundTrips: 10 });
