@@ -19,7 +19,8 @@
  * a new pool takes seconds to reach its steady rate, which would land on
  * whichever run came first. cold-start.js measures that start apart.
  * `--warm-up N` has the tensorpipe pools' front and workers call
- * Context.warmUp() with N round trips before their first request.
+ * Context.warmUp() with N round trips before their first request, over
+ * shm+cma only, the pair their pipes negotiate.
  *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
  * (user + system), that of the front and its workers together (threads
@@ -43,6 +44,8 @@ import { type Column, printResults, scriptArgs } from "./script.js";
 const SELF = fileURLToPath(import.meta.url);
 /** Floats in each answer. */
 const RESULT_FLOATS = 256;
+/** What the pools' pipes negotiate on one machine: all a warm-up needs to run. */
+const WARM_PAIRS = ["shm+cma"];
 /** Seconds of each run not counted: the pool's first requests. */
 const WARMUP_S = 0.3;
 
@@ -102,7 +105,7 @@ class ById<T> {
 /** A worker over tensorpipe-js: it answers each batch read into memory of its own, or (`lends`) read in place where the front lent it, given back once read. */
 async function tensorpipeWorker(lends: boolean, warmUp: number): Promise<void> {
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
-  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp });
+  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp, pairs: WARM_PAIRS });
   const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
   process.send!({ urls: listener.addresses() });
   const result = new Float32Array(RESULT_FLOATS);
@@ -197,7 +200,7 @@ async function stopAll(children: ChildProcess[]): Promise<void> {
 async function tensorpipePool(n: number, lends: boolean, warmUp: number): Promise<Pool> {
   const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe", warmUp)));
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
-  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp });
+  if (warmUp > 0) await context.warmUp({ roundTrips: warmUp, pairs: WARM_PAIRS });
   const pipes: { pipe: Pipe; order: InOrder<{ result: Float32Array }> }[] = [];
   for (const { hello } of workers) {
     const pipe = await context.connect((hello.urls as string[]).find((u) => u.startsWith("shm://"))!);
