@@ -95,7 +95,10 @@ export interface ListenerOptions {
 
 /** Options of Context.warmUp(): a signal or a timeout stop it where it is. */
 export interface WarmUpOptions extends OperationOptions {
-  /** Round trips over each transport and channel (default 2,000). */
+  /**
+   * Round trips over each transport and channel (default: 8,000 shared
+   * among the pairs it runs, at least 2,000 each).
+   */
   roundTrips?: number | undefined;
   /**
    * Only these pairs, each a registered transport and channel as the
@@ -130,7 +133,6 @@ const DEFAULT_MAX_CONTROL_FRAME = 64 * 1024 * 1024;
 const DEFAULT_MAX_PENDING_HANDSHAKES = 128;
 const DEFAULT_MAX_UNACCEPTED = 1024;
 const DEFAULT_FLIGHT_RECORDER = 64;
-const DEFAULT_WARM_UP_ROUND_TRIPS = 2000;
 
 const check = new OptionChecks("ContextOptions");
 const listenerCheck = new OptionChecks("ListenerOptions");
@@ -327,8 +329,9 @@ export class Context {
    * Runs the hot path over pipes to this context itself, once for each
    * viable transport that names a loopback address and each channel that
    * carries CPU tensors, so that V8 has compiled it before the first real
-   * message: call it once backends are registered, before serving. Each
-   * pair costs 0.4-1 s of CPU, once per thread (a pair already warm in
+   * message: call it once backends are registered, before serving. It
+   * costs 2-3 s of CPU by default (8,000 round trips shared among the
+   * pairs, at least 2,000 each), once per thread (a pair already warm in
    * this thread is not run again). While it runs it listens on a loopback
    * address, where it takes only its own pipes and closes any other. The
    * warm-up pipes count in stats() and show on the diagnostics channels as
@@ -337,7 +340,7 @@ export class Context {
   async warmUp(options?: WarmUpOptions): Promise<WarmUpReport> {
     if (this.closing) throw closedError("context");
     warmUpCheck.object(options);
-    const roundTrips = warmUpCheck.wholeNumber("roundTrips", options?.roundTrips, 1, 1_000_000) ?? DEFAULT_WARM_UP_ROUND_TRIPS;
+    const roundTrips = warmUpCheck.wholeNumber("roundTrips", options?.roundTrips, 1, 1_000_000);
     if (this.transports.size === 0 || this.channels.size === 0) {
       throw new TensorPipeError(
         ErrorCode.INVALID_ARG,

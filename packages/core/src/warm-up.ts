@@ -57,21 +57,37 @@ const warmedHere = new Set<string>();
 const warmingHere = new Map<string, Promise<void>>();
 
 /**
- * Runs `roundTrips` round trips over a pipe to itself for each transport
- * with a loopback address and each channel that carries CPU tensors (of
- * those, only the pairs in `pairs` when given).
+ * Round trips a warm-up runs by default: shared among the pairs it runs,
+ * at least MIN_ROUND_TRIPS each. What compiles a pair's code is the round
+ * trips through it: a process warmed over its one pair with 8,000 starts
+ * its first thousand 8 B round trips over uv at 1.1-1.2x the warm p50 and
+ * 2.2-2.8x its p99, against 1.8-2.0x and 11-19x with 2,000
+ * (docs/performance.md, "Cold start").
+ */
+const DEFAULT_ROUND_TRIPS = 8000;
+const MIN_ROUND_TRIPS = 2000;
+
+/**
+ * Runs `roundTrips` round trips (by default DEFAULT_ROUND_TRIPS shared
+ * among them) over a pipe to itself for each transport with a loopback
+ * address and each channel that carries CPU tensors (of those, only the
+ * pairs in `pairs` when given).
  */
 export async function warmUp(
   host: WarmUpHost,
   transports: readonly WarmCandidate[],
   candidates: readonly WarmCandidate[],
-  { roundTrips, maxMessageBytes, pairs }: { roundTrips: number; maxMessageBytes: number; pairs?: ReadonlySet<string> | undefined },
+  options: { roundTrips?: number | undefined; maxMessageBytes: number; pairs?: ReadonlySet<string> | undefined },
   signal: AbortSignal,
 ): Promise<WarmUpReport> {
-  const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
+  const { maxMessageBytes, pairs } = options;
   const started = performance.now();
-  const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
   const asked = (t: string, c: string) => pairs === undefined || pairs.has(pairName(t, c));
+  const runnable = transports.filter((t) => t.skip === undefined && t.loopbackAddress !== undefined);
+  const pairsToRun = runnable.reduce((n, t) => n + candidates.filter((c) => c.skip === undefined && asked(t.name, c.name)).length, 0);
+  const roundTrips = options.roundTrips ?? Math.max(MIN_ROUND_TRIPS, Math.ceil(DEFAULT_ROUND_TRIPS / Math.max(1, pairsToRun)));
+  const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
+  const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
   const channels: string[] = [];
   for (const c of candidates) {
     if (c.skip === undefined) channels.push(c.name);

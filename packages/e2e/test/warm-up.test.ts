@@ -86,6 +86,13 @@ describe("Context.warmUp()", () => {
     expect(unknown.message).toContain(`${uv}+${basic}, ${shm}+${basic}`);
   });
 
+  it("spends its default round trips on the pairs it runs: all of them on one", async () => {
+    const { context, shm, basic } = fresh();
+    const report = await context.warmUp({ pairs: [`${shm}+${basic}`] });
+    expect(report.warmed).toEqual([`${shm}+${basic}`]);
+    expect(report.roundTrips).toBe(8000);
+  });
+
   it("does not run a pair again in the same thread", async () => {
     const { context, uv, shm, basic } = fresh();
     await context.warmUp({ roundTrips: 10 });
