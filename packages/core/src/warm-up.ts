@@ -101,14 +101,17 @@ export async function warmUp(
       for (const c of mine) report.skipped[pairName(t.name, c)] = why;
       continue;
     }
-    if (mine.length > 0) await warmOne(host, t.name, address, mine, shape, signal, report);
+    if (mine.length > 0) await warmTransport(host, t.name, address, mine, shape, signal, report);
   }
   report.ms = Math.round(performance.now() - started);
   return report;
 }
 
-/** Warms `channels` over `transport`, those not warm in this thread yet. */
-async function warmOne(
+/**
+ * Runs each of `channels` over `transport` not warm in this thread yet,
+ * listening on its loopback address meanwhile.
+ */
+async function warmTransport(
   host: WarmUpHost,
   transport: string,
   address: string,
@@ -130,48 +133,35 @@ async function warmOne(
   const over = new Deferred<void>();
   for (const c of todo) warmingHere.set(pairName(transport, c), over.promise);
   try {
-    await warmTransport(host, transport, address, todo, shape, signal, report);
+    const listening = host.listen(`${transport}://${address}`);
+    const listener = await raceSignal(
+      listening,
+      signal,
+      "warm-up",
+      () =>
+        void listening.then(
+          (l) => l.close(),
+          () => undefined,
+        ),
+    );
+    try {
+      const url = listener.url(transport);
+      for (const c of todo) {
+        const pair = pairName(transport, c);
+        const failed = await warmPair(host, url, transport, c, listener, shape, signal);
+        if (failed !== undefined) {
+          report.skipped[pair] = failed;
+          continue;
+        }
+        warmedHere.add(pair);
+        report.warmed.push(pair);
+      }
+    } finally {
+      listener.close();
+    }
   } finally {
     for (const c of todo) warmingHere.delete(pairName(transport, c));
     over.resolve();
-  }
-}
-
-/** Runs each of `channels` over `transport`, listening on its loopback address meanwhile. */
-async function warmTransport(
-  host: WarmUpHost,
-  transport: string,
-  address: string,
-  channels: readonly string[],
-  shape: Shape,
-  signal: AbortSignal,
-  report: WarmUpReport,
-): Promise<void> {
-  const listening = host.listen(`${transport}://${address}`);
-  const listener = await raceSignal(
-    listening,
-    signal,
-    "warm-up",
-    () =>
-      void listening.then(
-        (l) => l.close(),
-        () => undefined,
-      ),
-  );
-  try {
-    const url = listener.url(transport);
-    for (const c of channels) {
-      const pair = pairName(transport, c);
-      const failed = await warmPair(host, url, transport, c, listener, shape, signal);
-      if (failed !== undefined) {
-        report.skipped[pair] = failed;
-        continue;
-      }
-      warmedHere.add(pair);
-      report.warmed.push(pair);
-    }
-  } finally {
-    listener.close();
   }
 }
 
