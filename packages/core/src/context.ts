@@ -20,7 +20,7 @@ import { type ContextStats, PipeCounters, addCount } from "./stats.js";
 import type { FlightEvent } from "./flight-recorder.js";
 import type { Connection, TransportContext } from "./transport.js";
 import type { Viability } from "./viability.js";
-import { type WarmUpReport, warmUp } from "./warm-up.js";
+import { type WarmUpReport, pairName, warmUp } from "./warm-up.js";
 
 const log = debugLog("negotiation");
 
@@ -374,7 +374,7 @@ export class Context {
   private warmUpPairs(pairs: unknown): Set<string> | undefined {
     if (pairs === undefined) return undefined;
     const registered: string[] = [];
-    for (const t of this.transports.keys()) for (const c of this.channels.keys()) registered.push(`${t}+${c}`);
+    for (const t of this.transports.keys()) for (const c of this.channels.keys()) registered.push(pairName(t, c));
     if (!Array.isArray(pairs) || pairs.length === 0)
       return warmUpCheck.fail("pairs", `a non-empty array of pairs such as ${JSON.stringify(registered[0] ?? "uv+basic")}`, pairs);
     for (const pair of pairs) {

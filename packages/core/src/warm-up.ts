@@ -46,8 +46,8 @@ export interface WarmUpHost {
   connect(url: string, options: { path: { transports: string[]; channels: string[] }; signal: AbortSignal }): Promise<Pipe>;
 }
 
-/** How a report, and this thread's records, name a pair: "shm+cma". */
-function pairName(transport: string, channel: string): string {
+/** How a report, this thread's records and WarmUpOptions.pairs name a pair: "shm+cma". */
+export function pairName(transport: string, channel: string): string {
   return `${transport}+${channel}`;
 }
 
@@ -83,26 +83,29 @@ export async function warmUp(
   const { maxMessageBytes, pairs } = options;
   const started = performance.now();
   const asked = (t: string, c: string) => pairs === undefined || pairs.has(pairName(t, c));
-  const runnable = transports.filter((t) => t.skip === undefined && t.loopbackAddress !== undefined);
-  const pairsToRun = runnable.reduce((n, t) => n + candidates.filter((c) => c.skip === undefined && asked(t.name, c.name)).length, 0);
-  const roundTrips = options.roundTrips ?? Math.max(MIN_ROUND_TRIPS, Math.ceil(DEFAULT_ROUND_TRIPS / Math.max(1, pairsToRun)));
-  const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
-  const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped: {}, roundTrips, ms: 0 };
+  const skipped: Record<string, string> = {};
   const channels: string[] = [];
   for (const c of candidates) {
     if (c.skip === undefined) channels.push(c.name);
-    else for (const t of transports) if (asked(t.name, c.name)) report.skipped[pairName(t.name, c.name)] = c.skip;
+    else for (const t of transports) if (asked(t.name, c.name)) skipped[pairName(t.name, c.name)] = c.skip;
   }
+  // What runs: each transport that can, with its channels asked for.
+  const plan: { transport: string; address: string; channels: string[] }[] = [];
   for (const t of transports) {
     const address = t.loopbackAddress;
     const mine = channels.filter((c) => asked(t.name, c));
     if (t.skip !== undefined || address === undefined) {
       const why = t.skip ?? `transport "${t.name}" names no loopback address`;
-      for (const c of mine) report.skipped[pairName(t.name, c)] = why;
-      continue;
+      for (const c of mine) skipped[pairName(t.name, c)] = why;
+    } else if (mine.length > 0) {
+      plan.push({ transport: t.name, address, channels: mine });
     }
-    if (mine.length > 0) await warmTransport(host, t.name, address, mine, shape, signal, report);
   }
+  const pairsToRun = plan.reduce((n, p) => n + p.channels.length, 0);
+  const roundTrips = options.roundTrips ?? Math.max(MIN_ROUND_TRIPS, Math.ceil(DEFAULT_ROUND_TRIPS / Math.max(1, pairsToRun)));
+  const shape = { roundTrips, sizes: sizesWithin(maxMessageBytes) };
+  const report: WarmUpReport = { warmed: [], alreadyWarm: [], skipped, roundTrips, ms: 0 };
+  for (const p of plan) await warmTransport(host, p.transport, p.address, p.channels, shape, signal, report);
   report.ms = Math.round(performance.now() - started);
   return report;
 }
