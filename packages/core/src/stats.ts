@@ -66,6 +66,11 @@ function emptyChannel(): ChannelStats {
   return { tensorsSent: ZERO, tensorsReceived: ZERO, bytesSent: ZERO, bytesReceived: ZERO };
 }
 
+/** A copy of `c` that reads 0 where it counted nothing (see ZERO). */
+function channelSnapshot(c: ChannelStats): ChannelStats {
+  return { tensorsSent: c.tensorsSent + 0, tensorsReceived: c.tensorsReceived + 0, bytesSent: c.bytesSent + 0, bytesReceived: c.bytesReceived + 0 };
+}
+
 /** The live counters of one pipe (or a sum of pipes). */
 export class PipeCounters {
   messagesSent = ZERO;
@@ -109,12 +114,7 @@ export class PipeCounters {
       messagesReceived: this.messagesReceived + 0,
       bytesSent: this.bytesSent + 0,
       bytesReceived: this.bytesReceived + 0,
-      channels: Object.fromEntries(
-        [...this.channels].map(([name, c]) => [
-          name,
-          { tensorsSent: c.tensorsSent + 0, tensorsReceived: c.tensorsReceived + 0, bytesSent: c.bytesSent + 0, bytesReceived: c.bytesReceived + 0 },
-        ]),
-      ),
+      channels: Object.fromEntries([...this.channels].map(([name, c]) => [name, channelSnapshot(c)])),
       errors: Object.fromEntries(this.errors),
     };
   }
