@@ -62,7 +62,9 @@ it.each(EXAMPLES)(
     } catch (e) {
       throw new Error(`tsc --strict failed:\n${(e as { stdout: string }).stdout}`);
     }
-    const out = execFileSync(process.execPath, [join(app, "node_modules/vitest/vitest.mjs"), "run", "--root", app], {
+    // Limits far below what the suites need: they set their own, whatever the runner's.
+    const limits = ["--testTimeout=1000", "--hookTimeout=1000"];
+    const out = execFileSync(process.execPath, [join(app, "node_modules/vitest/vitest.mjs"), "run", "--root", app, ...limits], {
       cwd: app,
       encoding: "utf8",
       env: { ...process.env, CI: "1", NO_COLOR: "1" },

@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "./vitest.js";
+import { SUITE_TIMEOUT_MS, afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "./vitest.js";
 import type { ChannelContext } from "../channel.js";
 import { Context } from "../context.js";
 import { CPU_DEVICE } from "../device.js";
@@ -33,6 +33,8 @@ export interface ChannelConformanceOptions {
    * are skipped then.
    */
   peerProcess?: string | URL | undefined;
+  /** Each test's and hook's time limit in ms (default 60,000, whatever the runner's default). */
+  timeout?: number | undefined;
 }
 
 const MiB = 1024 * 1024;
@@ -53,7 +55,8 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
   // Tests that hold both ends' pipes, on CPU memory.
   const bothEndsHere = memory === CPU_MEMORY && !remote;
   const where = remote ? ", the connecting end in a peer process" : "";
-  describe(`channel conformance: ${options.name} over ${options.transportName}${variant}${where}`, () => {
+  const timeout = options.timeout ?? SUITE_TIMEOUT_MS;
+  describe(`channel conformance: ${options.name} over ${options.transportName}${variant}${where}`, { timeout }, () => {
     let contexts: Context[] = [];
     let listener: Listener;
     /** The connecting end. */
@@ -76,8 +79,8 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
     if (remote) {
       beforeAll(() => {
         peer = new RemoteSide(options.peerProcess!);
-      });
-      afterAll(() => peer?.stop());
+      }, timeout);
+      afterAll(() => peer?.stop(), timeout);
     }
 
     beforeEach(async () => {
@@ -91,14 +94,14 @@ export function describeChannelConformance(options: ChannelConformanceOptions): 
         const [connected, accepted] = await Promise.all([b.connect(url), listener.accept()]);
         [client, server] = [new LocalSide(connected, memory), new LocalSide(accepted, memory)];
       }
-    });
+    }, timeout);
 
     afterEach(async () => {
       await Promise.all([...contexts.map((c) => c.close()), peer?.reset()]);
       contexts = [];
       server?.release();
       if (client instanceof LocalSide) client.release();
-    });
+    }, timeout);
 
     it(`is negotiated for ${dev.type} to ${dev.type} on both ends`, async () => {
       expect(await client.channelFor()).toBe(options.name);

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "./vitest.js";
+import { SUITE_TIMEOUT_MS, afterEach, describe, expect, it } from "./vitest.js";
 import type { Channel, ChannelContext } from "../channel.js";
 import { Context } from "../context.js";
 import { CPU_DEVICE, cpuBytes } from "../device.js";
@@ -17,7 +17,7 @@ export interface NegotiatedTransport {
 }
 
 /** What the negotiation suite needs: the backend under test, and a transport that works everywhere to fall back on. */
-export type NegotiationConformanceOptions =
+export type NegotiationConformanceOptions = (
   | {
       /** A transport under test. */
       kind: "transport";
@@ -39,7 +39,11 @@ export type NegotiationConformanceOptions =
       priority: number;
       /** The transport the pipes run on. */
       transport: NegotiatedTransport;
-    };
+    }
+) & {
+  /** Each test's and hook's time limit in ms (default 60,000, whatever the runner's default). */
+  timeout?: number | undefined;
+};
 
 /** The suite's own fallback channel's name: no backend under test has it. */
 const FALLBACK_CHANNEL = "negotiation-conformance-fallback";
@@ -108,11 +112,12 @@ function corruptingRecv(context: ChannelContext): ChannelContext {
  */
 export function describeNegotiationConformance(options: NegotiationConformanceOptions): void {
   const name = options.kind === "transport" ? options.backend.name : options.name;
-  describe(`negotiation conformance: ${options.kind} ${name}`, () => {
+  const timeout = options.timeout ?? SUITE_TIMEOUT_MS;
+  describe(`negotiation conformance: ${options.kind} ${name}`, { timeout }, () => {
     const contexts: Context[] = [];
     afterEach(async () => {
       await Promise.all(contexts.splice(0).map((c) => c.close()));
-    });
+    }, timeout);
 
     /** A context with the fallback, and with the backend under test unless `without`, as `shape` makes it. */
     function context(withBackend: boolean, shape: (c: ChannelContext | TransportContext) => typeof c = (c) => c, ranksBelow = false): Context {

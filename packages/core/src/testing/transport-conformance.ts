@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from "./vitest.js";
+import { SUITE_TIMEOUT_MS, afterEach, beforeEach, describe, expect, it } from "./vitest.js";
 import { ErrorCode } from "../errors.js";
 import type { Connection, TransportContext, TransportListener } from "../transport.js";
 import { hasPattern, patterned, prng } from "./patterns.js";
@@ -17,6 +17,8 @@ export interface TransportConformanceOptions {
    * that gives fresh memory leaves this out.
    */
   lendsFrames?: boolean | undefined;
+  /** Each test's and hook's time limit in ms (default 60,000, whatever the runner's default). */
+  timeout?: number | undefined;
 }
 
 /** The next frame of readFrame(), with what its callback saw of it while it was lent. */
@@ -34,21 +36,22 @@ const MiB = 1024 * 1024;
  * and errors.
  */
 export function describeTransportConformance(options: TransportConformanceOptions): void {
-  describe(`transport conformance: ${options.name}`, () => {
+  const timeout = options.timeout ?? SUITE_TIMEOUT_MS;
+  describe(`transport conformance: ${options.name}`, { timeout }, () => {
     let transport: TransportContext;
     let listener: TransportListener | undefined;
     const open: Connection[] = [];
 
     beforeEach(async () => {
       transport = await options.create();
-    });
+    }, timeout);
 
     afterEach(async () => {
       for (const c of open.splice(0)) c.close();
       listener?.close();
       listener = undefined;
       await transport.close();
-    });
+    }, timeout);
 
     async function pair(): Promise<[Connection, Connection]> {
       let accepted!: (c: Connection) => void;

@@ -20,3 +20,10 @@ const vitest =
   loaded ?? ({ afterAll: absent, afterEach: absent, beforeAll: absent, beforeEach: absent, describe: absent, expect: absent, it: absent } as unknown as Vitest);
 
 export const { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } = vitest;
+
+/**
+ * Each conformance test's and hook's time limit where the suite's options
+ * give none: the suites move hundreds of MiB and open many pipes, which
+ * outlasts vitest's default 5 s on a loaded machine.
+ */
+export const SUITE_TIMEOUT_MS = 60_000;
