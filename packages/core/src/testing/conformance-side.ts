@@ -4,7 +4,7 @@ import { CPU_DEVICE, type Device, type TensorBuffer, isCpuBuffer } from "../devi
 import type { Descriptor } from "../message.js";
 import type { Pipe } from "../pipe/pipe.js";
 import type { TransportContext } from "../transport.js";
-import { patterned } from "./patterns.js";
+import { patternChunks, patterned } from "./patterns.js";
 
 /**
  * The memory a channel's tensors live in, as the suite makes and checks
@@ -98,7 +98,9 @@ export function digest(bytes: Uint8Array): ReceivedBytes {
 
 /** True when `received` holds exactly `patterned(received.length, seed)`. */
 export function matches(received: ReceivedBytes, seed: number): boolean {
-  return digest(patterned(received.length, seed)).sha256 === received.sha256;
+  const hash = createHash("sha256");
+  for (const chunk of patternChunks(received.length, seed)) hash.update(chunk);
+  return hash.digest("hex") === received.sha256;
 }
 
 /** The end of a pipe in this process, making and reading tensors in `memory`. */
