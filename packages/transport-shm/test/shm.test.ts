@@ -454,12 +454,15 @@ describe("shm wake-ups", () => {
   // Two processes on one core: a reader polling its ring keeps the writer
   // off the core until it yields. It yields at once when the writer last
   // published from this core, else only after 20 us of polling (two such
-  // waits per round trip); a hand-over costs a few microseconds here.
+  // waits per round trip). So polling costs a shared core nothing over
+  // sleeping at once (spinMicros: 0), measured alike in the same run: on
+  // a slow day here 22 us a round trip against 33, and 74 without the
+  // core check. A bound in microseconds failed on a loaded CI machine.
   it("two ends sharing one core hand it over at each look, not after polling", async () => {
     const script = `
       import { spawn } from "node:child_process";
       import { ShmTransport } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
-      const t = new ShmTransport();
+      const t = new ShmTransport({ spinMicros: Number(process.env.TP_TEST_SPIN) });
       if (process.argv[1] === "echo") {
         const l = await t.listen("*", (c) => {
           // The frame is lent to the callback: what is written back is a copy.
@@ -485,14 +488,29 @@ describe("shm wake-ups", () => {
         console.log(us.slice(1000).sort((a, b) => a - b)[1000]);
       }`;
     const core = /^Cpus_allowed_list:\s*(\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))![1]!;
-    const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
-      execFile("taskset", ["-c", core, process.execPath, "--input-type=module", "-e", script, "client", script], (err, stdout, stderr) =>
-        resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
-      ),
-    );
-    if ((out.code as unknown) === "ENOENT") return; // no taskset here
-    expect(out.code, out.stderr).toBe(0);
-    expect(Number(out.stdout)).toBeLessThan(30);
+    const median = (spinMicros: number) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+        execFile(
+          "taskset",
+          ["-c", core, process.execPath, "--input-type=module", "-e", script, "client", script],
+          { env: { ...process.env, TP_TEST_SPIN: String(spinMicros) } },
+          (err, stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stdout, stderr }),
+        ),
+      );
+    // Each the best of three, alternately, so that others' turns on the core fall on both.
+    const best = { polling: Number.POSITIVE_INFINITY, sleeping: Number.POSITIVE_INFINITY };
+    for (let run = 0; run < 3; run++) {
+      for (const [key, spinMicros] of [
+        ["polling", 200],
+        ["sleeping", 0],
+      ] as const) {
+        const out = await median(spinMicros);
+        if ((out.code as unknown) === "ENOENT") return; // no taskset here
+        expect(out.code, out.stderr).toBe(0);
+        best[key] = Math.min(best[key], Number(out.stdout));
+      }
+    }
+    expect(best.polling, JSON.stringify(best)).toBeLessThan(best.sleeping);
   }, 30_000);
 
   /** `script` run under strace -f -c for `syscalls`: each one's count, or undefined where strace cannot run here. */
