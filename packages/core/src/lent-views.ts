@@ -5,6 +5,7 @@
  * again: that write's reader would get whatever was written there next.
  * A release asked for meanwhile waits for the last such write to be over.
  */
+import { bufferTag } from "./buffer-tag.js";
 import type { MessagePayload, MessageTensor } from "./message.js";
 
 interface LentView {
@@ -14,7 +15,7 @@ interface LentView {
   release: (() => void) | undefined;
 }
 
-const views = new WeakMap<ArrayBuffer, LentView>();
+const views = bufferTag<LentView>();
 /** No view was ever lent: writes skip the lookups. */
 let none = true;
 
@@ -22,7 +23,7 @@ let none = true;
 export function adoptLent(view: Uint8Array, release: () => void): () => void {
   none = false;
   const lent: LentView = { sending: 0, release: undefined };
-  views.set(view.buffer as ArrayBuffer, lent);
+  views.set(view.buffer, lent);
   return () => {
     if (lent.sending === 0) release();
     else lent.release = release;
@@ -48,7 +49,7 @@ export function holdLentViews(payloads: readonly MessagePayload[], tensors: read
 }
 
 function hold(view: ArrayBufferView, held: LentView[] | undefined): LentView[] | undefined {
-  const lent = views.get(view.buffer as ArrayBuffer);
+  const lent = views.get(view.buffer);
   if (!lent) return held;
   lent.sending++;
   (held ??= []).push(lent);

@@ -5,6 +5,7 @@
  * memory its lender hands out again once its own reader is done: that
  * other reader would get whatever was written there next.
  */
+import { bufferTag } from "../buffer-tag.js";
 import { ErrorCode, TensorPipeError } from "../errors.js";
 import type { MessageTensor } from "../message.js";
 
@@ -16,14 +17,14 @@ interface Loan {
   written: boolean;
 }
 
-const loans = new WeakMap<ArrayBuffer, Loan>();
+const loans = bufferTag<Loan>();
 /** No loan was ever recorded: writes skip the lookups. */
 let none = true;
 
 /** Records `view`, lent by the pipe of `lender` (to `peer`). */
 export function recordLoan(view: Uint8Array, lender: object, peer: string): Uint8Array {
   none = false;
-  loans.set(view.buffer as ArrayBuffer, { lender, peer, written: false });
+  loans.set(view.buffer, { lender, peer, written: false });
   return view;
 }
 
@@ -65,7 +66,7 @@ export function takeLoans(tensors: readonly MessageTensor[], writer: object): vo
  * counts as written (its memory is detached anyway).
  */
 export function takeBack(view: Uint8Array, lender: object): boolean {
-  const loan = none ? undefined : loans.get(view.buffer as ArrayBuffer);
+  const loan = none ? undefined : loans.get(view.buffer);
   if (!loan || loan.written) return false;
   if (loan.lender !== lender) {
     throw new TensorPipeError(ErrorCode.INVALID_ARG, `unloan(): this is a loan of the pipe to ${loan.peer}: give it back there`);
@@ -75,5 +76,5 @@ export function takeBack(view: Uint8Array, lender: object): boolean {
 }
 
 function loanOf(t: MessageTensor): Loan | undefined {
-  return ArrayBuffer.isView(t.buffer) ? loans.get(t.buffer.buffer as ArrayBuffer) : undefined;
+  return ArrayBuffer.isView(t.buffer) ? loans.get(t.buffer.buffer) : undefined;
 }
