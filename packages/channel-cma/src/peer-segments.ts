@@ -28,7 +28,6 @@ interface Held {
   mapped: Mapped;
   slot: number;
   generation: number;
-  buffer: WeakRef<ArrayBuffer>;
   released: boolean;
 }
 
@@ -56,10 +55,12 @@ export class PeerSegments {
   view(pidfd: number, place: SlotPlace): { view: Uint8Array; release: () => void } {
     const mapped = this.segment(pidfd, place);
     const buffer = this.addon.viewSegment(mapped.id, place.offset, place.length);
-    const held: Held = { mapped, slot: place.slot, generation: place.generation, buffer: new WeakRef(buffer), released: false };
+    // Held by the registry, it must not hold the buffer: the release the
+    // message keeps does, to detach it (a WeakRef cost more a message).
+    const held: Held = { mapped, slot: place.slot, generation: place.generation, released: false };
     mapped.views++;
     this.collected.register(buffer, held, held);
-    return { view: new Uint8Array(buffer), release: () => this.release(held) };
+    return { view: new Uint8Array(buffer), release: () => this.release(held, buffer) };
   }
 
   /** Copies the peer's slot at `place` into `target` and releases it at once (read() with memory of the reader's). */
@@ -77,11 +78,11 @@ export class PeerSegments {
     this.mapped.clear();
   }
 
-  private release(held: Held): void {
+  /** Gives `held` back: released (with its buffer, to detach) or collected. */
+  private release(held: Held, buffer?: ArrayBuffer): void {
     if (held.released) return;
     held.released = true;
     this.collected.unregister(held);
-    const buffer = held.buffer.deref();
     if (buffer) this.addon.detachBuffer(buffer);
     held.mapped.views--;
     this.owe(held.slot, held.generation);
