@@ -8,7 +8,7 @@
  * needs the rights process_vm_readv does); the pool grows a segment at a
  * time up to its bound, and a loan past it waits for a release.
  */
-import { type Deadline, ErrorCode, type OperationOptions, TensorPipeError, abortError, operationDeadline } from "@tensorpipe/core/backend";
+import { type Deadline, ErrorCode, type OperationOptions, TensorPipeError, abortError, bufferTag, operationDeadline } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 
 /** Where a lent slot's bytes are, as the peer is told. */
@@ -45,6 +45,7 @@ interface Segment {
 }
 
 interface Slot {
+  readonly pool: SharedPool;
   readonly index: number;
   readonly segment: Segment;
   readonly offset: number;
@@ -79,6 +80,9 @@ function slotSizeFor(length: number): number {
   return Math.max(PAGE, 2 ** Math.ceil(Math.log2(Math.max(1, length))));
 }
 
+/** The slot a loan's buffer lies in, while it is lent. */
+const slotOf = bufferTag<Slot | undefined>();
+
 /** One pipe's pool. */
 export class SharedPool {
   private readonly segments: Segment[] = [];
@@ -88,7 +92,6 @@ export class SharedPool {
   private readonly freeNumbers: number[] = [];
   /** The generation a number's next slot starts at, where an earlier slot had it: a late release of that one is no release of the next. */
   private readonly nextGeneration: number[] = [];
-  private readonly byBuffer = new WeakMap<ArrayBuffer, Slot>();
   private readonly waiters: Waiter[] = [];
   private bytes = 0;
   /** Slots sent and not released: the peer's hold on the pool. */
@@ -205,7 +208,7 @@ export class SharedPool {
    */
   send(view: Uint8Array): SlotPlace | undefined {
     const buffer = view.buffer as ArrayBuffer;
-    const slot = this.byBuffer.get(buffer);
+    const slot = this.slotOf(buffer);
     if (!slot || slot.state === "free") return undefined;
     if (slot.state === "loaned") {
       this.unsent.unregister(slot.loan!);
@@ -213,7 +216,7 @@ export class SharedPool {
       slot.state = "sent";
       this.sent++;
       queueMicrotask(() => {
-        this.byBuffer.delete(buffer);
+        slotOf.set(buffer, undefined);
         this.addon.detachBuffer(buffer);
       });
     }
@@ -230,15 +233,21 @@ export class SharedPool {
 
   /** Whether `view` lies within a loan of this pool not yet sent. */
   lends(view: Uint8Array): boolean {
-    return this.byBuffer.get(view.buffer as ArrayBuffer)?.state === "loaned";
+    return this.slotOf(view.buffer)?.state === "loaned";
+  }
+
+  /** The slot of this pool that `buffer` is a loan of, if it is one. */
+  private slotOf(buffer: ArrayBufferLike): Slot | undefined {
+    const slot = slotOf.get(buffer);
+    return slot?.pool === this ? slot : undefined;
   }
 
   /** A loan of this pool given back unsent, or that went by copy after all (inline, or to an upstream peer): free again, its buffer detached. */
   giveBack(view: Uint8Array): void {
     const buffer = view.buffer as ArrayBuffer;
-    const slot = this.byBuffer.get(buffer);
+    const slot = this.slotOf(buffer);
     if (slot?.state !== "loaned") return;
-    this.byBuffer.delete(buffer);
+    slotOf.set(buffer, undefined);
     this.addon.detachBuffer(buffer);
     this.free(slot);
   }
@@ -336,7 +345,7 @@ export class SharedPool {
     slot.segment.free--;
     slot.segment.usedAt = performance.now();
     const buffer = this.addon.viewSegment(slot.segment.id, slot.offset, length);
-    this.byBuffer.set(buffer, slot);
+    slotOf.set(buffer, slot);
     const loan: Loan = { slot };
     slot.loan = loan;
     this.unsent.register(buffer, loan, loan);
@@ -359,7 +368,7 @@ export class SharedPool {
     const segment: Segment = { id, fd, bytes, slotSize: size, free: Math.floor(bytes / size), slots: [], usedAt: performance.now() };
     for (let offset = 0; offset + size <= bytes; offset += size) {
       const index = this.freeNumbers.pop() ?? this.slots.length;
-      const slot: Slot = { index, segment, offset, generation: this.nextGeneration[index] ?? 0, state: "free", places: 0, loan: undefined };
+      const slot: Slot = { pool: this, index, segment, offset, generation: this.nextGeneration[index] ?? 0, state: "free", places: 0, loan: undefined };
       this.slots[index] = slot;
       segment.slots.push(slot);
     }
