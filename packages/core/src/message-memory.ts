@@ -79,6 +79,7 @@ export function allocateMessage(d: Descriptor, reuse?: ArrayBuffer): MessageMemo
 
 /** The largest buffer IncomingMemory makes at once for parts that share one. */
 const SEGMENT = 16 * 1024 * 1024;
+const NO_ROOM = new ArrayBuffer(0);
 /** Tensors past this size may come lent (Channel.recvLent): they get no room in a shared buffer ahead of time. */
 const LENDABLE = 64 * 1024;
 
@@ -94,7 +95,8 @@ export class IncomingMemory {
   readonly tensors: Uint8Array[];
   /** What gives back the views the sender lent, one per such tensor. */
   private readonly releases: (() => void)[] = [];
-  private segment = new ArrayBuffer(0);
+  /** Starts as no room at all, shared: a buffer made per message was most of a reading worker's mallocs. */
+  private segment = NO_ROOM;
   private used = 0;
   /** Aligned bytes of the parts not yet made. */
   private left: number;
@@ -144,6 +146,8 @@ export class IncomingMemory {
   }
 
   private carve(length: number): Uint8Array {
+    // Never a view of NO_ROOM, which a user could detach for every message after.
+    if (length === 0) return new Uint8Array(0);
     const size = aligned(length);
     if (this.used + size > this.segment.byteLength) {
       this.segment = new ArrayBuffer(Math.max(size, Math.min(SEGMENT, this.left)));

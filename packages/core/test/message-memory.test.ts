@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { CPU_DEVICE } from "../src/device.js";
 import type { Descriptor } from "../src/message.js";
-import { allocateMessage } from "../src/message-memory.js";
+import { IncomingMemory, allocateMessage } from "../src/message-memory.js";
 
 const descriptor = (payloads: number[], tensors: number[], target = CPU_DEVICE): Descriptor => ({
   metadata: "",
@@ -47,5 +47,16 @@ describe("allocateMessage", () => {
     expect(() => allocateMessage(descriptor([], [8], { type: "cuda", index: 0 }))).toThrow(
       expect.objectContaining({ code: "ERR_TP_INVALID_ARG", message: expect.stringMatching(/tensor 0 targets cuda:0: use readDescriptor\(\) and read\(\)/) }),
     );
+  });
+});
+
+describe("IncomingMemory", () => {
+  it("gives each empty part a buffer of its own: one a user detaches leaves the next messages alone", () => {
+    const first = new IncomingMemory(descriptor([0], [0]));
+    const empty = first.payload(0, 0);
+    structuredClone(empty.buffer, { transfer: [empty.buffer] });
+    expect(empty.buffer.byteLength).toBe(0);
+    const next = new IncomingMemory(descriptor([0, 5], [0]));
+    expect([next.payload(0, 0).byteLength, next.payload(1, 5).byteLength, next.tensor(0, 0).byteLength]).toEqual([0, 5, 0]);
   });
 });
