@@ -8,7 +8,9 @@
  * anyone else holds them.
  */
 export interface BufferTag<T> {
+  /** The record this tag keeps on `buffer`, or undefined where it keeps none. */
   get(buffer: ArrayBufferLike): T | undefined;
+  /** Keeps `value` on `buffer` (a buffer of your own making, before anyone else holds it), in place of any before. */
   set(buffer: ArrayBufferLike, value: T): void;
 }
 
@@ -20,6 +22,7 @@ class Returning {
   }
 }
 
+/** A new tag: make each once, at module level, for one kind of record. */
 export function bufferTag<T>(): BufferTag<T> {
   class Tagged extends Returning {
     #value: T | undefined;
