@@ -9,7 +9,7 @@
  * if it comes back), and the mapped bytes are bounded, segments without
  * views going first.
  */
-import { ErrorCode, TensorPipeError } from "@tensorpipe/core/backend";
+import { ErrorCode, TensorPipeError, lentBuffer } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 import { IDLE_MS, type SlotPlace } from "./shared-pool.js";
 
@@ -54,7 +54,7 @@ export class PeerSegments {
   /** A view of the peer's slot at `place`, and what gives it back. */
   view(pidfd: number, place: SlotPlace): { view: Uint8Array; release: () => void } {
     const mapped = this.segment(pidfd, place);
-    const buffer = this.addon.viewSegment(mapped.id, place.offset, place.length);
+    const buffer = lentBuffer(this.addon.viewSegment(mapped.id, place.offset, place.length));
     // Held by the registry, it must not hold the buffer: the release the
     // message keeps does, to detach it (a WeakRef cost more a message).
     const held: Held = { mapped, slot: place.slot, generation: place.generation, released: false };

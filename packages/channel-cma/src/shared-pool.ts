@@ -8,7 +8,16 @@
  * needs the rights process_vm_readv does); the pool grows a segment at a
  * time up to its bound, and a loan past it waits for a release.
  */
-import { type Deadline, ErrorCode, type OperationOptions, TensorPipeError, abortError, bufferTag, operationDeadline } from "@tensorpipe/core/backend";
+import {
+  type Deadline,
+  ErrorCode,
+  type OperationOptions,
+  TensorPipeError,
+  abortError,
+  bufferTag,
+  lentBuffer,
+  operationDeadline,
+} from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 
 /** Where a lent slot's bytes are, as the peer is told. */
@@ -344,7 +353,7 @@ export class SharedPool {
     slot.state = "loaned";
     slot.segment.free--;
     slot.segment.usedAt = performance.now();
-    const buffer = this.addon.viewSegment(slot.segment.id, slot.offset, length);
+    const buffer = lentBuffer(this.addon.viewSegment(slot.segment.id, slot.offset, length));
     slotOf.set(buffer, slot);
     const loan: Loan = { slot };
     slot.loan = loan;

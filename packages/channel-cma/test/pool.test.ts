@@ -1,5 +1,6 @@
 import { type Connection, ErrorCode, NopWriter, type TensorLanding } from "@tensorpipe/core/backend";
 import { hasPattern, patterned } from "@tensorpipe/core/testing";
+import { execFileSync } from "node:child_process";
 import { fstatSync, readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { Worker } from "node:worker_threads";
@@ -268,6 +269,21 @@ describe("cma shared pool", () => {
     await expect(writer.loan(8 * MiB, undefined)).rejects.toMatchObject({
       code: ErrorCode.INVALID_ARG,
       message: expect.stringMatching(/takes a slot of 8388608, more than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes/),
+    });
+  });
+
+  // Node 21 on has ArrayBuffer.prototype.transfer() by default (Node 20
+  // behind a flag): it would move a slot's memory past release, into a
+  // buffer that sees the messages lent there later.
+  it("refuses transfer() of a loan's buffer and of a lent view's, where Node has it", () => {
+    const fixture = new URL("./fixtures/transfer-lent.mjs", import.meta.url);
+    const out = execFileSync(process.execPath, ["--harmony-rab-gsab-transfer", fixture.pathname], { encoding: "utf8" });
+    expect(JSON.parse(out)).toEqual({
+      transferExists: "function",
+      onLoan: ErrorCode.INVALID_ARG,
+      onView: ErrorCode.INVALID_ARG,
+      intact: true,
+      released: 0,
     });
   });
 

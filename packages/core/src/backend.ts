@@ -42,6 +42,7 @@ export { parseUrl, splitHostPort, joinHostPort } from "./address.js";
 export { Deferred } from "./deferred.js";
 export { describeValue } from "./describe-value.js";
 export { type BufferTag, bufferTag } from "./buffer-tag.js";
+export { lentBuffer } from "./lent-buffer.js";
 export { peerText, peerExcerpt, safeText } from "./peer-text.js";
 export { OptionChecks } from "./option-checks.js";
 export { NopReader } from "./nop/reader.js";
