@@ -18,6 +18,7 @@ import {
 } from "@tensorpipe/core/backend";
 import { CmaChannel, type Tuning } from "./channel.js";
 import { loadAddon } from "./native.js";
+import { MAX_POOL_BYTES } from "./shared-pool.js";
 import { describeCmaMismatch, upstreamCmaDescriptor } from "./upstream-descriptor.js";
 
 /** Options of the cma channel. */
@@ -105,7 +106,7 @@ export class CmaChannelContext implements ChannelContext {
     check.object(options);
     // Each is a thread of its own that lives as long as the Node thread.
     const parallelism = check.wholeNumber("parallelism", options.parallelism, 1, MAX_PARALLELISM) ?? Math.min(4, availableParallelism());
-    const poolBytes = check.wholeNumber("poolBytes", options.poolBytes, 4 * KiB, GiB) ?? 256 * MiB;
+    const poolBytes = check.wholeNumber("poolBytes", options.poolBytes, 4 * KiB, MAX_POOL_BYTES) ?? 256 * MiB;
     this.tuning = {
       parallelism,
       hugePages: check.boolean("hugePages", options.hugePages) ?? true,

@@ -39,6 +39,8 @@ const MiB = 1024 * 1024;
 const SEGMENT_MIN = 2 * MiB;
 /** A segment wholly free for this long goes back to the system: an idle pipe's pool follows its traffic. */
 export const IDLE_MS = 5000;
+/** The largest pool CmaChannelOptions.poolBytes may ask for. */
+export const MAX_POOL_BYTES = 1024 * MiB;
 
 interface Segment {
   /** The addon's number for it. */
@@ -132,11 +134,16 @@ export class SharedPool {
   /** A fresh slot of at least `length` bytes, waited for under `options` while the pool is at its bound. */
   loan(length: number, options: OperationOptions | undefined): Promise<Uint8Array> {
     if (this.closedWith) return Promise.reject(this.closedWith);
-    if (slotSizeFor(length) > this.bound) {
+    const slotSize = slotSizeFor(length);
+    if (slotSize > this.bound) {
+      const raise =
+        slotSize > MAX_POOL_BYTES
+          ? `no pool holds that (CmaChannelOptions.poolBytes is at most ${MAX_POOL_BYTES})`
+          : `raise CmaChannelOptions.poolBytes (to at most ${MAX_POOL_BYTES})`;
       return Promise.reject(
         new TensorPipeError(
           ErrorCode.INVALID_ARG,
-          `a loan of ${length} bytes takes a slot of ${slotSizeFor(length)}, more than the pipe's shared pool (${this.bound} bytes): raise CmaChannelOptions.poolBytes, or write the tensor from memory of your own`,
+          `a loan of ${length} bytes takes a slot of ${slotSize}, more than the pipe's shared pool (${this.bound} bytes): ${raise}, or write the tensor from memory of your own`,
         ),
       );
     }

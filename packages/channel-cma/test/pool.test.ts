@@ -268,7 +268,15 @@ describe("cma shared pool", () => {
     expect((await waiting).byteLength).toBe(2 * MiB);
     await expect(writer.loan(8 * MiB, undefined)).rejects.toMatchObject({
       code: ErrorCode.INVALID_ARG,
-      message: expect.stringMatching(/takes a slot of 8388608, more than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes/),
+      message: expect.stringMatching(
+        /takes a slot of 8388608, more than the pipe's shared pool \(4194304 bytes\): raise CmaChannelOptions.poolBytes \(to at most 1073741824\)/,
+      ),
+    });
+    await expect(writer.loan(2 ** 40, undefined)).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(
+        /: no pool holds that \(CmaChannelOptions.poolBytes is at most 1073741824\), or write the tensor from memory of your own$/,
+      ),
     });
   });
 

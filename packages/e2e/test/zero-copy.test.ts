@@ -144,6 +144,12 @@ describe("zero-copy between two processes", () => {
     }
     await expect(pipe.loan(MiB, { signal: AbortSignal.abort() })).rejects.toMatchObject({ code: ErrorCode.ABORTED });
     await expect(pipe.loan(MiB, { timeout: -1 })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    for (const length of [-1, 1.5, 2 ** 53]) {
+      await expect(pipe.loan(length)).rejects.toMatchObject({
+        code: ErrorCode.INVALID_ARG,
+        message: expect.stringMatching(/^loan length must be a whole number of bytes from 0 to 9007199254740991, got number /),
+      });
+    }
   });
 
   it("lands a lent tensor in memory the reader gave, freeing its slot at once", async () => {

@@ -157,7 +157,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
   loan(length: number, options?: OperationOptions): Promise<Uint8Array> {
     const { engine } = this;
     if (!Number.isSafeInteger(length) || length < 0) {
-      return this.refuse(invalid(`loan length must be a whole number of bytes, got ${describeValue(length)}`));
+      return this.refuse(invalid(`loan length must be a whole number of bytes from 0 to ${Number.MAX_SAFE_INTEGER}, got ${describeValue(length)}`));
     }
     const refusal = engine.refusal;
     if (refusal) return refusal === engine.failure ? this.engine.ended() : Promise.reject(refusal);
