@@ -1,6 +1,6 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import type { ConformanceSide, MessageSpec, Received, ReceivedDescriptor } from "./conformance-side.js";
+import { type ConformanceSide, type MessageSpec, type Received, type ReceivedDescriptor, handled } from "./conformance-side.js";
 
 /** A request to the peer process, answered by id. */
 export type PeerRequest =
@@ -72,7 +72,7 @@ export class RemoteSide implements ConformanceSide {
   }
 
   write(spec: MessageSpec): Promise<void> {
-    return this.call({ op: "write", spec });
+    return handled(this.call({ op: "write", spec }));
   }
 
   receive(): Promise<Received> {
