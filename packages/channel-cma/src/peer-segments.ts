@@ -12,6 +12,7 @@
 import { ErrorCode, TensorPipeError, lentBuffer } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
 import { IDLE_MS, type SlotPlace } from "./shared-pool.js";
+import { TurnEndRegistry } from "./turn-end-registry.js";
 
 interface Mapped {
   /** The addon's number for it. */
@@ -29,6 +30,7 @@ interface Held {
   slot: number;
   generation: number;
   released: boolean;
+  registered: boolean;
 }
 
 /** The first byte of a release frame on the answers' connection: an answer's text never starts so. */
@@ -41,7 +43,10 @@ export class PeerSegments {
   private mappedBytes = 0;
   private closed = false;
   private trimmer?: NodeJS.Timeout;
-  private readonly collected = new FinalizationRegistry<Held>((held) => this.release(held));
+  private readonly collected = new TurnEndRegistry<Held>(
+    (held) => this.release(held),
+    (held) => held.released,
+  );
 
   constructor(
     private readonly addon: NativeAddon,
@@ -57,9 +62,9 @@ export class PeerSegments {
     const buffer = lentBuffer(this.addon.viewSegment(mapped.id, place.offset, place.length));
     // Held by the registry, it must not hold the buffer: the release the
     // message keeps does, to detach it (a WeakRef cost more a message).
-    const held: Held = { mapped, slot: place.slot, generation: place.generation, released: false };
+    const held: Held = { mapped, slot: place.slot, generation: place.generation, released: false, registered: false };
     mapped.views++;
-    this.collected.register(buffer, held, held);
+    this.collected.register(buffer, held);
     return { view: new Uint8Array(buffer), release: () => this.release(held, buffer) };
   }
 

@@ -19,6 +19,7 @@ import {
   operationDeadline,
 } from "@tensorpipe/core/backend";
 import type { NativeAddon } from "./native.js";
+import { TurnEndRegistry } from "./turn-end-registry.js";
 
 /** Where a lent slot's bytes are, as the peer is told. */
 export interface SlotPlace {
@@ -71,6 +72,7 @@ interface Slot {
 /** One loan of a slot, as the registry of unsent loans holds it: nothing of it may hold the loan's memory, or it would never be collected. */
 interface Loan {
   slot: Slot;
+  registered: boolean;
 }
 
 interface Waiter {
@@ -112,9 +114,12 @@ export class SharedPool {
   /** Patient loans wait for the end of this turn of the loop. */
   private patienceEnds = false;
   /** A loan dropped unsent goes back to the pool when it is collected. */
-  private readonly unsent = new FinalizationRegistry<Loan>((loan) => {
-    if (loan.slot.loan === loan) this.free(loan.slot);
-  });
+  private readonly unsent = new TurnEndRegistry<Loan>(
+    (loan) => {
+      if (loan.slot.loan === loan) this.free(loan.slot);
+    },
+    (loan) => loan.slot.loan !== loan,
+  );
 
   constructor(
     private readonly addon: NativeAddon,
@@ -362,9 +367,9 @@ export class SharedPool {
     slot.segment.usedAt = performance.now();
     const buffer = lentBuffer(this.addon.viewSegment(slot.segment.id, slot.offset, length));
     slotOf.set(buffer, slot);
-    const loan: Loan = { slot };
+    const loan: Loan = { slot, registered: false };
     slot.loan = loan;
-    this.unsent.register(buffer, loan, loan);
+    this.unsent.register(buffer, loan);
     return new Uint8Array(buffer);
   }
 
