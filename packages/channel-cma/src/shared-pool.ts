@@ -93,8 +93,8 @@ function slotSizeFor(length: number): number {
   return Math.max(PAGE, 2 ** Math.ceil(Math.log2(Math.max(1, length))));
 }
 
-/** The slot a loan's buffer lies in, while it is lent. */
-const slotOf = bufferTag<Slot | undefined>();
+/** The slot a loan's buffer lies in, while it is lent, whichever pool lent it (SharedPool.slotOf() keeps its own). */
+const loanSlot = bufferTag<Slot | undefined>();
 
 /** One pipe's pool. */
 export class SharedPool {
@@ -237,7 +237,7 @@ export class SharedPool {
       slot.state = "sent";
       this.sent++;
       queueMicrotask(() => {
-        slotOf.set(buffer, undefined);
+        loanSlot.set(buffer, undefined);
         this.addon.detachBuffer(buffer);
       });
     }
@@ -259,7 +259,7 @@ export class SharedPool {
 
   /** The slot of this pool that `buffer` is a loan of, if it is one. */
   private slotOf(buffer: ArrayBufferLike): Slot | undefined {
-    const slot = slotOf.get(buffer);
+    const slot = loanSlot.get(buffer);
     return slot?.pool === this ? slot : undefined;
   }
 
@@ -268,7 +268,7 @@ export class SharedPool {
     const buffer = view.buffer as ArrayBuffer;
     const slot = this.slotOf(buffer);
     if (slot?.state !== "loaned") return;
-    slotOf.set(buffer, undefined);
+    loanSlot.set(buffer, undefined);
     this.addon.detachBuffer(buffer);
     this.free(slot);
   }
@@ -366,7 +366,7 @@ export class SharedPool {
     slot.segment.free--;
     slot.segment.usedAt = performance.now();
     const buffer = lentBuffer(this.addon.viewSegment(slot.segment.id, slot.offset, length));
-    slotOf.set(buffer, slot);
+    loanSlot.set(buffer, slot);
     const loan: Loan = { slot, registered: false };
     slot.loan = loan;
     this.unsent.register(buffer, loan);
