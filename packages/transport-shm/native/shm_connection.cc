@@ -257,11 +257,15 @@ void ShmConnection::ReceiveWakeUps() {
     } while (n < 0 && errno == EINTR);
     if (n <= 0) break;
     woken = true;
+    // Fewer than asked for: none were left. Asking again until EAGAIN cost
+    // a system call a wake-up (the poll is level-triggered: what comes
+    // later, the end of the stream too, calls again).
+    if (n < static_cast<ssize_t>(sizeof(bytes))) break;
   }
   // Before anything else can touch errno.
   if (n < 0) err = errno;
   if (woken) OnWake();
-  if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return;
+  if (n > 0 || (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))) return;
   if (state_ != State::kOpen) return;
   // Frames the peer finished before going away still count.
   PumpReads();
