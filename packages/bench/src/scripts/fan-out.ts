@@ -12,7 +12,8 @@
  * read it in place with readMessage() and release it), the same in both.
  *
  *   node packages/bench/dist/scripts/fan-out.js [--workers 1,4,8] [--sizes 16K,1M,16M]
- *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--warm 1] [--warm-up N] [--kinds tensorpipe,...] [--json]
+ *        [--inflight 32] [--seconds 1.5] [--rounds 2] [--warm 1] [--warm-up N] [--kinds tensorpipe,...]
+ *        [--worker-cpus 1] [--in-process] [--json]
  *
  * Each pool first runs `--warm` seconds at every size, unmeasured: on 2
  * cores five processes' JIT compiles starve behind their main threads and
@@ -22,18 +23,25 @@
  * Context.warmUp() with N round trips before their first request, over
  * shm+cma only, the pair their pipes negotiate.
  *
+ * Where the workers run, to tell the process boundary and the scheduler's
+ * placement apart from the library's own cost: `--worker-cpus 1` confines
+ * every worker process (IPC's, zeromq's, tensorpipe's) to those cores
+ * (`taskset`, Linux), the front staying free; `--in-process` runs the
+ * tensorpipe pools' workers as worker_threads of the front, over the same
+ * pipes (their CPU is then the front's).
+ *
  * Per run: requests/s, round-trip p50/p99, the front's CPU per request
  * (user + system), that of the front and its workers together (threads
  * are the front's), and the p99 of its event loop's delay.
  */
-import { type ChildProcess, fork } from "node:child_process";
+import { type ChildProcess, execFileSync, fork } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { Worker, isMainThread, parentPort } from "node:worker_threads";
+import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
 import { CPU_DEVICE, type Pipe } from "@tensorpipe/core";
 import { createContext } from "../context.js";
 import { parseSize, sizeLabel } from "../sizes.js";
@@ -103,11 +111,11 @@ class ById<T> {
 // ---- the workers' side ------------------------------------------------------
 
 /** A worker over tensorpipe-js: it answers each batch read into memory of its own, or (`lends`) read in place where the front lent it, given back once read. */
-async function tensorpipeWorker(lends: boolean, warmUp: number): Promise<void> {
+async function tensorpipeWorker(lends: boolean, warmUp: number, hello: (m: Record<string, unknown>) => void): Promise<void> {
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
   if (warmUp > 0) await context.warmUp({ roundTrips: warmUp, pairs: WARM_PAIRS });
   const listener = await context.listen(["shm://", "uv://127.0.0.1:0"]);
-  process.send!({ urls: listener.addresses() });
+  hello({ urls: listener.addresses() });
   const result = new Float32Array(RESULT_FLOATS);
   for await (const pipe of listener) void (lends ? answerInPlace : answerInto)(pipe, result);
 }
@@ -177,13 +185,30 @@ function threadWorker(): void {
 
 // ---- the front's side -------------------------------------------------------
 
-async function spawnWorker(kind: Kind, warmUp = 0): Promise<{ child: ChildProcess; hello: Record<string, unknown> }> {
+/** Where the workers run (`--worker-cpus`, `--in-process`). */
+interface Placement {
+  /** Cores the worker processes are confined to, as taskset takes them ("1", "2-3"). */
+  cpus?: string;
+  /** The tensorpipe pools' workers are threads of the front. */
+  inProcess: boolean;
+}
+
+async function spawnWorker(kind: Kind, placement: Placement, warmUp = 0): Promise<{ child: ChildProcess; hello: Record<string, unknown> }> {
   const child = fork(SELF, ["--worker", kind, String(warmUp)], {
     serialization: kind === "ipc" ? "advanced" : "json",
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
   const [hello] = (await once(child, "message")) as [Record<string, unknown>];
+  // Every thread of it, its helpers too; threads it starts later inherit it.
+  if (placement.cpus !== undefined) execFileSync("taskset", ["-a", "-c", "-p", placement.cpus, String(child.pid)], { stdio: "ignore" });
   return { child, hello };
+}
+
+/** A tensorpipe worker as a thread of the front (`--in-process`). */
+async function tensorpipeThread(lends: boolean, warmUp: number): Promise<{ thread: Worker; hello: Record<string, unknown> }> {
+  const thread = new Worker(SELF, { workerData: { lends, warmUp } });
+  const [hello] = (await once(thread, "message")) as [Record<string, unknown>];
+  return { thread, hello };
 }
 
 async function stopAll(children: ChildProcess[]): Promise<void> {
@@ -197,12 +222,15 @@ async function stopAll(children: ChildProcess[]): Promise<void> {
   );
 }
 
-async function tensorpipePool(n: number, lends: boolean, warmUp: number): Promise<Pool> {
-  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe", warmUp)));
+async function tensorpipePool(n: number, lends: boolean, warmUp: number, placement: Placement): Promise<Pool> {
+  const threads = placement.inProcess ? await Promise.all(Array.from({ length: n }, () => tensorpipeThread(lends, warmUp))) : [];
+  const workers = placement.inProcess
+    ? []
+    : await Promise.all(Array.from({ length: n }, () => spawnWorker(lends ? "tensorpipe-loan" : "tensorpipe", placement, warmUp)));
   const context = await createContext({ transports: ["shm", "uv"], channels: ["cma", "basic"] });
   if (warmUp > 0) await context.warmUp({ roundTrips: warmUp, pairs: WARM_PAIRS });
   const pipes: { pipe: Pipe; order: InOrder<{ result: Float32Array }> }[] = [];
-  for (const { hello } of workers) {
+  for (const { hello } of [...workers, ...threads]) {
     const pipe = await context.connect((hello.urls as string[]).find((u) => u.startsWith("shm://"))!);
     const order = new InOrder<{ result: Float32Array }>();
     pipes.push({ pipe, order });
@@ -234,12 +262,13 @@ async function tensorpipePool(n: number, lends: boolean, warmUp: number): Promis
     async close() {
       await context.close();
       await stopAll(workers.map((w) => w.child));
+      await Promise.all(threads.map((t) => t.thread.terminate()));
     },
   };
 }
 
-async function ipcPool(n: number): Promise<Pool> {
-  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("ipc")));
+async function ipcPool(n: number, placement: Placement): Promise<Pool> {
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("ipc", placement)));
   const answers = new ById<{ result: Float32Array }>();
   for (const { child } of workers) child.on("message", (m: { id: number; result: Float32Array }) => answers.settle(m.id, { result: m.result }));
   return {
@@ -253,9 +282,9 @@ async function ipcPool(n: number): Promise<Pool> {
   };
 }
 
-async function zeromqPool(n: number): Promise<Pool> {
+async function zeromqPool(n: number, placement: Placement): Promise<Pool> {
   const { zmq } = await loadZmq();
-  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("zeromq")));
+  const workers = await Promise.all(Array.from({ length: n }, () => spawnWorker("zeromq", placement)));
   const dealers = workers.map(({ hello }) => {
     const d = new zmq!.Dealer();
     d.connect(hello.endpoint as string);
@@ -380,6 +409,8 @@ async function main(): Promise<void> {
   const rounds = Number(args.value("--rounds", "2"));
   const warmSeconds = Number(args.value("--warm", "1"));
   const warmUp = Number(args.value("--warm-up", "0"));
+  const cpus = args.value("--worker-cpus", "");
+  const placement: Placement = { cpus: cpus === "" ? undefined : cpus, inProcess: args.has("--in-process") };
   const zmqMissing = (await loadZmq()).reason;
   const asked = args.value("--kinds", KINDS.join(",")).split(",") as Kind[];
   const used = KINDS.filter((k) => asked.includes(k) && !(zmqMissing && k === "zeromq"));
@@ -391,11 +422,11 @@ async function main(): Promise<void> {
       pools.set(
         k,
         await (k === "tensorpipe" || k === "tensorpipe-loan"
-          ? tensorpipePool(n, k === "tensorpipe-loan", warmUp)
+          ? tensorpipePool(n, k === "tensorpipe-loan", warmUp, placement)
           : k === "ipc"
-            ? ipcPool(n)
+            ? ipcPool(n, placement)
             : k === "zeromq"
-              ? zeromqPool(n)
+              ? zeromqPool(n, placement)
               : threadPool(n)),
       );
     try {
@@ -435,19 +466,24 @@ async function main(): Promise<void> {
     { header: "all us/req", width: 11, cell: (r) => r.allCpuUsPerRequest.toFixed(0) },
     { header: "loop p99 ms", width: 12, cell: (r) => r.loopDelayP99ms.toFixed(2) },
   ];
+  const where = `${placement.cpus === undefined ? "" : `; worker processes on cores ${placement.cpus}`}${placement.inProcess ? "; tensorpipe workers in-process" : ""}`;
   printResults(
     args,
-    `fan-out: a front with K=${inflight} in flight (8 at 16 MiB) over N workers; median of ${rounds} interleaved rounds of ${seconds} s`,
+    `fan-out: a front with K=${inflight} in flight (8 at 16 MiB) over N workers; median of ${rounds} interleaved rounds of ${seconds} s${where}`,
     results,
     columns,
   );
 }
 
 const role = process.argv.indexOf("--worker");
-if (!isMainThread) threadWorker();
-else if (role >= 0) {
+if (!isMainThread) {
+  const tp = workerData as { lends: boolean; warmUp: number } | undefined;
+  if (tp) await tensorpipeWorker(tp.lends, tp.warmUp, (m) => parentPort!.postMessage(m));
+  else threadWorker();
+} else if (role >= 0) {
   const kind = process.argv[role + 1] as Kind;
-  if (kind === "tensorpipe" || kind === "tensorpipe-loan") await tensorpipeWorker(kind === "tensorpipe-loan", Number(process.argv[role + 2]));
+  if (kind === "tensorpipe" || kind === "tensorpipe-loan")
+    await tensorpipeWorker(kind === "tensorpipe-loan", Number(process.argv[role + 2]), (m) => process.send!(m));
   else if (kind === "ipc") ipcWorker();
   else await zeromqWorker();
 } else await main();
