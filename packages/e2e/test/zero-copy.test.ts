@@ -135,10 +135,12 @@ describe("zero-copy between two processes", () => {
       loan.set(patterned(2 * MiB, 7));
       expect(await ask(pipe, "hold 7", loan)).toEqual({ pattern: true });
       expect(timers.mock.calls.filter((c) => (c[1] ?? 0) > 900_000)).toEqual([]);
-      // The pool is at its bound once the reader holds two: this one waits, under its deadline.
-      await pipe.loan(2 * MiB);
+      // The reader holds one slot and this side the other (to the end: a loan
+      // dropped is collected and its slot lent again): the next loan waits, under its deadline.
+      const second = await pipe.loan(2 * MiB);
       await expect(pipe.loan(2 * MiB, { timeout: 987_654, signal: AbortSignal.timeout(200) })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
       expect(timers.mock.calls.filter((c) => (c[1] ?? 0) > 900_000)).toHaveLength(1);
+      expect(second.byteLength).toBe(2 * MiB);
     } finally {
       timers.mockRestore();
     }
