@@ -31,8 +31,10 @@ export interface PipeStats {
   channels: Record<string, ChannelStats>;
   /**
    * By error code: the error that ended the pipe (not counted when this
-   * side closed it) and each operation refused on its own account (an
-   * invalid message or allocation, an abort or timeout).
+   * side closed it, nor when the peer closed it between messages, the
+   * stream's end) and each operation refused on its own account (an
+   * invalid message or allocation, a read or loan that gave up at its
+   * abort or timeout).
    */
   errors: Record<string, number>;
 }

@@ -155,6 +155,12 @@ describe("diagnostics_channel and stats", () => {
     await there.write({ metadata: "back" });
     await here.readMessage();
     await expect(here.write({ tensors: [{ buffer: undefined as never }] })).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG });
+    // Reads that waited and gave up count too; the pipe goes on.
+    await expect(here.readMessage({ timeout: 20 })).rejects.toMatchObject({ code: ErrorCode.TIMEOUT });
+    const giveUp = new AbortController();
+    const waiting = here.readDescriptor({ signal: giveUp.signal });
+    giveUp.abort();
+    await expect(waiting).rejects.toMatchObject({ code: ErrorCode.ABORTED });
     const sent = 7 * 2 + 16 + 5 * 1024 * 1024;
     expect(here.stats()).toEqual({
       messagesSent: 2,
@@ -162,7 +168,7 @@ describe("diagnostics_channel and stats", () => {
       bytesSent: sent,
       bytesReceived: 0,
       channels: { cma: { tensorsSent: 2, tensorsReceived: 0, bytesSent: 16 + 5 * 1024 * 1024, bytesReceived: 0 } },
-      errors: { [ErrorCode.INVALID_ARG]: 1 },
+      errors: { [ErrorCode.INVALID_ARG]: 1, [ErrorCode.TIMEOUT]: 1, [ErrorCode.ABORTED]: 1 },
     });
     expect(there.stats()).toMatchObject({ messagesSent: 1, messagesReceived: 2, bytesReceived: sent, errors: {} });
     // A snapshot: later traffic does not change it.
@@ -173,7 +179,13 @@ describe("diagnostics_channel and stats", () => {
     // A context sums its pipes, ended ones too.
     here.close();
     await there.closed;
-    expect(client.stats()).toMatchObject({ pipesOpened: 1, pipesOpen: 0, messagesSent: 3, bytesSent: sent, errors: { [ErrorCode.INVALID_ARG]: 1 } });
+    expect(client.stats()).toMatchObject({
+      pipesOpened: 1,
+      pipesOpen: 0,
+      messagesSent: 3,
+      bytesSent: sent,
+      errors: { [ErrorCode.INVALID_ARG]: 1, [ErrorCode.TIMEOUT]: 1, [ErrorCode.ABORTED]: 1 },
+    });
     expect(server.stats()).toMatchObject({
       pipesOpened: 1,
       pipesOpen: 0,

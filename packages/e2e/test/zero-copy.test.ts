@@ -119,6 +119,7 @@ describe("zero-copy between two processes", () => {
       code: ErrorCode.TIMEOUT,
       message: expect.stringMatching(/pool's 4194304 bytes are taken: 4194304 by messages the peer has not released/),
     });
+    expect(pipe.stats().errors).toEqual({ [ErrorCode.TIMEOUT]: 1 });
     await expect(pipe.loan(8 * MiB)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/poolBytes/) });
     // The pipe is as it was: messages of plain memory go on.
     expect(await ask(pipe, "length", new Uint8Array(5 * MiB))).toEqual({ length: 5 * MiB });

@@ -175,8 +175,11 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
         return this.refuse(new TensorPipeError(ErrorCode.INVALID_ARG, `a loan of ${length} bytes cannot be had: ${(e as Error).message}`, { cause: e }));
       }
     }
-    return lent.then((view) => recordLoan(view, engine, this.peer));
+    return lent.then((view) => recordLoan(view, engine, this.peer), this.loanRefused);
   }
+
+  /** A loan that waited and gave up (its timeout or signal) is counted; one the pipe's end rejects is not. */
+  private readonly loanRefused = (e: unknown): Promise<never> => (this.engine.over ? Promise.reject(e) : this.refuse(e));
 
   /**
    * Gives back a loan that will not be written (an error path, a request

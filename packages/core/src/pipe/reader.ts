@@ -183,7 +183,8 @@ export class Reader implements ReadOwner {
 
   /** `op`'s descriptor under `signal`: an abort takes the operation back, or its descriptor, offered in the same turn, for the next caller. */
   private waitUnder(op: ReadOperation, signal: AbortSignal, what: string): Promise<Descriptor> {
-    return raceSignal(op.offered, signal, what, () => {
+    return raceSignal(op.offered, signal, what, (err) => {
+      if (!this.host.failure) this.host.observer.refused(err);
       if (this.waiting.remove(op)) return;
       if (this.offered === op && !this.host.failure) {
         this.offered = undefined;
