@@ -155,6 +155,21 @@ describe("zero-copy between two processes", () => {
     }
   });
 
+  it("leaves a loan not written when its pipe closes as memory of this process: it cannot be written, there or elsewhere", async () => {
+    const [pipe, other] = [await start("views"), await start("views")];
+    const loan = await pipe.loan(MiB);
+    loan.set(patterned(MiB, 8));
+    pipe.close();
+    await pipe.closed.catch(() => undefined);
+    expect(hasPattern(loan, 8)).toBe(true);
+    await expect(pipe.write({ tensors: [{ buffer: loan }] })).rejects.toMatchObject({ code: ErrorCode.CLOSED });
+    await expect(other.write({ tensors: [{ buffer: loan }] })).rejects.toMatchObject({
+      code: ErrorCode.INVALID_ARG,
+      message: expect.stringMatching(/tensor 0 is a loan of the pipe to .*: write it there, or send a copy \(loan\.slice\(\)\)/),
+    });
+    expect(await ask(other, "hold 8", loan.slice())).toEqual({ pattern: true });
+  });
+
   it("lands a lent tensor in memory the reader gave, freeing its slot at once", async () => {
     const pipe = await start("copy", 4 * MiB);
     for (let seed = 0; seed < 12; seed++) {
