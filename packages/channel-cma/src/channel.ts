@@ -24,6 +24,12 @@ export interface Tuning {
   parallelism: number;
   /** Tensors up to this size go inline (-1: none). */
   inlineMax: number;
+  /**
+   * Tensors up to this size may come inline from the peer. In pool mode
+   * each end cuts at its own size (a header says how each tensor past
+   * headerMin comes); otherwise both ends cut at one, and this is inlineMax.
+   */
+  peerInlineMax: number;
   hugePages: boolean;
   /**
    * The peer is upstream TensorPipe, or a tensorpipe-js that cuts tensors
@@ -163,7 +169,7 @@ export class CmaChannel implements Channel {
     private readonly acks: Connection,
     private readonly tuning: Tuning,
   ) {
-    this.headerMin = tuning.pool ? Math.min(tuning.inlineMax, HEADER_MIN) : Infinity;
+    this.headerMin = tuning.pool ? Math.min(tuning.inlineMax, tuning.peerInlineMax, HEADER_MIN) : Infinity;
     if (tuning.pool) this.recvLent = (length, landing) => this.receiveLent(length, landing);
   }
 
@@ -336,7 +342,7 @@ export class CmaChannel implements Channel {
     const got = this.descriptors.read(64).then((frame) => {
       const header = decodeHeader(frame);
       if (header === "inline") {
-        if (length > this.tuning.inlineMax) throw protocolError(`cma peer sent ${length} bytes inline, past ${this.tuning.inlineMax}`);
+        if (length > this.tuning.peerInlineMax) throw protocolError(`cma peer sent ${length} bytes inline, past ${this.tuning.peerInlineMax}`);
         const landed = this.descriptors.readInto(given ?? landing!.make());
         issued();
         return landed;

@@ -34,9 +34,11 @@ export interface CmaChannelOptions {
   /**
    * Tensors up to this size travel inline on the channel's connection: for
    * them a copy through the transport beats process_vm_readv. Default: by
-   * the pipe's transport (defaultInlineMax). Both ends must agree: between
-   * ends set differently, as with upstream TensorPipe, every tensor is read
-   * by address.
+   * the pipe's transport (defaultInlineMax). It is this end's: between
+   * two ends that lend shared memory each cuts what it sends at its own,
+   * and between others both cut at the smaller of the two. With an end of
+   * a version before 0.2, set differently, every tensor is read by address,
+   * as with upstream TensorPipe.
    */
   inlineMax?: number | undefined;
   /**
@@ -86,8 +88,22 @@ function thisNetworkNamespace(): string {
   return networkNamespace;
 }
 
-/** A wire extension less the network namespace it names. */
-const withoutNetwork = (extension: string): string => extension.replace(/;net:[^;]*$/, "");
+/** A peer's wire extension as this version writes it, read; undefined for any other (an older tensorpipe-js's, or none). */
+interface PeerExtension {
+  /** Where the peer cuts inline tensors: bytes, or "auto" (the default for the transport both ends share). */
+  inlineMax: number | "auto";
+  pool: boolean;
+  /** `;net:<inode>`, or "" when the peer could not read it. */
+  network: string;
+}
+
+const EXTENSION = /^inline:(auto|\d{1,15});per-end(;pool)?(;net:\d+)?$/;
+
+function readExtension(extension: string | undefined): PeerExtension | undefined {
+  const m = extension === undefined ? null : EXTENSION.exec(extension);
+  if (!m) return undefined;
+  return { inlineMax: m[1] === "auto" ? "auto" : Number(m[1]), pool: m[2] !== undefined, network: m[3] ?? "" };
+}
 
 /**
  * Cross-memory attach: tensors between processes of one machine, one user
@@ -96,7 +112,7 @@ const withoutNetwork = (extension: string): string => extension.replace(/;net:[^
  * descriptor, so negotiation never picks cma for it.
  */
 export class CmaChannelContext implements ChannelContext {
-  private readonly tuning: Omit<Tuning, "inlineMax" | "upstreamWire" | "pool">;
+  private readonly tuning: Omit<Tuning, "inlineMax" | "peerInlineMax" | "upstreamWire" | "pool">;
   private readonly inlineMax?: number;
   private viability?: Viability;
   /** Why pipes of this context cannot lend shared memory (null: they can), once asked. */
@@ -137,12 +153,14 @@ export class CmaChannelContext implements ChannelContext {
 
   /**
    * Between two tensorpipe-js ends, tensors up to the inline threshold go
-   * inline and a failed read is told with its reason; ends that would cut
-   * tensors at different sizes speak upstream's wire instead. It names the
-   * network namespace too: see createChannel().
+   * inline and a failed read is told with its reason. Ends that lend cut
+   * at each one's own threshold (a header says how each large tensor
+   * comes); others at the smaller of the two. It names the network
+   * namespace too: see createChannel(). Ends of versions before per-end
+   * thresholds write no `;per-end`: with them it is upstream's wire.
    */
   wireExtension(): string {
-    return `inline:${this.inlineMax ?? "auto"}${this.lends() ? ";pool" : ""}${thisNetworkNamespace()}`;
+    return `inline:${this.inlineMax ?? "auto"};per-end${this.lends() ? ";pool" : ""}${thisNetworkNamespace()}`;
   }
 
   /** Whether pipes here can lend shared memory (memfd and pidfd_getfd work). */
@@ -171,20 +189,25 @@ export class CmaChannelContext implements ChannelContext {
   createChannel(connections: readonly Connection[], _endpoint?: Endpoint, pipe?: PipeInfo): Channel {
     const { addon } = loadAddon();
     if (!addon) throw new TensorPipeError(ErrorCode.NOT_VIABLE, "cma addon unavailable");
-    const mine = this.wireExtension();
-    const peers = pipe?.peerWireExtension;
-    let wire: Pick<Tuning, "inlineMax" | "upstreamWire" | "pool">;
-    if (peers === mine) {
-      wire = { inlineMax: this.inlineMax ?? defaultInlineMax(pipe?.transportMedium), upstreamWire: false, pool: this.lends() };
-    } else if (peers !== undefined && withoutNetwork(peers) === withoutNetwork(mine)) {
+    const peer = readExtension(pipe?.peerWireExtension);
+    let wire: Pick<Tuning, "inlineMax" | "peerInlineMax" | "upstreamWire" | "pool">;
+    if (peer === undefined) {
+      wire = { inlineMax: -1, peerInlineMax: -1, upstreamWire: true, pool: false };
+    } else if (peer.network !== thisNetworkNamespace()) {
       // One pid namespace, two network namespaces (containers sharing the
       // host's pids, not its network): no kernel record this side can read
       // proves which process holds the other end of a connection, so
       // nothing is read by address or lent. Every tensor goes inline, as
       // basic sends it, and the pipe works as it would have without cma.
-      wire = { inlineMax: Number.MAX_SAFE_INTEGER, upstreamWire: false, pool: false };
+      wire = { inlineMax: Number.MAX_SAFE_INTEGER, peerInlineMax: Number.MAX_SAFE_INTEGER, upstreamWire: false, pool: false };
     } else {
-      wire = { inlineMax: -1, upstreamWire: true, pool: false };
+      const fallback = defaultInlineMax(pipe?.transportMedium);
+      const mine = this.inlineMax ?? fallback;
+      const theirs = peer.inlineMax === "auto" ? fallback : peer.inlineMax;
+      wire =
+        peer.pool && this.lends()
+          ? { inlineMax: mine, peerInlineMax: theirs, upstreamWire: false, pool: true }
+          : { inlineMax: Math.min(mine, theirs), peerInlineMax: Math.min(mine, theirs), upstreamWire: false, pool: false };
     }
     return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, ...wire });
   }

@@ -61,7 +61,7 @@ describe("cma channel", () => {
     expect(d!.descriptor).toMatch(
       new RegExp(`^cma:[0-9a-f-]{36}_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_[0-9a-f]+_${process.getuid!()}_${process.getgid!()}(_[0-9a-f]+)?$`),
     );
-    expect(ctx.wireExtension()).toBe(`inline:auto;pool${NET}`);
+    expect(ctx.wireExtension()).toBe(`inline:auto;per-end;pool${NET}`);
   });
 
   it("says which part of two descriptors differs, and what would make them pair", () => {
@@ -97,12 +97,21 @@ describe("cma channel", () => {
     expect(() => new CmaChannelContext({ [name]: value } as never)).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_ARG, message }));
   });
 
-  it("speaks its own wire only with an end that cuts tensors at the same size, upstream's with any other", async () => {
+  it("speaks upstream's wire with an end that writes no extension of this version", async () => {
     const ctx = (o = {}) => new CmaChannelContext(o);
     // One descriptor for all: ends set differently, and upstream's, still pair.
     expect(ctx({ inlineMax: 1024 }).deviceDescriptors()).toEqual(ctx().deviceDescriptors());
-    expect([ctx().wireExtension(), ctx({ inlineMax: 1024 }).wireExtension()]).toEqual([`inline:auto;pool${NET}`, `inline:1024;pool${NET}`]);
-    for (const peerWireExtension of [undefined, `inline:auto;pool${NET}`, "inline:1024", `inline:1024${NET}`, "something else"]) {
+    expect([ctx().wireExtension(), ctx({ inlineMax: 1024 }).wireExtension()]).toEqual([`inline:auto;per-end;pool${NET}`, `inline:1024;per-end;pool${NET}`]);
+    // None, an older tensorpipe-js's (which speaks its own wire only with an end
+    // whose extension is its own), garbage, and a threshold past any length.
+    for (const peerWireExtension of [
+      undefined,
+      `inline:auto;pool${NET}`,
+      `inline:1024;pool${NET}`,
+      "inline:1024",
+      "something else",
+      `inline:9999999999999999;per-end;pool${NET}`,
+    ]) {
       const { here, there } = await connections();
       const sender = ctx({ inlineMax: 1024 }).createChannel(here, "connect", { transportMedium: "network", peerWireExtension });
       const sent = sender.send(patterned(100, 3), 100);
@@ -117,6 +126,35 @@ describe("cma channel", () => {
       // An empty tensor is not on upstream's wire at all.
       await sender.send(new Uint8Array(0), 0);
     }
+  });
+
+  it("lends whatever threshold either lending end sets, each cutting at its own; ends that do not lend cut at the smaller", async () => {
+    const ctx = (o = {}) => new CmaChannelContext(o);
+    const lending = `inline:auto;per-end;pool${NET}`;
+    for (const inlineMax of [0, 4096, 8 * MiB]) {
+      const { here } = await connections();
+      const channel = ctx({ inlineMax }).createChannel(here, "connect", { transportMedium: "shared-memory", peerWireExtension: lending }) as CmaChannel;
+      const lent = channel.loan(MiB, undefined);
+      expect(lent, `inlineMax ${inlineMax} here`).toBeDefined();
+      expect((await lent)!.byteLength).toBe(MiB);
+      channel.close();
+    }
+    // Neither lends: 2000 bytes go by address at the peer's 1024, not inline at this side's 4096.
+    const { here, there } = await connections();
+    const sender = ctx({ inlineMax: 4096 }).createChannel(here, "connect", {
+      transportMedium: "network",
+      peerWireExtension: `inline:1024;per-end${NET}`,
+    }) as CmaChannel;
+    expect(sender.loan(MiB, undefined)).toBeUndefined();
+    const sent = sender.send(patterned(2000, 2), 2000);
+    const frame = new NopReader(await there[0]!.read(64), "test");
+    frame.structure(3, "test");
+    expect(frame.uint(32)).toBe(process.pid);
+    frame.uintBig();
+    expect(frame.uint(64)).toBe(2000);
+    frame.end();
+    await there[1]!.write([new Uint8Array(0)]);
+    await sent;
   });
 
   it("sends every tensor inline to an end in another network namespace: no process there can be proven", async () => {

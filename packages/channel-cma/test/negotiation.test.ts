@@ -27,8 +27,8 @@ describe("cma's own wire between two tensorpipe-js ends", () => {
   }
 
   it.each([
-    [{}, {}, `inline:auto;pool${NET}`, `inline:auto;pool${NET}`],
-    [{ inlineMax: 100 }, { inlineMax: 200 }, `inline:200;pool${NET}`, `inline:100;pool${NET}`],
+    [{}, {}, `inline:auto;per-end;pool${NET}`, `inline:auto;per-end;pool${NET}`],
+    [{ inlineMax: 100 }, { inlineMax: 200 }, `inline:200;per-end;pool${NET}`, `inline:100;per-end;pool${NET}`],
   ])("is told to both ends in the handshake (%o here, %o there)", async (here, there, dialerSees, listenerSees) => {
     const [a, b] = [new Context(), new Context()];
     const [ca, cb] = [new Recording(here), new Recording(there)];

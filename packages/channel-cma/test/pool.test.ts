@@ -75,7 +75,7 @@ describe("cma shared pool", () => {
   }
 
   it("lends where both ends can, and says so in its wire extension; up to 64 KiB it leaves the pipe to give plain memory", async () => {
-    expect(new CmaChannelContext().wireExtension()).toMatch(/^inline:auto;pool;net:\d+$/);
+    expect(new CmaChannelContext().wireExtension()).toMatch(/^inline:auto;per-end;pool;net:\d+$/);
     const { writer } = await pair();
     expect(writer.loan(64 * KiB, undefined)).toBeUndefined();
     expect((await writer.loan(64 * KiB + 1, undefined))!.byteLength).toBe(64 * KiB + 1);

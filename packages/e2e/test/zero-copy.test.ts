@@ -25,11 +25,11 @@ describe("zero-copy between two processes", () => {
   });
 
   /** A writer here and lending-reader.mjs there, over cma and `transport` (shm, or TCP on this machine). */
-  async function start(mode: "views" | "copy", poolBytes?: number, transport: "shm" | "uv" = "shm"): Promise<Pipe> {
+  async function start(mode: "views" | "copy", poolBytes?: number, transport: "shm" | "uv" = "shm", inlineMax?: number): Promise<Pipe> {
     const context = new Context();
     registerShmTransport(context);
     registerUvTransport(context);
-    registerCmaChannel(context, poolBytes === undefined ? undefined : { poolBytes });
+    registerCmaChannel(context, { ...(poolBytes === undefined ? {} : { poolBytes }), ...(inlineMax === undefined ? {} : { inlineMax }) });
     cleanup.push(() => context.close());
     const listener: Listener = await context.listen(transport === "shm" ? "shm://" : "uv://127.0.0.1:0");
     const child: ChildProcess = spawn(process.execPath, [reader, listener.addresses()[0]!, mode], { stdio: ["ignore", "inherit", "inherit"] });
@@ -47,10 +47,16 @@ describe("zero-copy between two processes", () => {
     return JSON.parse(m.metadata) as Record<string, unknown>;
   }
 
-  it.each(["shm", "uv"] as const)(
-    "hands the reader the writer's memory over %s: a byte it writes is seen once it released the slot, and never before",
-    async (transport) => {
-      const pipe = await start("views", undefined, transport);
+  it.each([
+    ["shm", undefined],
+    ["uv", undefined],
+    // Set on this end only: each end cuts at its own size, and lends all the same.
+    ["shm", 0],
+    ["shm", 8 * MiB],
+  ] as const)(
+    "hands the reader the writer's memory over %s (inlineMax %s here): a byte it writes is seen once it released the slot, and never before",
+    async (transport, inlineMax) => {
+      const pipe = await start("views", undefined, transport, inlineMax);
       const loan = await pipe.loan(MiB);
       loan.set(patterned(MiB, 3));
       expect(await ask(pipe, "hold 3", loan)).toEqual({ pattern: true });
