@@ -3,6 +3,8 @@ import { CmaChannelContext, type CmaChannelOptions } from "./context.js";
 
 export { CmaChannel } from "./channel.js";
 export { CmaChannelContext, type CmaChannelOptions, defaultInlineMax } from "./context.js";
+/** What defaultInlineMax() takes: the medium of the pipe's transport. */
+export type { TransportMedium } from "@tensorpipe/core/backend";
 
 /** Above basic: preferred whenever both ends share machine, user and pid namespace. */
 export const CMA_PRIORITY = 20;
