@@ -62,7 +62,11 @@ export interface ShmTransportOptions {
    * first wait that polling would have caught brings it back. For the
    * first 20 us of a wait, one waiting connection per thread polls every
    * waiting ring for up to 5 us on each turn of the loop, holding the loop
-   * that long, unless a peer last ran on this core.
+   * that long, unless a peer last ran on this core. With more busy
+   * processes than cores, a polling reader takes turns on a core its
+   * peers need: a front's workers confined to cores of their own cost
+   * less CPU per request than left to share (docs/performance.md, "A
+   * front and a pool of worker processes").
    */
   spinMicros?: number | undefined;
 }
