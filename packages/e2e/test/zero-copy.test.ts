@@ -127,6 +127,7 @@ describe("zero-copy between two processes", () => {
     });
     expect(pipe.stats().errors).toEqual({ [ErrorCode.TIMEOUT]: 1 });
     await expect(pipe.loan(8 * MiB)).rejects.toMatchObject({ code: ErrorCode.INVALID_ARG, message: expect.stringMatching(/poolBytes/) });
+    expect(pipe.stats().errors).toEqual({ [ErrorCode.TIMEOUT]: 1, [ErrorCode.INVALID_ARG]: 1 });
     // The pipe is as it was: messages of plain memory go on.
     expect(await ask(pipe, "length", new Uint8Array(5 * MiB))).toEqual({ length: 5 * MiB });
     const waiting = pipe.loan(2 * MiB, { timeout: 5000 });

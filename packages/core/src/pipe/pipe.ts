@@ -178,7 +178,7 @@ export class Pipe implements AsyncIterable<ReceivedMessage> {
     return lent.then((view) => recordLoan(view, engine, this.peer), this.loanRefused);
   }
 
-  /** A loan that waited and gave up (its timeout or signal) is counted; one the pipe's end rejects is not. */
+  /** A loan refused on its own account (it gave up waiting at its timeout or signal, or no pool holds it) is counted; one the pipe's end rejects is not. */
   private readonly loanRefused = (e: unknown): Promise<never> => (this.engine.over ? Promise.reject(e) : this.refuse(e));
 
   /**
