@@ -204,10 +204,9 @@ export class CmaChannelContext implements ChannelContext {
       const fallback = defaultInlineMax(pipe?.transportMedium);
       const mine = this.inlineMax ?? fallback;
       const theirs = peer.inlineMax === "auto" ? fallback : peer.inlineMax;
-      wire =
-        peer.pool && this.lends()
-          ? { inlineMax: mine, peerInlineMax: theirs, upstreamWire: false, pool: true }
-          : { inlineMax: Math.min(mine, theirs), peerInlineMax: Math.min(mine, theirs), upstreamWire: false, pool: false };
+      const pool = peer.pool && this.lends();
+      const agreed = Math.min(mine, theirs);
+      wire = { inlineMax: pool ? mine : agreed, peerInlineMax: pool ? theirs : agreed, upstreamWire: false, pool };
     }
     return new CmaChannel(addon, connections[0]!, connections[1]!, { ...this.tuning, ...wire });
   }

@@ -29,7 +29,7 @@ describe("zero-copy between two processes", () => {
     const context = new Context();
     registerShmTransport(context);
     registerUvTransport(context);
-    registerCmaChannel(context, { ...(poolBytes === undefined ? {} : { poolBytes }), ...(inlineMax === undefined ? {} : { inlineMax }) });
+    registerCmaChannel(context, { poolBytes, inlineMax });
     cleanup.push(() => context.close());
     const listener: Listener = await context.listen(transport === "shm" ? "shm://" : "uv://127.0.0.1:0");
     const child: ChildProcess = spawn(process.execPath, [reader, listener.addresses()[0]!, mode], { stdio: ["ignore", "inherit", "inherit"] });
