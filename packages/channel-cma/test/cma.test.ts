@@ -157,6 +157,19 @@ describe("cma channel", () => {
     await sent;
   });
 
+  it("holds a lending peer to the inline size it announced: a larger tensor inline is a protocol error", async () => {
+    const { here, there } = await connections();
+    const receiver = new CmaChannelContext().createChannel(here, "accept", {
+      transportMedium: "shared-memory",
+      peerWireExtension: `inline:100000;per-end;pool${NET}`,
+    }) as CmaChannel;
+    // This side would take 4 MiB inline over shm; the peer said it cuts at 100,000.
+    const got = receiver.recv(new Uint8Array(200_000), 200_000);
+    await there[0]!.write([new Uint8Array(0), new Uint8Array(200_000)]);
+    await expect(got).rejects.toMatchObject({ code: ErrorCode.PROTOCOL, message: "cma peer sent 200000 bytes inline, past 100000" });
+    receiver.close();
+  });
+
   it("sends every tensor inline to an end in another network namespace: no process there can be proven", async () => {
     const ctx = new CmaChannelContext();
     // The peer's extension as this side's, but for its network namespace.
